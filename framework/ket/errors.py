@@ -1,0 +1,109 @@
+"""Every error ket raises, under one base.
+
+    KetError
+    ├── DeclarationError      a define_* call was given something it cannot represent
+    │   ├── InputSpecError    an input shorthand or class that cannot become a pydantic model
+    │   └── EffectSyntaxError an effect string outside the effect grammar
+    ├── ScheduleError         a schedule that does not parse or cannot fire
+    ├── CheckFailed           `ket check` found errors; carries the findings
+    ├── WorkspaceError        the workspace or deployment cannot be loaded
+    ├── ManifestError         a manifest file that is not YAML, not a mapping, or of an unknown format
+    └── EffectError           an operation the running function or job did not declare
+
+    Retry, Discard, Aborted   control flow a handler raises (or sees) to steer its job's outcome
+
+Each class's docstring is its default message. Errors for a user's own mistakes name the offending
+value and, where there is one, the file and line of the declaration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from ket.check.message import CheckMessage
+
+
+class KetError(Exception):
+    """ket failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (type(self).__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class DeclarationError(KetError):
+    """A declaration is malformed."""
+
+
+class InputSpecError(DeclarationError):
+    """An input declaration cannot be turned into a validated model."""
+
+
+class EffectSyntaxError(DeclarationError):
+    """An effect does not follow the effect grammar."""
+
+
+ScheduleProblem = Literal[
+    "syntax", "too_frequent", "bad_time", "unknown_timezone", "no_timezone", "never_fires"
+]
+
+
+class ScheduleError(KetError):
+    """A schedule does not parse."""
+
+    def __init__(self, message: str, *, problem: ScheduleProblem = "syntax") -> None:
+        self.problem: ScheduleProblem = problem
+        super().__init__(message)
+
+
+class WorkspaceError(KetError):
+    """The workspace cannot be loaded."""
+
+
+class ManifestError(KetError):
+    """The manifest cannot be read."""
+
+
+class CheckFailed(KetError):
+    """The declarations have errors; run `ket check` for the list."""
+
+    def __init__(self, messages: Sequence[CheckMessage]) -> None:
+        self.messages = tuple(messages)
+        lines = [m.render() for m in self.messages]
+        super().__init__("the declarations have errors:\n" + "\n".join(lines))
+
+
+class EffectError(KetError):
+    """The operation was not declared in the effects of the running function or job."""
+
+
+class Retry(Exception):  # noqa: N818 - the name users raise, as in the SPEC
+    """Retry this job later: raise Retry(in_seconds=...) from a handler."""
+
+    def __init__(self, in_seconds: float, reason: str | None = None) -> None:
+        if in_seconds < 0:
+            raise ValueError(f"Retry in_seconds must not be negative, got {in_seconds!r}")
+        self.in_seconds = in_seconds
+        self.reason = reason
+        super().__init__(reason or f"retry in {in_seconds} seconds")
+
+
+class Discard(Exception):  # noqa: N818 - the name users raise, as in the SPEC
+    """Discard this job now, without further attempts: raise Discard(reason) from a handler."""
+
+    def __init__(self, reason: str = "discarded by the handler") -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Aborted(Exception):  # noqa: N818 - the name users catch, as in the SPEC
+    """The job's signal was aborted (timeout, shutdown or cancelled)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"aborted: {reason}")
