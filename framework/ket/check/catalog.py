@@ -1,0 +1,201 @@
+"""Every check id, its level, title and default hint. Ids are never reused; see docs/checks.md."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ket.check.message import CheckMessage, Level
+from ket.declare.source import SourceLocation
+
+
+@dataclass(frozen=True, kw_only=True)
+class Code:
+    """A catalogued check id."""
+
+    id: str
+    level: Level
+    title: str
+    hint: str
+
+
+E, W = Level.ERROR, Level.WARNING
+
+CODES: dict[str, Code] = {
+    code.id: code
+    for code in [
+        Code(
+            id="KET001",
+            level=E,
+            title="invalid name",
+            hint="Use lowercase letters, digits and underscores for modules, functions and jobs "
+            "(starting with a letter), and a letter-first identifier for models.",
+        ),
+        Code(
+            id="KET002",
+            level=E,
+            title="duplicate module",
+            hint="Give each module of a deployment its own name, or list the module once.",
+        ),
+        Code(
+            id="KET003",
+            level=E,
+            title="function and job share a name",
+            hint="Rename the function or the job so `<module>.<name>` means one thing.",
+        ),
+        Code(
+            id="KET101",
+            level=E,
+            title="job is not idempotent",
+            hint="Delivery is at least once: make the handler safe to run twice, then declare "
+            "idempotent=True.",
+        ),
+        Code(
+            id="KET102",
+            level=E,
+            title="max_attempts must be a positive integer",
+            hint="Set max_attempts to 1 or more (the default is 20).",
+        ),
+        Code(
+            id="KET103",
+            level=E,
+            title="timeout_ms must be a positive integer",
+            hint="Set timeout_ms to the milliseconds an attempt may run (the default is 300000).",
+        ),
+        Code(
+            id="KET104",
+            level=E,
+            title="priority must be an integer",
+            hint="Use an integer priority; lower numbers run first (the default is 0).",
+        ),
+        Code(
+            id="KET105",
+            level=E,
+            title="handler is not callable",
+            hint="Pass the function itself as handler=, e.g. handler=send_confirmation.",
+        ),
+        Code(
+            id="KET106",
+            level=E,
+            title="handler cannot take (ctx, input)",
+            hint="Define the handler as `def handler(ctx, input):` (or `async def`).",
+        ),
+        Code(
+            id="KET107",
+            level=E,
+            title="backoff cannot take (attempt)",
+            hint="Pass a callable `backoff(attempt) -> seconds`, or leave it out for the default.",
+        ),
+        Code(
+            id="KET108",
+            level=E,
+            title="flag must be True or False",
+            hint="Write idempotent= and cross_company= as True or False.",
+        ),
+        Code(
+            id="KET201",
+            level=E,
+            title="schedule does not parse",
+            hint="Use {'every': '15m'}, {'daily_at': 'HH:MM', 'timezone': ...} or "
+            "{'cron': '<5 fields>', 'timezone': ...}.",
+        ),
+        Code(
+            id="KET202",
+            level=E,
+            title="every is shorter than 10 seconds",
+            hint="Schedule no more often than every 10s; for tighter loops run a long job.",
+        ),
+        Code(
+            id="KET203",
+            level=E,
+            title="daily_at is not HH:MM",
+            hint="Write the time as 24-hour HH:MM, e.g. '03:00' or '23:30'.",
+        ),
+        Code(
+            id="KET204",
+            level=E,
+            title="unknown timezone",
+            hint="Use an IANA zone name such as 'Europe/London' or 'Asia/Ho_Chi_Minh'.",
+        ),
+        Code(
+            id="KET205",
+            level=E,
+            title="wall-clock schedule has no timezone",
+            hint="Add 'timezone': '<IANA zone>' to the schedule, or set KET_TIMEZONE; ket never "
+            "assumes the server's zone.",
+        ),
+        Code(
+            id="KET206",
+            level=E,
+            title="scheduled job has required input",
+            hint="Nobody supplies input at a tick: make the fields optional ('string?') or drop "
+            "the schedule and enqueue the job yourself.",
+        ),
+        Code(
+            id="KET207",
+            level=E,
+            title="schedule never fires",
+            hint="Fix the cron expression so some date matches it (e.g. no 30 February).",
+        ),
+        Code(
+            id="KET301",
+            level=E,
+            title="malformed effect",
+            hint="Write effects as read:<module>.<Model>, write:<module>.<Model>, "
+            "enqueue:<module>.<job>, storage:read, storage:write or transport:send.",
+        ),
+        Code(
+            id="KET302",
+            level=E,
+            title="effect names nothing in the deployment",
+            hint="Point the effect at a module, model or job the deployment ships, or add "
+            "that module to the deployment.",
+        ),
+        Code(
+            id="KET303", level=W, title="effect declared twice", hint="Remove the repeated effect."
+        ),
+        Code(
+            id="KET401",
+            level=E,
+            title="queue is not configured on the deployment",
+            hint="Add the queue to worker={'queues': {...}} with its concurrency, or move the "
+            "job to a configured queue.",
+        ),
+        Code(
+            id="KET402",
+            level=E,
+            title="invalid worker configuration",
+            hint="Fix the value in define_deployment(worker={...}); see docs/declaring.md.",
+        ),
+        Code(
+            id="KET403",
+            level=E,
+            title="invalid queue name",
+            hint="Name queues with letters, digits, '_', '-' or '.', starting with a letter or "
+            "digit, at most 64 characters.",
+        ),
+        Code(
+            id="KET501",
+            level=E,
+            title="input cannot be compiled",
+            hint="Declare input as a dict of field to type (id, string, int, number, bool, "
+            "datetime, date, json; '?' for optional) or a pydantic model class.",
+        ),
+        Code(
+            id="KET502",
+            level=E,
+            title="model field cannot be compiled",
+            hint="Declare model fields as name -> type (id, string, int, number, bool, datetime, "
+            "date, json; '?' for optional); `id` is generated by ket, do not declare it.",
+        ),
+    ]
+}
+
+
+def finding(
+    code: str, msg: str, *, obj: str, source: SourceLocation, hint: str | None = None
+) -> CheckMessage:
+    """A finding for a catalogued code, with its level and default hint."""
+    entry = CODES[code]
+    return CheckMessage(
+        id=entry.id, level=entry.level, msg=msg, hint=hint or entry.hint, obj=obj, source=source
+    )

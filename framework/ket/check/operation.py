@@ -1,0 +1,126 @@
+"""Options of functions and jobs: idempotency, attempts, timeout, priority, handler, input."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+from ket.check.catalog import finding
+from ket.check.message import CheckMessage
+from ket.check.registry import CheckContext, register
+from ket.declare import resolve
+from ket.declare.job import JobDecl
+from ket.declare.operation import OperationDecl
+from ket.errors import InputSpecError
+
+
+@register("jobs")
+def check_operations(context: CheckContext) -> list[CheckMessage]:
+    found: list[CheckMessage] = []
+    for operation in [*context.deployment.functions(), *context.deployment.jobs()]:
+        found.extend(_common(operation))
+        if isinstance(operation, JobDecl):
+            found.extend(_job_options(operation))
+    return found
+
+
+def _subject(operation: OperationDecl) -> str:
+    kind = "job" if isinstance(operation, JobDecl) else "function"
+    return f"{kind} {operation.title}"
+
+
+def _common(operation: OperationDecl) -> list[CheckMessage]:
+    found: list[CheckMessage] = []
+    where = {"obj": _subject(operation), "source": operation.source}
+    handler = operation.handler
+    if not callable(handler):
+        found.append(finding("KET105", f"handler {handler!r} is not callable", **where))
+    elif not _accepts(handler, 2):
+        found.append(
+            finding(
+                "KET106",
+                f"handler {resolve.handler_name(operation)}{_signature(handler)} "
+                "cannot be called with (ctx, input)",
+                **where,
+            )
+        )
+    if not isinstance(operation.cross_company, bool):
+        found.append(
+            finding(
+                "KET108",
+                f"cross_company must be True or False, got {operation.cross_company!r}",
+                **where,
+            )
+        )
+    try:
+        resolve.input_model(operation)
+    except InputSpecError as error:
+        found.append(finding("KET501", error.message, **where))
+    return found
+
+
+def _job_options(job: JobDecl) -> list[CheckMessage]:
+    found: list[CheckMessage] = []
+    where = {"obj": _subject(job), "source": job.source}
+    if job.idempotent is not True:
+        if isinstance(job.idempotent, bool):
+            found.append(
+                finding(
+                    "KET101", "job is not declared idempotent; delivery is at least once", **where
+                )
+            )
+        else:
+            found.append(
+                finding(
+                    "KET108", f"idempotent must be True or False, got {job.idempotent!r}", **where
+                )
+            )
+    if not _is_int(job.max_attempts) or job.max_attempts < 1:  # type: ignore[operator]
+        found.append(
+            finding(
+                "KET102",
+                f"max_attempts must be a positive integer, got {job.max_attempts!r}",
+                **where,
+            )
+        )
+    if not _is_int(job.timeout_ms) or job.timeout_ms <= 0:  # type: ignore[operator]
+        found.append(
+            finding(
+                "KET103", f"timeout_ms must be a positive integer, got {job.timeout_ms!r}", **where
+            )
+        )
+    if not _is_int(job.priority):
+        found.append(
+            finding("KET104", f"priority must be an integer, got {job.priority!r}", **where)
+        )
+    if job.backoff is not None and not (callable(job.backoff) and _accepts(job.backoff, 1)):
+        found.append(
+            finding(
+                "KET107", f"backoff {job.backoff!r} cannot be called as backoff(attempt)", **where
+            )
+        )
+    return found
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _accepts(fn: Callable[..., object], count: int) -> bool:
+    """Whether `fn` can be called with `count` positional arguments (unknowable: assume yes)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return True
+    try:
+        signature.bind(*([None] * count))
+    except TypeError:
+        return False
+    return True
+
+
+def _signature(fn: Callable[..., object]) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return ""

@@ -1,0 +1,27 @@
+"""`ket manifest`: print or write the deployment's manifest."""
+
+from __future__ import annotations
+
+import argparse
+
+from ket.cli.options import deployment_of, write_output
+from ket.manifest import compile_manifest, dump_manifest
+
+
+def add_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
+) -> None:
+    parser = commands.add_parser(
+        "manifest",
+        parents=[parent],
+        help="print the deployment's manifest as YAML",
+        description="Compile the deployment's declarations into its canonical YAML manifest.",
+    )
+    parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    manifest = compile_manifest(deployment_of(args))
+    write_output(dump_manifest(manifest), args.output)
+    return 0

@@ -1,0 +1,51 @@
+"""Options every command shares, and the output helpers commands use."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ket.declare.deployment import DeploymentDecl
+from ket.workspace import load_deployment
+
+
+def workspace_parent() -> argparse.ArgumentParser:
+    """--workspace and --deployment, for every command."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("workspace")
+    group.add_argument(
+        "--workspace",
+        metavar="PATH",
+        help="module path or file path of the workspace (default: [tool.ket] in pyproject.toml)",
+    )
+    group.add_argument(
+        "--deployment",
+        metavar="NAME",
+        help="deployment to use (default: [tool.ket], or the only one in the workspace)",
+    )
+    return parent
+
+
+def deployment_of(args: argparse.Namespace) -> DeploymentDecl:
+    """Load the deployment the command line points at."""
+    return load_deployment(args.workspace, args.deployment)
+
+
+def write_output(text: str, path: str | None) -> None:
+    """Print `text`, or write it to `path` whole or not at all (temp file, then rename)."""
+    if path is None or path == "-":
+        sys.stdout.write(text)
+        return
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,79 @@
+"""define_job: a durable background job."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from ket.declare.operation import Handler, OperationDecl, effect_tuple
+from ket.declare.source import caller
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 20
+DEFAULT_TIMEOUT_MS = 300_000
+DEFAULT_PRIORITY = 0
+
+Backoff = Callable[[int], float]
+
+
+def default_backoff_seconds(attempt: int) -> float:
+    """The backoff before jitter: `min(2**attempt * 10, 86_400)` seconds."""
+    return float(min(2 ** max(attempt, 1) * 10, 86_400))
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobDecl(OperationDecl):
+    """A declared job (values as written; `ket check` validates them)."""
+
+    queue: object = DEFAULT_QUEUE
+    idempotent: object = False
+    max_attempts: object = DEFAULT_MAX_ATTEMPTS
+    timeout_ms: object = DEFAULT_TIMEOUT_MS
+    priority: object = DEFAULT_PRIORITY
+    backoff: object = None
+    schedule: object = None
+
+
+def define_job(
+    *,
+    handler: Handler,
+    queue: str = DEFAULT_QUEUE,
+    input: object = None,
+    effects: Iterable[str] | None = None,
+    idempotent: bool = False,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    priority: int = DEFAULT_PRIORITY,
+    backoff: Backoff | None = None,
+    schedule: Mapping[str, str] | None = None,
+    cross_company: bool = False,
+) -> JobDecl:
+    """Declare a job: `handler(ctx, input) -> None`, sync or async, run at least once.
+
+    Example::
+
+        define_job(
+            queue="mail",
+            input={"order_id": "id"},
+            effects=["read:sales.Order", "transport:send"],
+            idempotent=True,
+            max_attempts=8,
+            timeout_ms=30_000,
+            handler=send_confirmation,
+        )
+    """
+    source = caller()
+    return JobDecl(
+        handler=handler,
+        queue=queue,
+        input=input,
+        effects=effect_tuple(effects, source),
+        idempotent=idempotent,
+        max_attempts=max_attempts,
+        timeout_ms=timeout_ms,
+        priority=priority,
+        backoff=backoff,
+        schedule=schedule,
+        cross_company=cross_company,
+        source=source,
+    )

@@ -1,0 +1,68 @@
+"""Turn declarations as written into the typed values checks, the manifest and the runtime use.
+
+Each function raises the specific KetError for a bad value; `ket check` turns those into findings
+and everything else runs only on declarations that passed it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ValidationError
+
+from ket.declare.deployment import DeploymentDecl
+from ket.declare.effect import Effect, parse_effect
+from ket.declare.input import build_input_model
+from ket.declare.job import JobDecl
+from ket.declare.operation import OperationDecl
+from ket.declare.worker import WorkerConfig
+from ket.errors import DeclarationError
+from ket.schedule import Schedule, parse_schedule
+
+TIMEZONE_VARIABLE = "KET_TIMEZONE"
+
+
+def default_timezone(environ: Mapping[str, str] | None = None) -> str | None:
+    """The zone of wall-clock schedules that name none: `KET_TIMEZONE`, never the server's zone."""
+    value = (os.environ if environ is None else environ).get(TIMEZONE_VARIABLE, "").strip()
+    return value or None
+
+
+def input_model(operation: OperationDecl) -> type[BaseModel]:
+    """The pydantic model the operation's input is validated with."""
+    return build_input_model(operation.input, operation.title)
+
+
+def effects(operation: OperationDecl) -> tuple[Effect, ...]:
+    """The operation's effects, parsed, in declaration order."""
+    return tuple(parse_effect(text) for text in operation.effects)
+
+
+def schedule(job: JobDecl, timezone: str | None) -> Schedule | None:
+    """The job's schedule, parsed with `timezone` as the default zone; None if it has none."""
+    if job.schedule is None:
+        return None
+    # parse_schedule names a value that is not a mapping at all, so pass it on as written
+    return parse_schedule(job.schedule, default_timezone=timezone)  # type: ignore[arg-type]
+
+
+def worker_config(deployment: DeploymentDecl) -> WorkerConfig:
+    """The deployment's worker configuration with defaults, or DeclarationError naming the value."""
+    try:
+        return WorkerConfig.model_validate(dict(deployment.worker))
+    except ValidationError as error:
+        problems = []
+        for item in error.errors():
+            where = ".".join(str(p) for p in item["loc"])
+            value = f", got {item['input']!r}" if where else ""
+            problems.append(f"{where or 'worker'}: {item['msg']}{value}")
+        raise DeclarationError("; ".join(problems)) from None
+
+
+def handler_name(operation: OperationDecl) -> str:
+    """`module:qualname` of the handler: stable across machines, unlike a file path."""
+    handler = operation.handler
+    module = getattr(handler, "__module__", None) or "?"
+    name = getattr(handler, "__qualname__", None) or type(handler).__qualname__
+    return f"{module}:{name}"

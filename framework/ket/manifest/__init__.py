@@ -1,0 +1,29 @@
+"""The manifest: compile declarations, write and read canonical YAML."""
+
+from ket.manifest.compile import compile_manifest
+from ket.manifest.document import dump_manifest, load_manifest, read_manifest
+from ket.manifest.model import (
+    FORMAT,
+    FunctionEntry,
+    JobEntry,
+    Manifest,
+    ModelEntry,
+    ModuleEntry,
+    ScheduleEntry,
+    WorkerEntry,
+)
+
+__all__ = [
+    "FORMAT",
+    "FunctionEntry",
+    "JobEntry",
+    "Manifest",
+    "ModelEntry",
+    "ModuleEntry",
+    "ScheduleEntry",
+    "WorkerEntry",
+    "compile_manifest",
+    "dump_manifest",
+    "load_manifest",
+    "read_manifest",
+]

@@ -1,0 +1,77 @@
+"""Compile a deployment's declarations into its manifest."""
+
+from __future__ import annotations
+
+from ket.check import error_messages, run_checks
+from ket.declare import resolve
+from ket.declare.deployment import DeploymentDecl
+from ket.declare.function import FunctionDecl
+from ket.declare.job import JobDecl
+from ket.declare.model import ModelDecl
+from ket.declare.module import ModuleDecl
+from ket.errors import CheckFailed
+from ket.manifest.model import (
+    FORMAT,
+    FunctionEntry,
+    JobEntry,
+    Manifest,
+    ModelEntry,
+    ModuleEntry,
+    ScheduleEntry,
+    WorkerEntry,
+)
+
+
+def compile_manifest(deployment: DeploymentDecl, *, timezone: str | None = None) -> Manifest:
+    """The manifest of a deployment; CheckFailed if `ket check` finds errors in it.
+
+    `timezone` is the default zone of wall-clock schedules (default: `KET_TIMEZONE`).
+    """
+    timezone = timezone or resolve.default_timezone()
+    errors = error_messages(run_checks(deployment, timezone=timezone))
+    if errors:
+        raise CheckFailed(errors)
+    return Manifest(
+        format=FORMAT,
+        deployment=deployment.name,
+        modules={m.name: _module(m, timezone) for m in deployment.modules},
+        worker=WorkerEntry(**resolve.worker_config(deployment).model_dump()),
+    )
+
+
+def _module(module: ModuleDecl, timezone: str | None) -> ModuleEntry:
+    return ModuleEntry(
+        models={name: _model(model) for name, model in module.models.items()},
+        functions={name: _function(fn) for name, fn in module.functions.items()},
+        jobs={name: _job(job, timezone) for name, job in module.jobs.items()},
+    )
+
+
+def _model(model: ModelDecl) -> ModelEntry:
+    return ModelEntry(fields={str(k): str(v) for k, v in model.fields.items()})
+
+
+def _function(fn: FunctionDecl) -> FunctionEntry:
+    return FunctionEntry(
+        handler=resolve.handler_name(fn),
+        input=resolve.input_model(fn).model_json_schema(),
+        effects=sorted({e.text for e in resolve.effects(fn)}),
+        cross_company=bool(fn.cross_company),
+    )
+
+
+def _job(job: JobDecl, timezone: str | None) -> JobEntry:
+    schedule = resolve.schedule(job, timezone)
+    return JobEntry(
+        handler=resolve.handler_name(job),
+        input=resolve.input_model(job).model_json_schema(),
+        effects=sorted({e.text for e in resolve.effects(job)}),
+        cross_company=bool(job.cross_company),
+        queue=str(job.queue),
+        idempotent=bool(job.idempotent),
+        max_attempts=int(job.max_attempts),  # type: ignore[call-overload]
+        timeout_ms=int(job.timeout_ms),  # type: ignore[call-overload]
+        priority=int(job.priority),  # type: ignore[call-overload]
+        backoff="custom" if job.backoff is not None else "default",
+        schedule=ScheduleEntry.model_validate(schedule.to_manifest()) if schedule else None,
+    )

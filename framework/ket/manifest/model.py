@@ -1,0 +1,110 @@
+"""The manifest: everything a deployment declares, as data that can be written, read and diffed.
+
+Validated with pydantic when read back from YAML, so a hand-edited or foreign file is refused with
+the offending key named rather than half-understood.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+
+FORMAT = 1
+
+
+class Entry(BaseModel):
+    """Base of every manifest entry: frozen, and strict about unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ScheduleEntry(Entry):
+    """A job's schedule as declared, with the resolved timezone and its fingerprint."""
+
+    every: str | None = None
+    daily_at: str | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    fingerprint: str
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # one schedule kind is set; the others would only be noise in the YAML
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class OperationEntry(Entry):
+    """What functions and jobs share."""
+
+    handler: str
+    input: dict[str, Any]
+    effects: list[str]
+    cross_company: bool
+
+
+class FunctionEntry(OperationEntry):
+    """A function."""
+
+
+class JobEntry(OperationEntry):
+    """A job with every option resolved to its effective value."""
+
+    queue: str
+    idempotent: bool
+    max_attempts: int
+    timeout_ms: int
+    priority: int
+    backoff: Literal["default", "custom"]
+    schedule: ScheduleEntry | None
+
+
+class ModelEntry(Entry):
+    """A model's fields, as shorthand types."""
+
+    fields: dict[str, str]
+
+
+class ModuleEntry(Entry):
+    """A module's members by name."""
+
+    models: dict[str, ModelEntry]
+    functions: dict[str, FunctionEntry]
+    jobs: dict[str, JobEntry]
+
+
+class WorkerEntry(Entry):
+    """The worker configuration with defaults filled in."""
+
+    queues: dict[str, int]
+    poll_min_ms: int
+    poll_max_ms: int
+    tenant_refresh_ms: int
+    lease_ms: int
+    shutdown_grace_ms: int
+    schedule_sweep_ms: int
+
+
+class Manifest(Entry):
+    """One deployment's manifest."""
+
+    format: Literal[1]
+    deployment: str
+    modules: dict[str, ModuleEntry]
+    worker: WorkerEntry
+
+    def jobs(self) -> dict[str, JobEntry]:
+        """Every job by qualified name."""
+        return {f"{m}.{j}": job for m, mod in self.modules.items() for j, job in mod.jobs.items()}
+
+    def functions(self) -> dict[str, FunctionEntry]:
+        """Every function by qualified name."""
+        return {
+            f"{m}.{f}": fn for m, mod in self.modules.items() for f, fn in mod.functions.items()
+        }
+
+    def models(self) -> dict[str, ModelEntry]:
+        """Every model by qualified name."""
+        return {
+            f"{m}.{n}": model for m, mod in self.modules.items() for n, model in mod.models.items()
+        }

@@ -1,0 +1,1 @@
+"""The example ERP app: sales, hotel and company modules, deployed as `erp`."""
