@@ -1,0 +1,53 @@
+"""Data flows one way between the rooms of the package (STYLE.md): a test keeps it so."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "framework" / "ket"
+
+# room -> rooms it must never import
+FORBIDDEN = {
+    "schedule": {"declare", "manifest", "check", "diff", "cli", "workspace"},
+    "declare": {"manifest", "check", "diff", "cli", "workspace"},
+    "check": {"manifest", "diff", "cli", "workspace"},
+    "manifest": {"diff", "cli", "workspace"},
+    "diff": {"check", "declare", "cli", "workspace", "schedule"},
+    "errors": {"declare", "manifest", "diff", "cli", "workspace", "schedule"},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return {name.split(".")[1] for name in found if name.startswith("ket.") and "." in name}
+
+
+@pytest.mark.parametrize("room", sorted(FORBIDDEN))
+def test_room_does_not_import_rooms_downstream_of_it(room: str) -> None:
+    files = [PACKAGE / f"{room}.py"] if (PACKAGE / f"{room}.py").exists() else []
+    files += sorted((PACKAGE / room).rglob("*.py")) if (PACKAGE / room).is_dir() else []
+    assert files, f"room {room} not found"
+    offenders = {
+        f"{path.relative_to(PACKAGE)} imports ket.{target}"
+        for path in files
+        for target in _imports(path) & FORBIDDEN[room]
+    }
+    assert offenders == set()
+
+
+def test_nothing_imports_the_cli() -> None:
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if "cli" not in path.relative_to(PACKAGE).parts and "cli" in _imports(path)
+    ]
+    assert offenders == []
