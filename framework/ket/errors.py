@@ -7,7 +7,7 @@
     ├── ScheduleError         a schedule that does not parse or cannot fire
     ├── CheckFailed           `ket check` found errors; carries the findings
     ├── WorkspaceError        the workspace or deployment cannot be loaded
-    ├── ManifestError         a manifest file that is not YAML, not a mapping, or of an unknown format
+    ├── ManifestError         a manifest file that is not YAML, not a mapping, or of unknown format
     └── EffectError           an operation the running function or job did not declare
 
     Retry, Discard, Aborted   control flow a handler raises (or sees) to steer its job's outcome
@@ -82,7 +82,7 @@ class EffectError(KetError):
     """The operation was not declared in the effects of the running function or job."""
 
 
-class Retry(Exception):  # noqa: N818 - the name users raise, as in the SPEC
+class Retry(Exception):
     """Retry this job later: raise Retry(in_seconds=...) from a handler."""
 
     def __init__(self, in_seconds: float, reason: str | None = None) -> None:
@@ -93,7 +93,7 @@ class Retry(Exception):  # noqa: N818 - the name users raise, as in the SPEC
         super().__init__(reason or f"retry in {in_seconds} seconds")
 
 
-class Discard(Exception):  # noqa: N818 - the name users raise, as in the SPEC
+class Discard(Exception):
     """Discard this job now, without further attempts: raise Discard(reason) from a handler."""
 
     def __init__(self, reason: str = "discarded by the handler") -> None:
@@ -101,7 +101,7 @@ class Discard(Exception):  # noqa: N818 - the name users raise, as in the SPEC
         super().__init__(reason)
 
 
-class Aborted(Exception):  # noqa: N818 - the name users catch, as in the SPEC
+class Aborted(Exception):
     """The job's signal was aborted (timeout, shutdown or cancelled)."""
 
     def __init__(self, reason: str) -> None:

@@ -61,7 +61,7 @@ def _text(section: dict[str, object], key: str, origin: Path) -> str | None:
 def load_deployment(
     workspace: str | None = None, deployment: str | None = None, *, cwd: Path | None = None
 ) -> DeploymentDecl:
-    """The deployment named `deployment` (or the only one) of the workspace; WorkspaceError if not."""
+    """The deployment named `deployment` (or the only one) of the workspace."""
     cwd = (cwd or Path.cwd()).resolve()
     settings = find_settings(cwd)
     if workspace is None:

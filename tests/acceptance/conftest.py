@@ -42,7 +42,7 @@ Project = Callable[[dict[str, str]], Path]
 
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
-    """Write a project (relative path -> source) with a pyproject.toml pointing at app/workspace.py."""
+    """Write a project (path -> source) whose pyproject.toml points at app/workspace.py."""
 
     def make(files: dict[str, str]) -> Path:
         files = {

@@ -191,11 +191,22 @@ CODES: dict[str, Code] = {
 }
 
 
-def finding(
-    code: str, msg: str, *, obj: str, source: SourceLocation, hint: str | None = None
-) -> CheckMessage:
+@dataclass(frozen=True, kw_only=True)
+class Subject:
+    """What a finding is about, and where it was declared."""
+
+    obj: str
+    source: SourceLocation
+
+
+def finding(code: str, msg: str, at: Subject, *, hint: str | None = None) -> CheckMessage:
     """A finding for a catalogued code, with its level and default hint."""
     entry = CODES[code]
     return CheckMessage(
-        id=entry.id, level=entry.level, msg=msg, hint=hint or entry.hint, obj=obj, source=source
+        id=entry.id,
+        level=entry.level,
+        msg=msg,
+        hint=hint or entry.hint,
+        obj=at.obj,
+        source=at.source,
     )

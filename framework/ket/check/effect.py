@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ket.check.catalog import finding
+from ket.check.catalog import Subject, finding
 from ket.check.message import CheckMessage
 from ket.check.registry import CheckContext, register
 from ket.declare.deployment import DeploymentDecl
@@ -17,22 +17,20 @@ def check_effects(context: CheckContext) -> list[CheckMessage]:
     deployment = context.deployment
     for operation in [*deployment.functions(), *deployment.jobs()]:
         kind = "job" if isinstance(operation, JobDecl) else "function"
-        where = {"obj": f"{kind} {operation.title}", "source": operation.source}
+        where = Subject(obj=f"{kind} {operation.title}", source=operation.source)
         seen: set[str] = set()
         for text in operation.effects:
             try:
                 effect = parse_effect(text)
             except EffectSyntaxError as error:
-                found.append(finding("KET301", error.message, **where))
+                found.append(finding("KET301", error.message, where))
                 continue
             if effect.text in seen:
-                found.append(
-                    finding("KET303", f"effect {effect.text!r} is declared twice", **where)
-                )
+                found.append(finding("KET303", f"effect {effect.text!r} is declared twice", where))
             seen.add(effect.text)
             problem = _unresolved(effect, deployment)
             if problem:
-                found.append(finding("KET302", problem, **where))
+                found.append(finding("KET302", problem, where))
     return found
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ket.check.catalog import finding
+from ket.check.catalog import Subject, finding
 from ket.check.message import CheckMessage
 from ket.check.registry import CheckContext, register
 from ket.declare.effect import MODEL_NAME, MODULE_NAME, OPERATION_NAME
@@ -18,8 +18,7 @@ def check_names(context: CheckContext) -> list[CheckMessage]:
                 finding(
                     "KET001",
                     f"module name {module.name!r} is not valid",
-                    obj=f"module {module.name}",
-                    source=module.source,
+                    Subject(obj=f"module {module.name}", source=module.source),
                 )
             )
         if module.name in seen:
@@ -28,8 +27,7 @@ def check_names(context: CheckContext) -> list[CheckMessage]:
                     "KET002",
                     f"module {module.name!r} appears {seen[module.name] + 1} times "
                     f"in deployment {context.deployment.name!r}",
-                    obj=f"module {module.name}",
-                    source=module.source,
+                    Subject(obj=f"module {module.name}", source=module.source),
                 )
             )
         seen[module.name] = seen.get(module.name, 0) + 1
@@ -40,8 +38,7 @@ def check_names(context: CheckContext) -> list[CheckMessage]:
                         finding(
                             "KET001",
                             f"{kind} name {name!r} is not valid",
-                            obj=f"{kind} {decl.title}",
-                            source=decl.source,
+                            Subject(obj=f"{kind} {decl.title}", source=decl.source),
                         )
                     )
         for name, model in module.models.items():
@@ -50,8 +47,7 @@ def check_names(context: CheckContext) -> list[CheckMessage]:
                     finding(
                         "KET001",
                         f"model name {name!r} is not valid",
-                        obj=f"model {model.qualified_name}",
-                        source=model.source,
+                        Subject(obj=f"model {model.qualified_name}", source=model.source),
                     )
                 )
         for name in sorted(set(module.functions) & set(module.jobs)):
@@ -60,8 +56,7 @@ def check_names(context: CheckContext) -> list[CheckMessage]:
                 finding(
                     "KET003",
                     f"{module.name}.{name} is declared both as a function and as a job",
-                    obj=f"job {job.title}",
-                    source=job.source,
+                    Subject(obj=f"job {job.title}", source=job.source),
                 )
             )
     return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
-from ket.check.catalog import finding
+from ket.check.catalog import Subject, finding
 from ket.check.message import CheckMessage
 from ket.check.registry import CheckContext, register
 from ket.declare import resolve
@@ -31,17 +31,17 @@ def _subject(operation: OperationDecl) -> str:
 
 def _common(operation: OperationDecl) -> list[CheckMessage]:
     found: list[CheckMessage] = []
-    where = {"obj": _subject(operation), "source": operation.source}
+    where = Subject(obj=_subject(operation), source=operation.source)
     handler = operation.handler
     if not callable(handler):
-        found.append(finding("KET105", f"handler {handler!r} is not callable", **where))
+        found.append(finding("KET105", f"handler {handler!r} is not callable", where))
     elif not _accepts(handler, 2):
         found.append(
             finding(
                 "KET106",
                 f"handler {resolve.handler_name(operation)}{_signature(handler)} "
                 "cannot be called with (ctx, input)",
-                **where,
+                where,
             )
         )
     if not isinstance(operation.cross_company, bool):
@@ -49,30 +49,30 @@ def _common(operation: OperationDecl) -> list[CheckMessage]:
             finding(
                 "KET108",
                 f"cross_company must be True or False, got {operation.cross_company!r}",
-                **where,
+                where,
             )
         )
     try:
         resolve.input_model(operation)
     except InputSpecError as error:
-        found.append(finding("KET501", error.message, **where))
+        found.append(finding("KET501", error.message, where))
     return found
 
 
 def _job_options(job: JobDecl) -> list[CheckMessage]:
     found: list[CheckMessage] = []
-    where = {"obj": _subject(job), "source": job.source}
+    where = Subject(obj=_subject(job), source=job.source)
     if job.idempotent is not True:
         if isinstance(job.idempotent, bool):
             found.append(
                 finding(
-                    "KET101", "job is not declared idempotent; delivery is at least once", **where
+                    "KET101", "job is not declared idempotent; delivery is at least once", where
                 )
             )
         else:
             found.append(
                 finding(
-                    "KET108", f"idempotent must be True or False, got {job.idempotent!r}", **where
+                    "KET108", f"idempotent must be True or False, got {job.idempotent!r}", where
                 )
             )
     if not _is_int(job.max_attempts) or job.max_attempts < 1:  # type: ignore[operator]
@@ -80,23 +80,21 @@ def _job_options(job: JobDecl) -> list[CheckMessage]:
             finding(
                 "KET102",
                 f"max_attempts must be a positive integer, got {job.max_attempts!r}",
-                **where,
+                where,
             )
         )
     if not _is_int(job.timeout_ms) or job.timeout_ms <= 0:  # type: ignore[operator]
         found.append(
             finding(
-                "KET103", f"timeout_ms must be a positive integer, got {job.timeout_ms!r}", **where
+                "KET103", f"timeout_ms must be a positive integer, got {job.timeout_ms!r}", where
             )
         )
     if not _is_int(job.priority):
-        found.append(
-            finding("KET104", f"priority must be an integer, got {job.priority!r}", **where)
-        )
+        found.append(finding("KET104", f"priority must be an integer, got {job.priority!r}", where))
     if job.backoff is not None and not (callable(job.backoff) and _accepts(job.backoff, 1)):
         found.append(
             finding(
-                "KET107", f"backoff {job.backoff!r} cannot be called as backoff(attempt)", **where
+                "KET107", f"backoff {job.backoff!r} cannot be called as backoff(attempt)", where
             )
         )
     return found

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ket.check.catalog import finding
+from ket.check.catalog import Subject, finding
 from ket.check.message import CheckMessage
 from ket.check.registry import CheckContext, register
 from ket.declare import resolve
@@ -24,11 +24,11 @@ def check_schedules(context: CheckContext) -> list[CheckMessage]:
     for job in context.deployment.jobs():
         if job.schedule is None:
             continue
-        where = {"obj": f"job {job.title}", "source": job.source}
+        where = Subject(obj=f"job {job.title}", source=job.source)
         try:
             resolve.schedule(job, context.timezone)
         except ScheduleError as error:
-            found.append(finding(PROBLEM_CODES[error.problem], error.message, **where))
+            found.append(finding(PROBLEM_CODES[error.problem], error.message, where))
         try:
             required = sorted(
                 name
@@ -42,7 +42,7 @@ def check_schedules(context: CheckContext) -> list[CheckMessage]:
                 finding(
                     "KET206",
                     f"scheduled job requires input field(s) {', '.join(required)}",
-                    **where,
+                    where,
                 )
             )
     return found

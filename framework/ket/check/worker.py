@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ket.check.catalog import finding
+from ket.check.catalog import Subject, finding
 from ket.check.message import CheckMessage
 from ket.check.registry import CheckContext, register
 from ket.declare import resolve
@@ -16,20 +16,20 @@ QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 @register("worker")
 def check_worker(context: CheckContext) -> list[CheckMessage]:
     deployment = context.deployment
-    where = {"obj": f"deployment {deployment.name}", "source": deployment.source}
+    where = Subject(obj=f"deployment {deployment.name}", source=deployment.source)
     try:
         queues = set(resolve.worker_config(deployment).queues)
     except DeclarationError as error:
-        return [finding("KET402", error.message, **where)]
+        return [finding("KET402", error.message, where)]
     found = [
-        finding("KET403", f"queue name {name!r} is not valid", **where)
+        finding("KET403", f"queue name {name!r} is not valid", where)
         for name in sorted(queues)
         if not QUEUE_NAME.fullmatch(name)
     ]
     for job in deployment.jobs():
-        job_where = {"obj": f"job {job.title}", "source": job.source}
+        job_where = Subject(obj=f"job {job.title}", source=job.source)
         if not isinstance(job.queue, str) or not QUEUE_NAME.fullmatch(job.queue):
-            found.append(finding("KET403", f"queue name {job.queue!r} is not valid", **job_where))
+            found.append(finding("KET403", f"queue name {job.queue!r} is not valid", job_where))
         elif job.queue not in queues:
             configured = ", ".join(sorted(queues))
             found.append(
@@ -37,7 +37,7 @@ def check_worker(context: CheckContext) -> list[CheckMessage]:
                     "KET401",
                     f"queue {job.queue!r} is not configured on deployment "
                     f"{deployment.name!r} (configured: {configured})",
-                    **job_where,
+                    job_where,
                 )
             )
     return found

@@ -72,8 +72,8 @@ def define_deployment(
         raise DeclarationError(f"{source.render()}: deployment name must be a string, got {name!r}")
     if isinstance(modules, str | bytes) or not isinstance(modules, Sequence):
         raise DeclarationError(
-            f"{source.render()}: deployment {name!r}: modules must be a list of define_module(...), "
-            f"got {modules!r}"
+            f"{source.render()}: deployment {name!r}: modules must be a list of "
+            f"define_module(...), got {modules!r}"
         )
     for module in modules:
         if not isinstance(module, ModuleDecl):

@@ -71,7 +71,7 @@ def build_input_model(spec: object, title: str) -> type[BaseModel]:
     for field, type_spec in spec.items():
         python_type, required = parse_field_type(check_field_name(field), type_spec)
         fields[field] = (python_type, ...) if required else (python_type | None, None)
-    model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+    model: type[BaseModel] = create_model(
         title,
         __config__=ConfigDict(extra="forbid", frozen=True, title=title),
         **fields,

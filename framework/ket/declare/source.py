@@ -15,7 +15,7 @@ class SourceLocation:
     line: int
 
     def render(self, relative_to: str | None = None) -> str:
-        """`path:line`, relative to `relative_to` (default: the working directory) when inside it."""
+        """`path:line`, relative to `relative_to` (default: the working directory) if inside."""
         base = relative_to or os.getcwd()
         path = self.file
         try:

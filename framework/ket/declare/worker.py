@@ -24,7 +24,8 @@ class WorkerConfig(BaseModel):
     def _poll_range(self) -> WorkerConfig:
         if self.poll_max_ms < self.poll_min_ms:
             raise ValueError(
-                f"poll_max_ms ({self.poll_max_ms}) must be at least poll_min_ms ({self.poll_min_ms})"
+                f"poll_max_ms ({self.poll_max_ms}) must be at least "
+                f"poll_min_ms ({self.poll_min_ms})"
             )
         if not self.queues:
             raise ValueError("queues must name at least one queue")

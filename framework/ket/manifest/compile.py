@@ -11,7 +11,6 @@ from ket.declare.model import ModelDecl
 from ket.declare.module import ModuleDecl
 from ket.errors import CheckFailed
 from ket.manifest.model import (
-    FORMAT,
     FunctionEntry,
     JobEntry,
     Manifest,
@@ -32,7 +31,7 @@ def compile_manifest(deployment: DeploymentDecl, *, timezone: str | None = None)
     if errors:
         raise CheckFailed(errors)
     return Manifest(
-        format=FORMAT,
+        format=1,
         deployment=deployment.name,
         modules={m.name: _module(m, timezone) for m in deployment.modules},
         worker=WorkerEntry(**resolve.worker_config(deployment).model_dump()),
