@@ -1,0 +1,84 @@
+"""Cron expressions: validating them, deriving them from daily_at, and canonicalising them."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from croniter import CroniterBadDateError, CroniterError, croniter
+
+from ket.errors import ScheduleError
+
+_DAILY_AT = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
+
+# Jenkins-style H (hashed) and R (random) fields pick a value per croniter instance or per
+# hash id, so tick_at and next_tick could disagree; no month or day name starts with H or R.
+_NONDETERMINISTIC_ITEM = re.compile(r"[HhRr](?:$|[(/])")
+
+# Any fixed start works for the never-fires probe: with no year field, an expression that
+# fires at all fires within a few years of any date; fixed keeps parsing pure.
+_PROBE_START = datetime(2000, 1, 1)
+
+
+def daily_at_expression(text: str) -> str:
+    """The 5-field cron expression for a daily_at 'HH:MM', or ScheduleError('bad_time')."""
+    match = _DAILY_AT.fullmatch(text)
+    if match is None:
+        raise ScheduleError(f"daily_at must be 24-hour 'HH:MM', got {text!r}", problem="bad_time")
+    hour, minute = (int(part) for part in match.groups())
+    return f"{minute} {hour} * * *"
+
+
+def cron_expression(text: str) -> str:
+    """The whitespace-normalised 5-field expression for cron text, or ScheduleError."""
+    fields = text.split()
+    if len(fields) != 5:
+        raise ScheduleError(
+            f"cron must have exactly 5 fields (minute hour day-of-month month day-of-week), "
+            f"got {len(fields)} in {text!r}",
+            problem="syntax",
+        )
+    for field in fields:
+        if any(_NONDETERMINISTIC_ITEM.match(item) for item in field.split(",")):
+            raise ScheduleError(
+                f"cron must not use hashed (H) or random (R) fields, got {field!r} in {text!r}",
+                problem="syntax",
+            )
+    expression = " ".join(fields)
+    if not croniter.is_valid(expression):
+        raise ScheduleError(
+            f"cron must be a valid cron expression, got {text!r}{_reason(expression)}",
+            problem="syntax",
+        )
+    try:
+        croniter(expression, _PROBE_START).get_next(datetime)
+    except CroniterBadDateError:
+        raise ScheduleError(
+            f"cron can never fire, got {text!r} (no date matches its day and month fields)",
+            problem="never_fires",
+        ) from None
+    return expression
+
+
+def _reason(expression: str) -> str:
+    # croniter's message says which field is wrong; is_valid alone only says that one is.
+    try:
+        croniter.expand(expression)
+    except CroniterError as error:
+        return f" ({error})"
+    return ""
+
+
+def canonical_cron(expression: str) -> str:
+    """A spelling-independent form of a valid expression: croniter's own expansion of it."""
+    # Expanding makes '0 03 * * mon-fri' and '0 3 * * 1-5' (and '*/15' and '0,15,30,45') one
+    # definition, judged by the same parser that computes the ticks.
+    try:
+        fields, nth_weekdays = croniter.expand(expression)
+    except CroniterError:
+        return expression  # cannot happen for a validated expression; stay deterministic
+    parts = [",".join(str(value) for value in field) for field in fields]
+    nth = ",".join(
+        f"{weekday}#{n}" for weekday, ns in sorted(nth_weekdays.items()) for n in sorted(ns)
+    )
+    return " ".join(parts) + (f" {nth}" if nth else "")
