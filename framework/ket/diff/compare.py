@@ -1,0 +1,162 @@
+"""Compare two manifests: set arithmetic on every kind of entry, then field rules on the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+from ket.diff.change import Change, Severity, ordered
+from ket.diff.field import FieldRule, dump, field_findings
+from ket.diff.operation import FUNCTION_RULES, JOB_RULES, bound, changed
+from ket.diff.rule import Finding, classify
+from ket.manifest.model import Manifest, WorkerEntry
+
+
+@dataclass(frozen=True, kw_only=True)
+class Family:
+    """How one kind of named entry (module, job, function, model) is compared."""
+
+    noun: str
+    removed: str
+    rules: Mapping[str, FieldRule] = field(default_factory=dict)
+    skip: frozenset[str] = frozenset()
+    ceiling: Severity = "breaking"
+    carries_entry: bool = True
+
+
+def diff_manifests(old: Manifest, new: Manifest) -> list[Change]:
+    """Every difference between two manifests, classified: breaking, then review, then safe.
+
+    Example: ``has_breaking(diff_manifests(read_manifest("manifests/erp.yaml"), current))``
+    """
+    changes = [
+        *_manifest(old, new),
+        *_family(MODULES, old.modules, new.modules),
+        *_family(JOBS, old.jobs(), new.jobs()),
+        *_family(FUNCTIONS, old.functions(), new.functions()),
+        *_family(MODELS, old.models(), new.models()),
+        *_queues(old.worker.queues, new.worker.queues),
+        *_worker(old.worker, new.worker),
+    ]
+    return ordered(changes)
+
+
+def _family(
+    family: Family, old: Mapping[str, BaseModel], new: Mapping[str, BaseModel]
+) -> Iterator[Change]:
+    noun = family.noun
+    for name in sorted(new.keys() - old.keys()):
+        entry = dump(new[name]) if family.carries_entry else None
+        finding = Finding(kind=f"{noun}_added", message=f"{noun} added", new=entry)
+        yield classify(f"{noun} {name}", finding)
+    for name in sorted(old.keys() - new.keys()):
+        entry = dump(old[name]) if family.carries_entry else None
+        finding = Finding(kind=f"{noun}_removed", message=family.removed, old=entry)
+        yield classify(f"{noun} {name}", finding)
+    for name in sorted(old.keys() & new.keys()):
+        for _, finding in field_findings(old[name], new[name], family.rules, skip=family.skip):
+            yield classify(f"{noun} {name}", finding, ceiling=family.ceiling)
+
+
+def _queues(old: Mapping[str, int], new: Mapping[str, int]) -> Iterator[Change]:
+    for name in sorted(new.keys() - old.keys()):
+        message = f"queue added with concurrency {new[name]}"
+        yield classify(f"queue {name}", Finding(kind="queue_added", message=message, new=new[name]))
+    for name in sorted(old.keys() - new.keys()):
+        message = (
+            "queue removed from worker.queues; rows already queued on it would never be claimed"
+        )
+        yield classify(
+            f"queue {name}", Finding(kind="queue_removed", message=message, old=old[name])
+        )
+    for name in sorted(name for name in old.keys() & new.keys() if old[name] != new[name]):
+        message = f"concurrency changed from {old[name]} to {new[name]}"
+        finding = Finding(
+            kind="queue_concurrency_changed", message=message, old=old[name], new=new[name]
+        )
+        yield classify(f"queue {name}", finding)
+
+
+def _worker(old: WorkerEntry, new: WorkerEntry) -> Iterator[Change]:
+    for name, finding in field_findings(old, new, WORKER_RULES, skip={"queues"}):
+        yield classify(f"worker.{name}", finding)
+
+
+def _manifest(old: Manifest, new: Manifest) -> Iterator[Change]:
+    for name, finding in field_findings(old, new, MANIFEST_RULES, skip={"modules", "worker"}):
+        yield classify(name, finding)
+
+
+def _model_fields(old: dict[str, str], new: dict[str, str]) -> list[Finding]:
+    found: list[Finding] = []
+    for name in sorted(new.keys() - old.keys()):
+        message = f"field {name!r} added ({new[name]})"
+        found.append(Finding(kind="model_field_added", message=message, new=new[name]))
+    for name in sorted(old.keys() - new.keys()):
+        message = f"field {name!r} removed; the tenant tables keep the column and its data"
+        found.append(Finding(kind="model_field_removed", message=message, old=old[name]))
+    for name in sorted(name for name in old.keys() & new.keys() if old[name] != new[name]):
+        message = (
+            f"field {name!r} changes type from {old[name]} to {new[name]}; "
+            "data already stored may not fit"
+        )
+        finding = Finding(
+            kind="model_field_type_changed", message=message, old=old[name], new=new[name]
+        )
+        found.append(finding)
+    return found
+
+
+MODULES = Family(
+    noun="module",
+    removed="module removed; its jobs, functions and models are reported on their own",
+    skip=frozenset({"models", "functions", "jobs"}),
+    carries_entry=False,
+)
+JOBS = Family(
+    noun="job",
+    removed="job removed; rows already queued under this name could no longer run",
+    rules=JOB_RULES,
+)
+# No queued row names a function, so what breaks its callers is for review, never breaking.
+FUNCTIONS = Family(
+    noun="function",
+    removed="function removed; code that calls it breaks, though no queued row names it",
+    rules=FUNCTION_RULES,
+    ceiling="review",
+)
+MODELS = Family(
+    noun="model",
+    removed="model removed; the tenant tables keep its rows",
+    rules={"fields": _model_fields},
+)
+
+WORKER_RULES: Mapping[str, FieldRule] = {
+    **{
+        name: changed("worker_setting_changed", name)
+        for name in WorkerEntry.model_fields
+        if name != "queues"
+    },
+    "lease_ms": bound(
+        "lease_ms",
+        "a worker that misses heartbeats that long loses its jobs to rescue sooner",
+        raised_kind="worker_setting_changed",
+    ),
+    "shutdown_grace_ms": bound(
+        "shutdown_grace_ms",
+        "running jobs get less time to finish before shutdown aborts them",
+        raised_kind="worker_setting_changed",
+    ),
+}
+MANIFEST_RULES: Mapping[str, FieldRule] = {
+    "deployment": lambda old, new: [
+        Finding(
+            kind="deployment_renamed",
+            message=f"deployment renamed from {old} to {new}",
+            old=old,
+            new=new,
+        )
+    ],
+}

@@ -1,0 +1,100 @@
+"""The rule table: every kind of change ket diff knows, and the severity it carries.
+
+A comparison finds differences as `Finding`s (what changed); this table alone decides how much
+they matter, so the classification can be read, reviewed and tested in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ket.diff.change import SEVERITIES, Change, Severity
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """One difference found on a subject, before classification."""
+
+    kind: str
+    message: str
+    old: object = None
+    new: object = None
+
+
+RULES: Mapping[str, Severity] = {
+    # Rows already in the queue name jobs, carry inputs and sit on queues: breaking is whatever
+    # would leave such a row unable to run.
+    "job_removed": "breaking",
+    "queue_removed": "breaking",
+    "input_schema_replaced": "breaking",
+    "input_field_added_required": "breaking",
+    "input_field_required": "breaking",
+    "input_field_type_changed": "breaking",
+    "input_field_removed": "breaking",
+    # Nothing queued breaks, but a person should look: more power, other timing, less patience,
+    # callers or stored data at stake.
+    "effects_widened": "review",
+    "cross_company_enabled": "review",
+    "schedule_added": "review",
+    "schedule_removed": "review",
+    "schedule_changed": "review",
+    "schedule_timezone_changed": "review",
+    "max_attempts_lowered": "review",
+    "timeout_ms_lowered": "review",
+    "job_queue_changed": "review",
+    "function_removed": "review",
+    "model_removed": "review",
+    "model_field_removed": "review",
+    "model_field_type_changed": "review",
+    "lease_ms_lowered": "review",
+    "shutdown_grace_ms_lowered": "review",
+    # Closing an input schema refuses undeclared fields that queued rows might carry; unlike a
+    # removed field we cannot tell whether any do, so a person decides.
+    "input_closed": "review",
+    # Everything else that differs.
+    "module_added": "safe",
+    "module_removed": "safe",
+    "job_added": "safe",
+    "function_added": "safe",
+    "model_added": "safe",
+    "model_field_added": "safe",
+    "queue_added": "safe",
+    "queue_concurrency_changed": "safe",
+    "input_field_added": "safe",
+    "input_field_optional": "safe",
+    "input_field_nullable": "safe",
+    "input_field_removed_tolerated": "safe",
+    "input_field_annotation_changed": "safe",
+    "input_opened": "safe",
+    "effects_narrowed": "safe",
+    "effects_restated": "safe",
+    "cross_company_disabled": "safe",
+    "max_attempts_raised": "safe",
+    "timeout_ms_raised": "safe",
+    "priority_changed": "safe",
+    "backoff_changed": "safe",
+    "handler_changed": "safe",
+    "idempotent_changed": "safe",
+    "schedule_rewritten": "safe",
+    "worker_setting_changed": "safe",
+    "deployment_renamed": "safe",
+    # The catch-all: a field no rule knows (or a difference its rule has nothing to say about)
+    # is still reported, never dropped.
+    "field_changed": "safe",
+}
+
+
+def classify(subject: str, finding: Finding, *, ceiling: Severity = "breaking") -> Change:
+    """The Change for a finding on a subject, its severity from RULES, capped at `ceiling`."""
+    severity = RULES[finding.kind]
+    if SEVERITIES.index(severity) < SEVERITIES.index(ceiling):
+        severity = ceiling
+    return Change(
+        severity=severity,
+        kind=finding.kind,
+        subject=subject,
+        message=finding.message,
+        old=finding.old,
+        new=finding.new,
+    )
