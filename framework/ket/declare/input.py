@@ -57,6 +57,18 @@ def check_field_name(field: object) -> str:
     return field
 
 
+def _input_field_name(field: object) -> str:
+    """A shorthand input field name that pydantic can hold, or InputSpecError naming it."""
+    name = check_field_name(field)
+    # pydantic raises ValueError for 'model_dump', silently drops 'model_config' and warns for
+    # 'json' or 'copy': each a name BaseModel already uses, so refuse them with a clear message.
+    if hasattr(BaseModel, name):
+        raise InputSpecError(
+            f"input field name {name!r} is taken by pydantic's BaseModel; choose another name"
+        )
+    return name
+
+
 def build_input_model(spec: object, title: str) -> type[BaseModel]:
     """Compile an input declaration to a pydantic model class (titled `title` in JSON schema)."""
     if spec is None:
@@ -69,7 +81,7 @@ def build_input_model(spec: object, title: str) -> type[BaseModel]:
         )
     fields: dict[str, Any] = {}
     for field, type_spec in spec.items():
-        python_type, required = parse_field_type(check_field_name(field), type_spec)
+        python_type, required = parse_field_type(_input_field_name(field), type_spec)
         fields[field] = (python_type, ...) if required else (python_type | None, None)
     model: type[BaseModel] = create_model(
         title,

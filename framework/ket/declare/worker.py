@@ -10,7 +10,8 @@ DEFAULT_QUEUES = {"default": 10}
 class WorkerConfig(BaseModel):
     """The `worker={...}` of a deployment, validated; every queue a job uses must be in `queues`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a declared value is Python, so True or "50" is a mistake, not a 1 or a 50
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     queues: dict[str, PositiveInt] = Field(default_factory=lambda: dict(DEFAULT_QUEUES))
     poll_min_ms: PositiveInt = 50

@@ -33,7 +33,7 @@ def load_manifest(text: str, *, origin: str = "<manifest>") -> Manifest:
     if not isinstance(data, dict):
         raise ManifestError(f"{origin}: a manifest is a YAML mapping, got {type(data).__name__}")
     version = data.get("format")
-    if version != FORMAT:
+    if type(version) is not int or version != FORMAT:  # true and 1.0 also equal 1
         raise ManifestError(
             f"{origin}: unknown manifest format {version!r}; this ket reads format {FORMAT}"
         )

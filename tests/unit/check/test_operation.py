@@ -1,0 +1,343 @@
+"""Operation checks: idempotency, attempts, timeout, priority, handler, backoff, flags and input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from ket import define_function, define_job
+from ket.check import run_checks
+from ket.declare import default_backoff_seconds
+
+from .build import deployment_of, error, handle
+
+KNOWN_TYPES = "id, string, int, number, bool, datetime, date, json"
+
+
+def only_ctx(ctx):  # type: ignore[no-untyped-def]  # unannotated: the message shows (ctx)
+    """Too few parameters for (ctx, input)."""
+
+
+def three_required(ctx: object, input: object, extra: object) -> None:
+    """A third parameter nobody supplies."""
+
+
+def keyword_only_required(ctx: object, input: object, *, tenant: str) -> None:
+    """A keyword-only parameter nobody supplies."""
+
+
+def with_defaults(ctx: object, input: object, retries: int = 3, *, log: object = None) -> None:
+    """Extra parameters that all have defaults."""
+
+
+def variadic(*args: object) -> None:
+    """Takes anything positional."""
+
+
+async def async_handle(ctx: object, input: object) -> None:
+    """An async handler."""
+
+
+class CallableHandler:
+    def __call__(self, ctx: object, input: object) -> None:
+        """An instance with __call__(ctx, input)."""
+
+
+class OrderInput(BaseModel):
+    order_id: str
+
+
+def not_idempotent() -> str:
+    return "job is not declared idempotent; delivery is at least once"
+
+
+# KET101 / KET108: idempotent
+
+
+def test_job_not_declared_idempotent_is_KET101() -> None:
+    job = define_job(handler=handle)
+    assert run_checks(deployment_of(jobs={"send": job})) == [
+        error("KET101", not_idempotent(), obj="job sales.send", source=job.source)
+    ]
+
+
+def test_job_declared_idempotent_false_is_KET101() -> None:
+    job = define_job(handler=handle, idempotent=False)
+    assert [m.id for m in run_checks(deployment_of(jobs={"send": job}))] == ["KET101"]
+
+
+def test_job_declared_idempotent_is_silent() -> None:
+    job = define_job(handler=handle, idempotent=True)
+    assert run_checks(deployment_of(jobs={"send": job})) == []
+
+
+def test_idempotent_yes_is_KET108_not_KET101() -> None:
+    job = define_job(handler=handle, idempotent="yes")  # type: ignore[arg-type]
+    assert run_checks(deployment_of(jobs={"send": job})) == [
+        error(
+            "KET108",
+            "idempotent must be True or False, got 'yes'",
+            obj="job sales.send",
+            source=job.source,
+        )
+    ]
+
+
+def test_idempotent_one_is_KET108() -> None:
+    job = define_job(handler=handle, idempotent=1)  # type: ignore[arg-type]
+    found = run_checks(deployment_of(jobs={"send": job}))
+    assert [(m.id, m.msg) for m in found] == [("KET108", "idempotent must be True or False, got 1")]
+
+
+def test_cross_company_not_a_bool_is_KET108() -> None:
+    fn = define_function(handler=handle, cross_company="yes")  # type: ignore[arg-type]
+    assert run_checks(deployment_of(functions={"confirm": fn})) == [
+        error(
+            "KET108",
+            "cross_company must be True or False, got 'yes'",
+            obj="function sales.confirm",
+            source=fn.source,
+        )
+    ]
+
+
+def test_cross_company_true_is_silent() -> None:
+    fn = define_function(handler=handle, cross_company=True)
+    job = define_job(handler=handle, idempotent=True, cross_company=True)
+    assert run_checks(deployment_of(functions={"confirm": fn}, jobs={"send": job})) == []
+
+
+# KET102: max_attempts
+
+
+@pytest.mark.parametrize("value", [0, -1, "five", 2.0, True, None])
+def test_max_attempts_not_a_positive_integer_is_KET102(value: Any) -> None:
+    job = define_job(handler=handle, idempotent=True, max_attempts=value)
+    assert run_checks(deployment_of(jobs={"send": job})) == [
+        error(
+            "KET102",
+            f"max_attempts must be a positive integer, got {value!r}",
+            obj="job sales.send",
+            source=job.source,
+        )
+    ]
+
+
+@pytest.mark.parametrize("value", [1, 20, 1_000])
+def test_max_attempts_positive_is_silent(value: int) -> None:
+    job = define_job(handler=handle, idempotent=True, max_attempts=value)
+    assert run_checks(deployment_of(jobs={"send": job})) == []
+
+
+# KET103: timeout_ms
+
+
+@pytest.mark.parametrize("value", [0, -5, "30s", 1.5, False])
+def test_timeout_not_a_positive_integer_is_KET103(value: Any) -> None:
+    job = define_job(handler=handle, idempotent=True, timeout_ms=value)
+    assert run_checks(deployment_of(jobs={"send": job})) == [
+        error(
+            "KET103",
+            f"timeout_ms must be a positive integer, got {value!r}",
+            obj="job sales.send",
+            source=job.source,
+        )
+    ]
+
+
+def test_timeout_of_one_millisecond_is_silent() -> None:
+    job = define_job(handler=handle, idempotent=True, timeout_ms=1)
+    assert run_checks(deployment_of(jobs={"send": job})) == []
+
+
+# KET104: priority
+
+
+@pytest.mark.parametrize("value", [1.5, "1", None, True])
+def test_priority_not_an_integer_is_KET104(value: Any) -> None:
+    job = define_job(handler=handle, idempotent=True, priority=value)
+    assert run_checks(deployment_of(jobs={"send": job})) == [
+        error(
+            "KET104",
+            f"priority must be an integer, got {value!r}",
+            obj="job sales.send",
+            source=job.source,
+        )
+    ]
+
+
+@pytest.mark.parametrize("value", [-3, 0, 10])
+def test_integer_priority_negative_or_not_is_silent(value: int) -> None:
+    job = define_job(handler=handle, idempotent=True, priority=value)
+    assert run_checks(deployment_of(jobs={"send": job})) == []
+
+
+# KET105 / KET106: handler
+
+
+def test_job_handler_not_callable_is_KET105() -> None:
+    job = define_job(handler="send_mail", idempotent=True)  # type: ignore[arg-type]
+    assert run_checks(deployment_of(jobs={"send": job})) == [
+        error(
+            "KET105",
+            "handler 'send_mail' is not callable",
+            obj="job sales.send",
+            source=job.source,
+        )
+    ]
+
+
+def test_function_handler_not_callable_is_KET105() -> None:
+    fn = define_function(handler=None)  # type: ignore[arg-type]
+    assert run_checks(deployment_of(functions={"confirm": fn})) == [
+        error(
+            "KET105", "handler None is not callable", obj="function sales.confirm", source=fn.source
+        )
+    ]
+
+
+def test_handler_with_one_parameter_is_KET106() -> None:
+    job = define_job(handler=only_ctx, idempotent=True)
+    assert run_checks(deployment_of(jobs={"send": job})) == [
+        error(
+            "KET106",
+            f"handler {__name__}:only_ctx(ctx) cannot be called with (ctx, input)",
+            obj="job sales.send",
+            source=job.source,
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    "handler", [three_required, keyword_only_required, lambda: None], ids=lambda h: h.__name__
+)
+def test_handler_needing_other_arguments_is_KET106(handler: Any) -> None:
+    fn = define_function(handler=handler)
+    found = run_checks(deployment_of(functions={"confirm": fn}))
+    assert [(m.id, m.obj, m.source) for m in found] == [
+        ("KET106", "function sales.confirm", fn.source)
+    ]
+    assert handler.__qualname__ in found[0].msg
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [handle, with_defaults, variadic, async_handle, CallableHandler(), lambda ctx, input: None],
+    ids=["plain", "extra-defaults", "variadic", "async", "callable-instance", "lambda"],
+)
+def test_handler_that_takes_ctx_and_input_is_silent(handler: Any) -> None:
+    job = define_job(handler=handler, idempotent=True)
+    fn = define_function(handler=handler)
+    assert run_checks(deployment_of(jobs={"send": job}, functions={"confirm": fn})) == []
+
+
+# KET107: backoff
+
+
+def test_backoff_not_callable_is_KET107() -> None:
+    job = define_job(handler=handle, idempotent=True, backoff=30)  # type: ignore[arg-type]
+    assert run_checks(deployment_of(jobs={"send": job})) == [
+        error(
+            "KET107",
+            "backoff 30 cannot be called as backoff(attempt)",
+            obj="job sales.send",
+            source=job.source,
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    "backoff", [lambda: 1.0, lambda attempt, base: 1.0], ids=["no-params", "two-params"]
+)
+def test_backoff_that_cannot_take_attempt_is_KET107(backoff: Any) -> None:
+    job = define_job(handler=handle, idempotent=True, backoff=backoff)
+    assert run_checks(deployment_of(jobs={"send": job})) == [
+        error(
+            "KET107",
+            f"backoff {backoff!r} cannot be called as backoff(attempt)",
+            obj="job sales.send",
+            source=job.source,
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    "backoff",
+    [lambda attempt: 5.0, default_backoff_seconds, lambda attempt, base=2: 1.0],
+    ids=["lambda", "default", "extra-default"],
+)
+def test_backoff_taking_attempt_is_silent(backoff: Any) -> None:
+    job = define_job(handler=handle, idempotent=True, backoff=backoff)
+    assert run_checks(deployment_of(jobs={"send": job})) == []
+
+
+# KET501: input
+
+
+@pytest.mark.parametrize(
+    ("spec", "msg"),
+    [
+        (
+            {"to": "strng"},
+            f"input field 'to' has unknown type 'strng'; known types: {KNOWN_TYPES}",
+        ),
+        (
+            {"bad-name": "string"},
+            "input field name 'bad-name' must be an identifier starting with a letter",
+        ),
+        (
+            {"class": "string"},
+            "input field name 'class' must be an identifier starting with a letter",
+        ),
+        ({"to": 5}, "input field 'to' must have a type name string, got 5"),
+        (
+            ["to"],
+            "input must be a dict of field types or a pydantic model class, got ['to']",
+        ),
+        (
+            {"model_dump": "string"},
+            "input field name 'model_dump' is taken by pydantic's BaseModel; choose another name",
+        ),
+        (
+            {"json": "json"},
+            "input field name 'json' is taken by pydantic's BaseModel; choose another name",
+        ),
+    ],
+    ids=["unknown-type", "dash", "keyword", "non-string-type", "list", "model_dump", "json"],
+)
+def test_input_that_cannot_compile_is_KET501(spec: Any, msg: str) -> None:
+    job = define_job(handler=handle, idempotent=True, input=spec)
+    assert run_checks(deployment_of(jobs={"send": job})) == [
+        error("KET501", msg, obj="job sales.send", source=job.source)
+    ]
+
+
+def test_function_input_that_cannot_compile_is_KET501() -> None:
+    fn = define_function(handler=handle, input={"order_id": "uuid"})
+    found = run_checks(deployment_of(functions={"confirm": fn}))
+    assert [(m.id, m.obj) for m in found] == [("KET501", "function sales.confirm")]
+    assert "'uuid'" in found[0].msg
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [{"to": "string"}, {"to": "string?", "at": "datetime", "n": "int?"}, OrderInput, None, {}],
+    ids=["shorthand", "mixed", "pydantic", "none", "empty"],
+)
+def test_input_that_compiles_is_silent(spec: Any) -> None:
+    job = define_job(handler=handle, idempotent=True, input=spec)
+    fn = define_function(handler=handle, input=spec)
+    assert run_checks(deployment_of(jobs={"send": job}, functions={"confirm": fn})) == []
+
+
+def test_every_problem_of_one_job_is_reported_in_id_order() -> None:
+    job = define_job(handler=only_ctx, max_attempts=0, timeout_ms=-5, priority=1.5)  # type: ignore[arg-type]
+    assert [m.id for m in run_checks(deployment_of(jobs={"send": job}))] == [
+        "KET101",
+        "KET102",
+        "KET103",
+        "KET104",
+        "KET106",
+    ]

@@ -1,0 +1,214 @@
+"""compile_manifest: declarations that pass `ket check` become a deterministic manifest."""
+
+from __future__ import annotations
+
+import pytest
+from modules_example.workspace import erp
+from pydantic import BaseModel
+
+from ket import define_deployment, define_function, define_job, define_model, define_module
+from ket.check import error_messages, run_checks
+from ket.declare import DeploymentDecl, JobDecl
+from ket.errors import CheckFailed
+from ket.manifest import JobEntry, ScheduleEntry, WorkerEntry, compile_manifest, dump_manifest
+
+WORKER = {"queues": {"default": 1}}
+
+
+def handle(ctx: object, input: object) -> None:
+    """A handler."""
+
+
+def backoff(attempt: int) -> float:
+    return 1.0
+
+
+class NoteInput(BaseModel):
+    note: str = ""
+
+
+def one_job(job: JobDecl) -> DeploymentDecl:
+    return define_deployment(
+        name="shop", modules=[define_module(name="sales", jobs={"send": job})], worker=WORKER
+    )
+
+
+def test_two_compiles_of_the_example_dump_to_identical_bytes() -> None:
+    first = dump_manifest(compile_manifest(erp))
+    second = dump_manifest(compile_manifest(erp))
+    assert first.encode() == second.encode()
+
+
+def test_example_manifest_lists_every_module_and_job() -> None:
+    manifest = compile_manifest(erp)
+    assert (manifest.format, manifest.deployment) == (1, "erp")
+    assert sorted(manifest.modules) == ["company", "hotel", "sales"]
+    assert sorted(manifest.jobs()) == [
+        "hotel.catch_up",
+        "hotel.close_day",
+        "hotel.night_audit",
+        "sales.issue_invoice",
+        "sales.send_confirmation",
+    ]
+    assert sorted(manifest.functions()) == ["sales.confirm_order"]
+    assert manifest.models()["sales.Order"].fields == {
+        "number": "string",
+        "email": "string",
+        "status": "string",
+    }
+    assert manifest.worker.queues == {"default": 2, "mail": 4, "maintenance": 1}
+
+
+def test_example_night_audit_records_its_wall_clock_schedule() -> None:
+    audit = compile_manifest(erp).jobs()["hotel.night_audit"]
+    assert audit.schedule is not None
+    assert (audit.schedule.daily_at, audit.schedule.timezone) == ("03:00", "Asia/Ho_Chi_Minh")
+    assert (audit.queue, audit.cross_company, audit.timeout_ms) == ("maintenance", True, 120_000)
+    assert audit.effects == ["enqueue:hotel.close_day", "read:company.Company"]
+
+
+def test_compile_refuses_a_deployment_with_check_errors_carrying_the_findings() -> None:
+    job = define_job(handler=handle, queue="mail", effects=["read:sales.Nope", "storage:read"])
+    deployment = one_job(job)
+    with pytest.raises(CheckFailed) as raised:
+        compile_manifest(deployment)
+    assert [m.id for m in raised.value.messages] == ["KET101", "KET302", "KET401"]
+    assert raised.value.messages == tuple(error_messages(run_checks(deployment)))
+    assert "read:sales.Nope" in raised.value.message
+
+
+def test_warnings_do_not_stop_compile_and_duplicate_effects_appear_once() -> None:
+    job = define_job(handler=handle, idempotent=True, effects=["storage:read", "storage:read"])
+    manifest = compile_manifest(one_job(job))
+    assert manifest.jobs()["sales.send"].effects == ["storage:read"]
+
+
+def test_default_timezone_is_recorded_as_the_schedule_timezone() -> None:
+    job = define_job(handler=handle, idempotent=True, schedule={"daily_at": "03:00"})
+    manifest = compile_manifest(one_job(job), timezone="Europe/Oslo")
+    schedule = manifest.jobs()["sales.send"].schedule
+    assert schedule is not None
+    assert (schedule.daily_at, schedule.timezone) == ("03:00", "Europe/Oslo")
+    assert "timezone: Europe/Oslo" in dump_manifest(manifest)
+
+
+def test_KET_TIMEZONE_is_the_default_when_no_timezone_is_passed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KET_TIMEZONE", "America/Sao_Paulo")
+    job = define_job(handler=handle, idempotent=True, schedule={"cron": "0 3 * * *"})
+    schedule = compile_manifest(one_job(job)).jobs()["sales.send"].schedule
+    assert schedule is not None
+    assert (schedule.cron, schedule.timezone) == ("0 3 * * *", "America/Sao_Paulo")
+
+
+def test_schedule_timezone_wins_over_the_default() -> None:
+    job = define_job(
+        handler=handle, idempotent=True, schedule={"daily_at": "03:00", "timezone": "Asia/Tokyo"}
+    )
+    schedule = compile_manifest(one_job(job), timezone="Europe/Oslo").jobs()["sales.send"].schedule
+    assert schedule is not None and schedule.timezone == "Asia/Tokyo"
+
+
+def test_wall_clock_schedule_without_any_zone_does_not_compile() -> None:
+    job = define_job(handler=handle, idempotent=True, schedule={"daily_at": "03:00"})
+    with pytest.raises(CheckFailed) as raised:
+        compile_manifest(one_job(job))
+    assert [m.id for m in raised.value.messages] == ["KET205"]
+
+
+def test_changing_the_default_zone_changes_the_fingerprint() -> None:
+    job = define_job(handler=handle, idempotent=True, schedule={"daily_at": "03:00"})
+    oslo = compile_manifest(one_job(job), timezone="Europe/Oslo").jobs()["sales.send"].schedule
+    tokyo = compile_manifest(one_job(job), timezone="Asia/Tokyo").jobs()["sales.send"].schedule
+    assert oslo is not None and tokyo is not None
+    assert oslo.fingerprint != tokyo.fingerprint
+
+
+def test_input_schema_of_a_shorthand_job_lists_required_fields() -> None:
+    job = define_job(
+        handler=handle,
+        idempotent=True,
+        input={"order_id": "id", "email": "string", "note": "string?"},
+    )
+    schema = compile_manifest(one_job(job)).jobs()["sales.send"].input
+    assert schema["required"] == ["order_id", "email"]
+    assert sorted(schema["properties"]) == ["email", "note", "order_id"]
+    assert schema["additionalProperties"] is False
+    assert schema["title"] == "sales.send"
+
+
+def test_input_schema_of_a_pydantic_job_is_its_model_schema() -> None:
+    job = define_job(handler=handle, idempotent=True, input=NoteInput)
+    schema = compile_manifest(one_job(job)).jobs()["sales.send"].input
+    assert schema == NoteInput.model_json_schema()
+    assert "required" not in schema
+
+
+def test_job_entry_resolves_every_option() -> None:
+    job = define_job(handler=handle, idempotent=True)
+    custom = define_job(
+        handler=handle,
+        idempotent=True,
+        queue="mail",
+        max_attempts=3,
+        timeout_ms=1_000,
+        priority=-2,
+        backoff=backoff,
+        cross_company=True,
+        schedule={"every": "15m"},
+        effects=["transport:send", "read:sales.Order"],
+    )
+    sales = define_module(
+        name="sales",
+        models={"Order": define_model({"number": "string"})},
+        functions={"confirm": define_function(handler=handle)},
+        jobs={"plain": job, "custom": custom},
+    )
+    deployment = define_deployment(
+        name="shop", modules=[sales], worker={"queues": {"default": 1, "mail": 2}}
+    )
+    manifest = compile_manifest(deployment)
+    empty_input = {
+        "additionalProperties": False,
+        "properties": {},
+        "title": "sales.plain",
+        "type": "object",
+    }
+    assert manifest.jobs()["sales.plain"] == JobEntry(
+        handler=f"{__name__}:handle",
+        input=empty_input,
+        effects=[],
+        cross_company=False,
+        queue="default",
+        idempotent=True,
+        max_attempts=20,
+        timeout_ms=300_000,
+        priority=0,
+        backoff="default",
+        schedule=None,
+    )
+    entry = manifest.jobs()["sales.custom"]
+    assert (entry.queue, entry.max_attempts, entry.timeout_ms, entry.priority) == (
+        "mail",
+        3,
+        1_000,
+        -2,
+    )
+    assert (entry.backoff, entry.cross_company) == ("custom", True)
+    assert entry.effects == ["read:sales.Order", "transport:send"]
+    assert entry.schedule == ScheduleEntry(every="15m", fingerprint=entry.schedule.fingerprint)  # type: ignore[union-attr]
+    assert manifest.functions()["sales.confirm"].handler == f"{__name__}:handle"
+
+
+def test_worker_entry_fills_in_defaults() -> None:
+    manifest = compile_manifest(one_job(define_job(handler=handle, idempotent=True)))
+    assert manifest.worker == WorkerEntry(
+        queues={"default": 1},
+        poll_min_ms=50,
+        poll_max_ms=2_000,
+        tenant_refresh_ms=30_000,
+        lease_ms=30_000,
+        shutdown_grace_ms=15_000,
+        schedule_sweep_ms=30_000,
+    )

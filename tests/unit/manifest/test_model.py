@@ -1,0 +1,85 @@
+"""Manifest model: members by qualified name; entries strict about keys; schedules terse."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from ket.manifest import (
+    FunctionEntry,
+    JobEntry,
+    Manifest,
+    ModelEntry,
+    ModuleEntry,
+    ScheduleEntry,
+    WorkerEntry,
+)
+
+WORKER = WorkerEntry(
+    queues={"default": 1},
+    poll_min_ms=50,
+    poll_max_ms=2_000,
+    tenant_refresh_ms=30_000,
+    lease_ms=30_000,
+    shutdown_grace_ms=15_000,
+    schedule_sweep_ms=30_000,
+)
+FUNCTION = FunctionEntry(handler="m:f", input={}, effects=[], cross_company=False)
+JOB = JobEntry(
+    handler="m:j",
+    input={},
+    effects=[],
+    cross_company=False,
+    queue="default",
+    idempotent=True,
+    max_attempts=20,
+    timeout_ms=300_000,
+    priority=0,
+    backoff="default",
+    schedule=None,
+)
+
+
+def manifest() -> Manifest:
+    return Manifest(
+        format=1,
+        deployment="erp",
+        modules={
+            "sales": ModuleEntry(
+                models={"Order": ModelEntry(fields={"n": "int"})},
+                functions={"confirm": FUNCTION},
+                jobs={"send": JOB},
+            ),
+            "hotel": ModuleEntry(models={}, functions={}, jobs={"audit": JOB}),
+        },
+        worker=WORKER,
+    )
+
+
+def test_members_are_listed_by_qualified_name() -> None:
+    m = manifest()
+    assert m.jobs() == {"sales.send": JOB, "hotel.audit": JOB}
+    assert m.functions() == {"sales.confirm": FUNCTION}
+    assert m.models() == {"sales.Order": ModelEntry(fields={"n": "int"})}
+
+
+def test_schedule_entry_dumps_only_the_kind_it_has() -> None:
+    every = ScheduleEntry(every="15m", fingerprint="ab")
+    daily = ScheduleEntry(daily_at="03:00", timezone="UTC", fingerprint="cd")
+    assert every.model_dump() == {"every": "15m", "fingerprint": "ab"}
+    assert daily.model_dump() == {"daily_at": "03:00", "timezone": "UTC", "fingerprint": "cd"}
+
+
+def test_entries_refuse_unknown_keys() -> None:
+    with pytest.raises(ValidationError):
+        ModelEntry.model_validate({"fields": {}, "colour": "red"})
+
+
+def test_job_backoff_is_default_or_custom() -> None:
+    with pytest.raises(ValidationError):
+        JobEntry.model_validate({**JOB.model_dump(), "backoff": "linear"})
+
+
+def test_manifest_format_is_1() -> None:
+    with pytest.raises(ValidationError):
+        Manifest.model_validate({**manifest().model_dump(), "format": 2})
