@@ -81,10 +81,15 @@ def load_deployment(
 def pick_deployment(module: ModuleType, name: str | None) -> DeploymentDecl:
     """Choose a deployment of a loaded workspace by name, or the only one."""
     found: dict[str, DeploymentDecl] = {}
+    file = getattr(module, "__file__", None)
+    where = _relative(file) if file else module.__name__
     for value in vars(module).values():
-        if isinstance(value, DeploymentDecl):
-            found.setdefault(value.name, value)
-    where = getattr(module, "__file__", None) or module.__name__
+        if isinstance(value, DeploymentDecl) and found.setdefault(value.name, value) is not value:
+            first, second = found[value.name].source, value.source
+            raise WorkspaceError(
+                f"workspace {where} defines two deployments named {value.name!r} "
+                f"({first.render()} and {second.render()}); give each its own name"
+            )
     if not found:
         raise WorkspaceError(f"workspace {where} defines no deployment (define_deployment(...))")
     if name is None:

@@ -45,3 +45,30 @@ def test_declarations_with_errors_leave_the_output_file_untouched(
     assert "KET101" in result.err
     assert target.read_text(encoding="utf-8") == "previous\n"
     assert sorted(p.name for p in root.iterdir() if p.name.startswith(".manifest")) == []
+
+
+def test_output_into_a_missing_folder_is_one_clear_error(tmp_path: Path) -> None:
+    result = run_ket("manifest", "-o", str(tmp_path / "absent" / "erp.yaml"))
+    assert result.code == 2
+    assert "folder" in result.err
+    assert "does not exist" in result.err
+    assert "Traceback" not in result.err
+
+
+def test_output_file_gets_an_ordinary_mode_and_keeps_an_existing_one(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh.yaml"
+    assert run_ket("manifest", "-o", str(fresh)).code == 0
+    assert fresh.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    existing = tmp_path / "existing.yaml"
+    existing.write_text("old\n", encoding="utf-8")
+    existing.chmod(0o640)
+    assert run_ket("manifest", "-o", str(existing)).code == 0
+    assert existing.stat().st_mode & 0o777 == 0o640
+
+
+def _umask() -> int:
+    import os
+
+    current = os.umask(0)
+    os.umask(current)
+    return current

@@ -112,3 +112,13 @@ def test_the_example_app_is_the_repository_default() -> None:
     result = run_ket("check", cwd=REPO / "docs")
     assert result.code == 0, result.err
     assert "deployment 'erp' (3 modules, 5 jobs): no issues" in result.out
+
+
+def test_two_deployments_with_one_name_are_refused(project: Project) -> None:
+    root = project(
+        {"app/workspace.py": GOOD + "again = define_deployment(name='main', modules=[app])\n"}
+    )
+    result = run_ket("check", cwd=root)
+    assert result.code == 2
+    assert "defines two deployments named 'main'" in result.err
+    assert "app/workspace.py:8 and app/workspace.py:9" in result.err

@@ -14,7 +14,7 @@ from ket.declare.operation import OperationDecl
 from ket.errors import InputSpecError
 
 
-@register("jobs")
+@register("operations")
 def check_operations(context: CheckContext) -> list[CheckMessage]:
     found: list[CheckMessage] = []
     for operation in [*context.deployment.functions(), *context.deployment.jobs()]:
@@ -94,10 +94,19 @@ def _job_options(job: JobDecl) -> list[CheckMessage]:
     if job.backoff is not None and not (callable(job.backoff) and _accepts(job.backoff, 1)):
         found.append(
             finding(
-                "KET107", f"backoff {job.backoff!r} cannot be called as backoff(attempt)", where
+                "KET107",
+                f"backoff {_describe(job.backoff)} cannot be called as backoff(attempt)",
+                where,
             )
         )
     return found
+
+
+def _describe(value: object) -> str:
+    """A callable by its qualified name (a repr would carry a memory address), else its repr."""
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', '?')}:{value.__qualname__}{_signature(value)}"
+    return repr(value)
 
 
 def _is_int(value: object) -> bool:

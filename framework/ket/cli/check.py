@@ -40,6 +40,10 @@ def add_parser(
     parser.set_defaults(run=run)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def run(args: argparse.Namespace) -> int:
     deployment = deployment_of(args)
     messages = run_checks(deployment, timezone=default_timezone(), only=args.tag)
@@ -55,9 +59,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         for message in messages:
             sys.stdout.write(message.render() + "\n")
+        modules = len(deployment.modules)
         jobs = sum(1 for _ in deployment.jobs())
         sys.stdout.write(
-            f"ket check: deployment {deployment.name!r} ({len(deployment.modules)} modules, "
-            f"{jobs} jobs): {summary(messages)}\n"
+            f"ket check: deployment {deployment.name!r} ({_count(modules, 'module')}, "
+            f"{_count(jobs, 'job')}): {summary(messages)}\n"
         )
     return 1 if failed else 0

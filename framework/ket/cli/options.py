@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from ket.declare.deployment import DeploymentDecl
+from ket.errors import KetError
 from ket.workspace import load_deployment
 
 
@@ -34,17 +35,32 @@ def deployment_of(args: argparse.Namespace) -> DeploymentDecl:
     return load_deployment(args.workspace, args.deployment)
 
 
+def _mode_for(target: Path) -> int:
+    """The existing file's mode, or 0666 less the umask for a new file."""
+    if target.exists():
+        return target.stat().st_mode & 0o777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_output(text: str, path: str | None) -> None:
     """Print `text`, or write it to `path` whole or not at all (temp file, then rename)."""
     if path is None or path == "-":
         sys.stdout.write(text)
         return
     target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
+    folder = target.parent
+    if not folder.is_dir():
+        raise KetError(f"cannot write {path!r}: folder {str(folder)!r} does not exist")
+    if target.is_dir():
+        raise KetError(f"cannot write {path!r}: it is a folder")
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
+        # mkstemp makes the file 0600; give it the mode a plain open() would have had
+        os.chmod(temporary, _mode_for(target))
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

@@ -28,8 +28,9 @@ def load_manifest(text: str, *, origin: str = "<manifest>") -> Manifest:
         data: Any = yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
-        where = f"{origin}:{mark.line + 1}" if mark is not None else origin
-        raise ManifestError(f"{where}: not valid YAML: {error}") from None
+        where = f"{origin}:{mark.line + 1}:{mark.column + 1}" if mark is not None else origin
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ManifestError(f"{where}: not valid YAML: {problem}") from None
     if not isinstance(data, dict):
         raise ManifestError(f"{origin}: a manifest is a YAML mapping, got {type(data).__name__}")
     version = data.get("format")

@@ -249,14 +249,19 @@ def test_backoff_not_callable_is_KET107() -> None:
 
 
 @pytest.mark.parametrize(
-    "backoff", [lambda: 1.0, lambda attempt, base: 1.0], ids=["no-params", "two-params"]
+    ("backoff", "shown"),
+    [
+        (lambda: 1.0, "<lambda>()"),
+        (lambda attempt, base: 1.0, "<lambda>(attempt, base)"),
+    ],
+    ids=["no-params", "two-params"],
 )
-def test_backoff_that_cannot_take_attempt_is_KET107(backoff: Any) -> None:
+def test_backoff_that_cannot_take_attempt_is_KET107(backoff: Any, shown: str) -> None:
     job = define_job(handler=handle, idempotent=True, backoff=backoff)
     assert run_checks(deployment_of(jobs={"send": job})) == [
         error(
             "KET107",
-            f"backoff {backoff!r} cannot be called as backoff(attempt)",
+            f"backoff {__name__}:{shown} cannot be called as backoff(attempt)",
             obj="job sales.send",
             source=job.source,
         )

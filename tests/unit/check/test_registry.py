@@ -38,7 +38,7 @@ def test_findings_are_sorted_by_file_then_line_not_by_check() -> None:
 
 
 def test_tags_name_each_topic() -> None:
-    assert tags() == ["effects", "jobs", "models", "names", "schedules", "worker"]
+    assert tags() == ["effects", "models", "names", "operations", "schedules", "worker"]
 
 
 def test_only_runs_the_checks_of_those_tags() -> None:
@@ -47,5 +47,8 @@ def test_only_runs_the_checks_of_those_tags() -> None:
     deployment = define_deployment(name="shop", modules=[module], worker=WORKER)
     assert [m.id for m in run_checks(deployment)] == ["KET101", "KET202", "KET401"]
     assert [m.id for m in run_checks(deployment, only=["schedules"])] == ["KET202"]
-    assert [m.id for m in run_checks(deployment, only=["jobs", "worker"])] == ["KET101", "KET401"]
+    assert [m.id for m in run_checks(deployment, only=["operations", "worker"])] == [
+        "KET101",
+        "KET401",
+    ]
     assert run_checks(deployment, only=[]) == []

@@ -75,7 +75,10 @@ def test_wall_clock_time_that_yaml_1_1_reads_as_a_number_round_trips() -> None:
 def test_text_that_is_not_yaml_is_a_manifest_error_naming_the_file_and_line() -> None:
     with pytest.raises(ManifestError) as raised:
         load_manifest("format: 1\nmodules: [\n", origin="manifests/erp.yaml")
-    assert raised.value.message.startswith("manifests/erp.yaml:3: not valid YAML:")
+    assert raised.value.message == (
+        "manifests/erp.yaml:3:1: not valid YAML: "
+        "expected the node content, but found '<stream end>'"
+    )
 
 
 @pytest.mark.parametrize(
