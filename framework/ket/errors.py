@@ -8,6 +8,8 @@
     ├── CheckFailed           `ket check` found errors; carries the findings
     ├── WorkspaceError        the workspace or deployment cannot be loaded
     ├── ManifestError         a manifest file that is not YAML, not a mapping, or of unknown format
+    ├── StoreError            the job store failed
+    │   └── JobRejected       a job or a store call was refused before anything was written
     └── EffectError           an operation the running function or job did not declare
 
     Retry, Discard, Aborted   control flow a handler raises (or sees) to steer its job's outcome
@@ -67,6 +69,14 @@ class WorkspaceError(KetError):
 
 class ManifestError(KetError):
     """The manifest cannot be read."""
+
+
+class StoreError(KetError):
+    """The job store failed."""
+
+
+class JobRejected(StoreError):
+    """The job was refused; nothing was written."""
 
 
 class CheckFailed(KetError):

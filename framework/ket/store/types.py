@@ -1,0 +1,293 @@
+"""The values that cross the store contract: params in, typed frozen rows out.
+
+A job is a row in the tenant's database. Its states::
+
+    scheduled --due--> available ; retryable --due or operator retry--> available
+    available --claim and lease--> executing
+    executing --success--> completed
+    executing --failure, attempts remain--> retryable ; executing --lease expires--> retryable
+    executing --attempts exhausted or Discard--> discarded
+    available | scheduled | retryable --cancel--> cancelled
+    executing --cancel: cancel requested; the worker aborts, then settles--> cancelled
+
+Due `scheduled` and `retryable` rows are claimed directly: nothing has to move them to
+`available` first, so a delayed job costs one write less.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+JobId = int
+JobState = Literal[
+    "available", "scheduled", "executing", "retryable", "completed", "discarded", "cancelled"
+]
+JOB_STATES: tuple[JobState, ...] = (
+    "available",
+    "scheduled",
+    "executing",
+    "retryable",
+    "completed",
+    "discarded",
+    "cancelled",
+)
+RUNNABLE_STATES: tuple[JobState, ...] = ("available", "scheduled", "retryable")
+ACTIVE_STATES: tuple[JobState, ...] = ("available", "scheduled", "executing", "retryable")
+TERMINAL_STATES: tuple[JobState, ...] = ("completed", "discarded", "cancelled")
+
+PRIORITY_MIN, PRIORITY_MAX = -1_000, 1_000
+PAYLOAD_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NewJob:
+    """A job to persist. `run_at` None means now (the store's now); `payload` is JSON."""
+
+    name: str
+    queue: str = "default"
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    payload_version: int = PAYLOAD_VERSION
+    run_at: datetime | None = None
+    priority: int = 0
+    max_attempts: int = 20
+    unique_key: str | None = None
+    company: str | None = None
+    tick: datetime | None = None
+    ticks_skipped: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Inserted:
+    """The outcome of one insert: the job's id, and whether it joined an active job's key."""
+
+    id: JobId
+    coalesced: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobClaim:
+    """Claim up to `limit` due jobs of `queue` for `worker_id`, leased for `lease_seconds`."""
+
+    queue: str
+    limit: int
+    worker_id: str
+    lease_seconds: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimedJob:
+    """A job claimed under a lease: what a worker needs to run it, and its fence."""
+
+    id: JobId
+    name: str
+    queue: str
+    payload: dict[str, Any]
+    payload_version: int
+    priority: int
+    attempt: int
+    max_attempts: int
+    unique_key: str | None
+    company: str | None
+    run_at: datetime
+    enqueued_at: datetime
+    lease_until: datetime
+    fence: int
+    tick: datetime | None
+    ticks_skipped: int | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ErrorInfo:
+    """What went wrong in an attempt; the store adds the attempt number and the time."""
+
+    error: str
+    traceback: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ErrorRecord:
+    """One entry of a job's error history, never lost."""
+
+    attempt: int
+    at: datetime
+    error: str
+    traceback: str | None
+
+
+Outcome = Literal["completed", "retryable", "discarded", "snoozed", "cancelled"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settle:
+    """The outcome of an attempt, applied only if `fence` is still the row's fence.
+
+    `retryable` and `snoozed` run again after `delay_seconds` (a snooze does not use up an
+    attempt); `retryable`, `discarded` and `cancelled` append `error` to the history if given.
+    """
+
+    id: JobId
+    fence: int
+    outcome: Outcome
+    delay_seconds: float = 0.0
+    error: ErrorInfo | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SettleResult:
+    """Which settlements were applied, and which were refused (stale fence or not executing)."""
+
+    applied: tuple[JobId, ...]
+    refused: tuple[JobId, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Lease:
+    """A claimed job a worker still holds: its id and the fence it was claimed with."""
+
+    id: JobId
+    fence: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Heartbeat:
+    """Extend the leases of running work to now + `lease_seconds`."""
+
+    leases: Sequence[Lease]
+    lease_seconds: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HeartbeatResult:
+    """Leases extended, leases lost (stale fence or no longer executing), cancels requested."""
+
+    extended: tuple[JobId, ...]
+    lost: tuple[JobId, ...]
+    cancel_requested: tuple[JobId, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Rescued:
+    """An executing job whose lease expired, moved to `retryable` or `discarded`."""
+
+    id: JobId
+    name: str
+    queue: str
+    state: JobState
+    attempt: int
+    worker_id: str | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StateChange:
+    """The answer to an operator command: the state before and after (None: no such job)."""
+
+    id: JobId
+    previous: JobState | None
+    state: JobState | None
+    changed: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Prune:
+    """Delete terminal jobs that finished more than `older_than_seconds` ago, `limit` at most."""
+
+    older_than_seconds: float
+    limit: int = 10_000
+    states: tuple[JobState, ...] = TERMINAL_STATES
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScheduleState:
+    """A schedule's state row: the fingerprint it was installed with and the last tick claimed."""
+
+    schedule_id: str
+    fingerprint: str
+    last_tick: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TickClaim:
+    """Move a schedule's state row from `expected` to (`fingerprint`, `tick`) by compare-and-set.
+
+    `expected` None installs the row (the install tick never fires). Only if the row moved is
+    `job` inserted, with a ledger entry recording `skipped`, in the same transaction.
+    """
+
+    schedule_id: str
+    fingerprint: str
+    tick: datetime
+    expected: ScheduleState | None
+    skipped: int = 0
+    job: NewJob | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TickResult:
+    """Whether this caller moved the row, and the job it enqueued if it fired one."""
+
+    won: bool
+    job: Inserted | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fire:
+    """One entry of a schedule's fire ledger."""
+
+    schedule_id: str
+    fingerprint: str
+    tick: datetime
+    skipped: int
+    job_id: JobId
+    fired_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobRecord:
+    """One job in full, for tools, tests and the dashboard (payloads can hold secrets)."""
+
+    id: JobId
+    name: str
+    queue: str
+    state: JobState
+    payload: dict[str, Any]
+    payload_version: int
+    priority: int
+    attempt: int
+    max_attempts: int
+    unique_key: str | None
+    company: str | None
+    run_at: datetime
+    enqueued_at: datetime
+    attempted_at: datetime | None
+    finished_at: datetime | None
+    worker_id: str | None
+    lease_until: datetime | None
+    fence: int
+    cancel_requested: bool
+    errors: tuple[ErrorRecord, ...]
+    tick: datetime | None
+    ticks_skipped: int | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobQuery:
+    """Filter and page for listing; None means any. Newest first."""
+
+    state: JobState | None = None
+    queue: str | None = None
+    name: str | None = None
+    limit: int = 50
+    offset: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobStats:
+    """Counts by (state, queue), and the ages operators watch, in seconds (None: no such job)."""
+
+    counts: Mapping[tuple[JobState, str], int]
+    oldest_lease_age: float | None
+    oldest_available_age: float | None
