@@ -1,0 +1,94 @@
+"""Engines for the SQL store: URLs, drivers, and SQLite's locking discipline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import URL, event, make_url
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from ket.errors import StoreError
+
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
+_ASYNC_DRIVERS = {"postgresql": "postgresql+psycopg", "sqlite": "sqlite+aiosqlite"}
+_SYNC_DRIVERS = {"postgresql": "postgresql+psycopg", "sqlite": "sqlite"}
+
+
+def parse_url(url: str | URL) -> URL:
+    """A database URL ket can store jobs in, or StoreError naming it."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StoreError(f"not a database URL: {str(url)!r}") from None
+    backend = parsed.get_backend_name()
+    if backend == "postgres":
+        parsed = parsed.set(drivername="postgresql")
+        backend = "postgresql"
+    if backend not in _ASYNC_DRIVERS:
+        raise StoreError(
+            f"ket stores jobs in postgresql or sqlite databases, not {backend!r} "
+            f"(from {parsed.render_as_string(hide_password=True)!r})"
+        )
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise StoreError(
+            "an in-memory SQLite database is private to one connection; give a file path, "
+            "e.g. sqlite:///.ket/default.db, or use the memory store"
+        )
+    return parsed
+
+
+def async_url(url: str | URL) -> URL:
+    """The URL with ket's async driver (psycopg 3 or aiosqlite)."""
+    parsed = parse_url(url)
+    return parsed.set(drivername=_ASYNC_DRIVERS[parsed.get_backend_name()])
+
+
+def sync_url(url: str | URL) -> URL:
+    """The URL with ket's sync driver (psycopg 3 or sqlite3), for migrations from tools."""
+    parsed = parse_url(url)
+    return parsed.set(drivername=_SYNC_DRIVERS[parsed.get_backend_name()])
+
+
+def libpq_dsn(url: str | URL) -> str:
+    """A plain `postgresql://` URL for a raw psycopg connection (the listener)."""
+    return parse_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def create_engine(url: str | URL, *, pool_size: int = 5, **options: Any) -> AsyncEngine:
+    """An async engine for the URL, with SQLite set up for concurrent workers."""
+    target = async_url(url)
+    if target.get_backend_name() == "sqlite":
+        engine = create_async_engine(
+            target,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "isolation_level": None},
+            pool_size=pool_size,
+            **options,
+        )
+        sqlite_discipline(engine.sync_engine)
+        return engine
+    return create_async_engine(target, pool_size=pool_size, max_overflow=pool_size, **options)
+
+
+def sqlite_discipline(engine: Engine) -> None:
+    """WAL, a busy timeout, and BEGIN IMMEDIATE for every transaction.
+
+    The driver's own transaction handling begins lazily and deferred, so two writers can both
+    read and then fail to upgrade their lock ("database is locked") instead of waiting. Taking the
+    write lock at BEGIN makes writers queue behind each other through the busy timeout.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")

@@ -1,0 +1,53 @@
+"""PostgreSQL LISTEN: one connection per store that turns NOTIFY into wake-ups, reconnecting."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import psycopg
+
+from ket.store.sql.insert import CHANNEL
+from ket.store.wakeup import Wakeups
+
+log = logging.getLogger("ket.store.listener")
+
+
+class Listener:
+    """Listens on the jobs channel and wakes waiters; started on first use."""
+
+    def __init__(self, dsn: str, wakeups: Wakeups) -> None:
+        self._dsn = dsn
+        self._wakeups = wakeups
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start listening in the background (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="ket-listener")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self._dsn, autocommit=True
+                ) as connection:
+                    await connection.execute(f"LISTEN {CHANNEL}")
+                    # whatever was sent while nobody listened is lost: wake everyone once
+                    self._wakeups.notify_all()
+                    delay = 0.1
+                    async for notification in connection.notifies():
+                        self._wakeups.notify([notification.payload])
+            except (psycopg.Error, OSError) as error:
+                log.warning("job listener lost its connection: %s; retrying in %.1fs", error, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)

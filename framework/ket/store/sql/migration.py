@@ -1,0 +1,153 @@
+"""Versioned, idempotent schema migrations, applied in order and recorded in ket_migrations.
+
+Each migration is plain DDL per dialect, frozen once released: a later change to the schema is a
+new migration, never an edit of an old one. `schema.py` must always equal the result of applying
+all of them (a test proves it), because the queries are written against `schema.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Connection, insert, inspect, select, text
+
+from ket.store.sql.schema import migrations as migrations_table
+
+
+@dataclass(frozen=True, kw_only=True)
+class Migration:
+    """One schema step: DDL statements per dialect name."""
+
+    version: int
+    name: str
+    statements: Mapping[str, tuple[str, ...]]
+
+
+_STATES = (
+    "'available', 'scheduled', 'executing', 'retryable', 'completed', 'discarded', 'cancelled'"
+)
+_RUNNABLE = "state IN ('available', 'scheduled', 'retryable')"
+_ACTIVE = "state IN ('available', 'scheduled', 'executing', 'retryable')"
+_TERMINAL = "state IN ('completed', 'discarded', 'cancelled')"
+
+
+def _v1(id_type: str, instant: str, json: str, bigint: str, boolean: str) -> tuple[str, ...]:
+    return (
+        f"""CREATE TABLE ket_jobs (
+            id {id_type},
+            name TEXT NOT NULL,
+            queue TEXT NOT NULL,
+            state TEXT NOT NULL,
+            priority INTEGER NOT NULL,
+            payload {json} NOT NULL,
+            payload_version INTEGER NOT NULL,
+            attempt INTEGER NOT NULL,
+            max_attempts INTEGER NOT NULL,
+            unique_key TEXT,
+            company TEXT,
+            run_at {instant} NOT NULL,
+            enqueued_at {instant} NOT NULL,
+            attempted_at {instant},
+            finished_at {instant},
+            worker_id TEXT,
+            lease_until {instant},
+            fence {bigint} NOT NULL,
+            cancel_requested {boolean} NOT NULL,
+            tick {instant},
+            ticks_skipped INTEGER,
+            CONSTRAINT ket_jobs_state CHECK (state IN ({_STATES}))
+        )""",
+        f"CREATE INDEX ket_jobs_runnable ON ket_jobs (queue, priority, run_at, id) "
+        f"WHERE {_RUNNABLE}",
+        f"CREATE UNIQUE INDEX ket_jobs_unique_active ON ket_jobs (name, unique_key) "
+        f"WHERE unique_key IS NOT NULL AND {_ACTIVE}",
+        "CREATE INDEX ket_jobs_executing ON ket_jobs (id) WHERE state = 'executing'",
+        f"CREATE INDEX ket_jobs_finished ON ket_jobs (finished_at) WHERE {_TERMINAL}",
+        f"""CREATE TABLE ket_job_errors (
+            id {id_type},
+            job_id {bigint} NOT NULL,
+            attempt INTEGER NOT NULL,
+            at {instant} NOT NULL,
+            error TEXT NOT NULL,
+            traceback TEXT
+        )""",
+        "CREATE INDEX ket_job_errors_job ON ket_job_errors (job_id, id)",
+        f"""CREATE TABLE ket_schedules (
+            schedule_id TEXT PRIMARY KEY,
+            fingerprint TEXT NOT NULL,
+            last_tick {instant} NOT NULL,
+            updated_at {instant} NOT NULL
+        )""",
+        f"""CREATE TABLE ket_schedule_fires (
+            id {id_type},
+            schedule_id TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            tick {instant} NOT NULL,
+            skipped INTEGER NOT NULL,
+            job_id {bigint} NOT NULL,
+            fired_at {instant} NOT NULL
+        )""",
+        "CREATE INDEX ket_schedule_fires_schedule ON ket_schedule_fires (schedule_id, tick)",
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        version=1,
+        name="jobs, job errors, schedules and the fire ledger",
+        statements={
+            "postgresql": _v1(
+                "BIGSERIAL PRIMARY KEY", "TIMESTAMP WITH TIME ZONE", "JSONB", "BIGINT", "BOOLEAN"
+            ),
+            "sqlite": _v1("INTEGER PRIMARY KEY", "BIGINT", "JSON", "BIGINT", "BOOLEAN"),
+        },
+    ),
+)
+LATEST = MIGRATIONS[-1].version
+
+_LEDGER = {
+    "postgresql": "CREATE TABLE IF NOT EXISTS ket_migrations (version INTEGER PRIMARY KEY, "
+    "name TEXT NOT NULL, applied_at TIMESTAMP WITH TIME ZONE NOT NULL)",
+    "sqlite": "CREATE TABLE IF NOT EXISTS ket_migrations (version INTEGER PRIMARY KEY, "
+    "name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+}
+# Any constant works; it only has to be the same for every process migrating this database.
+_PG_LOCK = 0x6B6574
+
+
+def migrate(connection: Connection) -> list[int]:
+    """Apply the missing migrations in one transaction; returns the versions applied.
+
+    Safe to run concurrently from several processes: on PostgreSQL an advisory lock serialises
+    them, on SQLite the write lock does; the loser finds nothing left to do.
+    """
+    dialect = connection.dialect.name
+    if dialect not in _LEDGER:
+        raise ValueError(f"ket stores support postgresql and sqlite, not {dialect!r}")
+    if dialect == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK})
+    connection.execute(text(_LEDGER[dialect]))
+    applied = set(connection.execute(select(migrations_table.c.version)).scalars())
+    done: list[int] = []
+    for migration in MIGRATIONS:
+        if migration.version in applied:
+            continue
+        for statement in migration.statements[dialect]:
+            connection.execute(text(statement))
+        connection.execute(
+            insert(migrations_table).values(
+                version=migration.version, name=migration.name, applied_at=datetime.now(UTC)
+            )
+        )
+        done.append(migration.version)
+    return done
+
+
+def schema_version(connection: Connection) -> int:
+    """The newest applied migration, 0 when the database has none."""
+    if not inspect(connection).has_table("ket_migrations"):
+        return 0
+    versions = connection.execute(select(migrations_table.c.version)).scalars().all()
+    return max(versions, default=0)

@@ -1,0 +1,135 @@
+"""ket's tables in each tenant database: the one schema source the queries use.
+
+The migrations in `migration.py` build the same schema step by step; a test proves a database
+migrated from nothing equals one created from this metadata.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    and_,
+    literal_column,
+)
+
+from ket.store.sql.column import Id, Instant, Json
+from ket.store.types import ACTIVE_STATES, JOB_STATES, RUNNABLE_STATES, TERMINAL_STATES
+
+metadata = MetaData()
+
+
+def _states(states: tuple[str, ...]) -> str:
+    return ", ".join(f"'{s}'" for s in states)
+
+
+jobs = Table(
+    "ket_jobs",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("name", Text, nullable=False),
+    Column("queue", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("payload", Json, nullable=False),
+    Column("payload_version", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("unique_key", Text),
+    Column("company", Text),
+    Column("run_at", Instant, nullable=False),
+    Column("enqueued_at", Instant, nullable=False),
+    Column("attempted_at", Instant),
+    Column("finished_at", Instant),
+    Column("worker_id", Text),
+    Column("lease_until", Instant),
+    Column("fence", BigInteger, nullable=False),
+    Column("cancel_requested", Boolean, nullable=False),
+    Column("tick", Instant),
+    Column("ticks_skipped", Integer),
+    CheckConstraint(f"state IN ({_states(JOB_STATES)})", name="ket_jobs_state"),
+)
+
+# The predicates are literal SQL (not bound parameters) so that PostgreSQL can match a query's
+# WHERE to a partial index's predicate when it plans the statement.
+RUNNABLE = jobs.c.state.in_([literal_column(f"'{s}'") for s in RUNNABLE_STATES])
+ACTIVE = jobs.c.state.in_([literal_column(f"'{s}'") for s in ACTIVE_STATES])
+TERMINAL = jobs.c.state.in_([literal_column(f"'{s}'") for s in TERMINAL_STATES])
+EXECUTING = jobs.c.state == literal_column("'executing'")
+UNIQUE_ACTIVE = and_(jobs.c.unique_key.is_not(None), ACTIVE)
+
+# The claim path: due runnable rows of a queue in claim order. Heartbeats update only
+# lease_until, which no index holds, so they stay HOT updates on PostgreSQL.
+Index(
+    "ket_jobs_runnable",
+    jobs.c.queue,
+    jobs.c.priority,
+    jobs.c.run_at,
+    jobs.c.id,
+    postgresql_where=RUNNABLE,
+    sqlite_where=RUNNABLE,
+)
+Index(
+    "ket_jobs_unique_active",
+    jobs.c.name,
+    jobs.c.unique_key,
+    unique=True,
+    postgresql_where=UNIQUE_ACTIVE,
+    sqlite_where=UNIQUE_ACTIVE,
+)
+Index("ket_jobs_executing", jobs.c.id, postgresql_where=EXECUTING, sqlite_where=EXECUTING)
+Index(
+    "ket_jobs_finished",
+    jobs.c.finished_at,
+    postgresql_where=TERMINAL,
+    sqlite_where=TERMINAL,
+)
+
+job_errors = Table(
+    "ket_job_errors",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("at", Instant, nullable=False),
+    Column("error", Text, nullable=False),
+    Column("traceback", Text),
+)
+Index("ket_job_errors_job", job_errors.c.job_id, job_errors.c.id)
+
+schedules = Table(
+    "ket_schedules",
+    metadata,
+    Column("schedule_id", Text, primary_key=True),
+    Column("fingerprint", Text, nullable=False),
+    Column("last_tick", Instant, nullable=False),
+    Column("updated_at", Instant, nullable=False),
+)
+
+schedule_fires = Table(
+    "ket_schedule_fires",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("schedule_id", Text, nullable=False),
+    Column("fingerprint", Text, nullable=False),
+    Column("tick", Instant, nullable=False),
+    Column("skipped", Integer, nullable=False),
+    Column("job_id", BigInteger, nullable=False),
+    Column("fired_at", Instant, nullable=False),
+)
+Index("ket_schedule_fires_schedule", schedule_fires.c.schedule_id, schedule_fires.c.tick)
+
+migrations = Table(
+    "ket_migrations",
+    metadata,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("name", Text, nullable=False),
+    Column("applied_at", Instant, nullable=False),
+)

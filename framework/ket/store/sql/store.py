@@ -1,0 +1,572 @@
+"""SqlStore: the job store on PostgreSQL (psycopg 3, async) and SQLite (aiosqlite)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import URL, Connection, delete, insert, select, tuple_, update
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ket.errors import JobRejected, StoreError
+from ket.store import validate
+from ket.store.clock import Clock
+from ket.store.sql import query
+from ket.store.sql.engine import create_engine, libpq_dsn, parse_url
+from ket.store.sql.insert import insert_plan, run_async, run_sync, wake_queues
+from ket.store.sql.listener import Listener
+from ket.store.sql.migration import migrate
+from ket.store.sql.now import Now
+from ket.store.sql.schema import ACTIVE, EXECUTING, job_errors, jobs, schedule_fires
+from ket.store.sql.schema import schedules as schedule_rows
+from ket.store.types import (
+    ClaimedJob,
+    ErrorInfo,
+    Fire,
+    Heartbeat,
+    HeartbeatResult,
+    Inserted,
+    JobClaim,
+    JobId,
+    JobQuery,
+    JobRecord,
+    JobStats,
+    NewJob,
+    Prune,
+    Rescued,
+    ScheduleState,
+    Settle,
+    SettleResult,
+    StateChange,
+    TickClaim,
+    TickResult,
+)
+from ket.store.wakeup import Wakeups, shared
+
+T = TypeVar("T")
+_LOCKED_RETRIES = 8
+
+
+class SqlStore:
+    """Jobs in a PostgreSQL or SQLite database, through SQLAlchemy Core.
+
+    Open one with `await SqlStore.open(url)`; `clock` replaces the database's time (tests).
+    """
+
+    def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None) -> None:
+        self._engine = engine
+        self._clock = clock
+        self.dialect = engine.dialect.name
+        key = engine.url.render_as_string(hide_password=True)
+        self._wakeups: Wakeups = shared(key) if self.dialect == "sqlite" else Wakeups()
+        self._listener = (
+            Listener(libpq_dsn(engine.url), self._wakeups) if self.dialect == "postgresql" else None
+        )
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        url: str | URL,
+        *,
+        clock: Clock | None = None,
+        migrate: bool = False,
+        pool_size: int = 5,
+        **engine_options: Any,
+    ) -> SqlStore:
+        """A store on `url` (postgresql://... or sqlite:///file); `migrate` installs the schema."""
+        parse_url(url)
+        store = cls(create_engine(url, pool_size=pool_size, **engine_options), clock=clock)
+        if migrate:
+            await store.migrate()
+        return store
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
+
+    async def migrate(self) -> list[int]:
+        """Install or upgrade ket's schema; returns the migration versions applied."""
+        return await self._transact(lambda conn: conn.run_sync(migrate))
+
+    # -- time and transactions --------------------------------------------------------------
+
+    def _now(self) -> Now:
+        if self._clock is not None:
+            return Now(self._clock.now())
+        if self.dialect == "sqlite":  # embedded: the database's clock is this machine's
+            return Now(datetime.now(UTC))
+        return Now(None)
+
+    async def _transact(self, body: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """Run `body` in one transaction; SQLite lock contention is retried, the rest wrapped."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        delay = 0.01
+        for attempt in range(_LOCKED_RETRIES):
+            try:
+                async with self._engine.begin() as connection:
+                    return await body(connection)
+            except OperationalError as error:
+                if not _locked(error) or attempt == _LOCKED_RETRIES - 1:
+                    raise StoreError(f"database error: {_reason(error)}") from error
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+            except DBAPIError as error:
+                raise StoreError(f"database error: {_reason(error)}") from error
+        raise AssertionError("unreachable")
+
+    # -- insert -----------------------------------------------------------------------------
+
+    async def job_insert(self, batch: Sequence[NewJob]) -> list[Inserted]:
+        """Insert jobs in one transaction; unique keys coalesce with their active holder."""
+        payloads = validate.encode_payloads(batch)
+        if not batch:
+            return []
+        now = self._now()
+        inserted = await self._transact(
+            lambda conn: run_async(conn, insert_plan(self.dialect, now, batch, payloads))
+        )
+        self._woken(batch, now)
+        return inserted
+
+    def job_insert_sync(self, connection: Connection, batch: Sequence[NewJob]) -> list[Inserted]:
+        """Insert jobs on an application's own synchronous connection, in its transaction."""
+        payloads = validate.encode_payloads(batch)
+        if not batch:
+            return []
+        dialect = connection.dialect.name
+        if self._clock is not None:
+            now = Now(self._clock.now())
+        else:
+            now = Now(datetime.now(UTC) if dialect == "sqlite" else None)
+        return run_sync(connection, insert_plan(dialect, now, batch, payloads))
+
+    def _woken(self, batch: Sequence[NewJob], now: Now) -> None:
+        if self.dialect == "sqlite":  # PostgreSQL wakes through NOTIFY at commit
+            self._wakeups.notify(wake_queues(batch, now.value))
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[SqlTransaction]:
+        """A transaction for the caller's statements and job inserts; wake-ups after commit."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        tx = SqlTransaction(self)
+        try:
+            async with self._engine.begin() as connection:
+                tx.connection = connection
+                yield tx
+        except DBAPIError as error:
+            raise StoreError(f"database error: {_reason(error)}") from error
+        finally:
+            tx.connection = None
+        for batch, now in tx.pending:
+            self._woken(batch, now)
+
+    # -- claim and settle -------------------------------------------------------------------
+
+    async def job_claim(self, claim: JobClaim) -> list[ClaimedJob]:
+        """Claim due jobs in priority, run-at, id order under a lease and a new fence."""
+        validate.check_claim(claim)
+        statement = query.claim(self._now(), claim)
+        rows = await self._transact(lambda conn: _all(conn, statement))
+        claimed = [query.claimed_job(row) for row in rows]
+        return sorted(claimed, key=lambda job: (job.priority, job.run_at, job.id))
+
+    async def job_settle(self, settlements: Sequence[Settle]) -> SettleResult:
+        """Apply outcomes whose fence is current, all in one transaction."""
+        validate.check_settlements(settlements)
+        if not settlements:
+            return SettleResult(applied=(), refused=())
+        now = self._now()
+
+        async def body(conn: AsyncConnection) -> set[JobId]:
+            applied: set[JobId] = set()
+            plain = [s for s in settlements if s.outcome == "completed" and s.error is None]
+            if plain:
+                rows = await _all(conn, query.complete_many(now, plain))
+                applied.update(row.id for row in rows)
+            errors: list[dict[str, Any]] = []
+            for settle in settlements:
+                if settle.outcome == "completed" and settle.error is None:
+                    continue
+                rows = await _all(conn, query.settle_one(now, settle))
+                if rows:
+                    applied.add(settle.id)
+                    if settle.error is not None and settle.outcome != "snoozed":
+                        errors.append(_error_row(settle.id, rows[0].attempt, settle.error))
+            if errors:
+                await conn.execute(query.append_errors(now), errors)
+            return applied
+
+        applied = await self._transact(body)
+        ids = [s.id for s in settlements]
+        return SettleResult(
+            applied=tuple(i for i in ids if i in applied),
+            refused=tuple(i for i in ids if i not in applied),
+        )
+
+    async def job_heartbeat(self, heartbeat: Heartbeat) -> HeartbeatResult:
+        """Extend the leases still held (fence-checked)."""
+        validate.check_heartbeat(heartbeat)
+        if not heartbeat.leases:
+            return HeartbeatResult(extended=(), lost=(), cancel_requested=())
+        now = self._now()
+        pairs = [(lease.id, lease.fence) for lease in heartbeat.leases]
+        statement = (
+            update(jobs)
+            .where(tuple_(jobs.c.id, jobs.c.fence).in_(pairs), EXECUTING)
+            .values(lease_until=now.plus(heartbeat.lease_seconds))
+            .returning(jobs.c.id, jobs.c.cancel_requested)
+        )
+        rows = await self._transact(lambda conn: _all(conn, statement))
+        extended = {row.id for row in rows}
+        ids = [lease.id for lease in heartbeat.leases]
+        return HeartbeatResult(
+            extended=tuple(i for i in ids if i in extended),
+            lost=tuple(i for i in ids if i not in extended),
+            cancel_requested=tuple(row.id for row in rows if row.cancel_requested),
+        )
+
+    async def job_rescue(self, limit: int = 1_000) -> list[Rescued]:
+        """Move executing jobs whose lease expired to retryable, discarded or cancelled."""
+        if limit < 1:
+            raise JobRejected(f"rescue limit must be a positive integer, got {limit!r}")
+        now = self._now()
+
+        async def body(conn: AsyncConnection) -> list[Rescued]:
+            rows = await _all(conn, query.rescue(now, limit))
+            if rows:
+                await conn.execute(
+                    query.append_errors(now),
+                    [
+                        _error_row(
+                            row.id,
+                            row.attempt,
+                            ErrorInfo(
+                                error=f"lease expired: worker {row.worker_id} stopped heartbeating"
+                            ),
+                        )
+                        for row in rows
+                    ],
+                )
+            return [
+                Rescued(
+                    id=row.id,
+                    name=row.name,
+                    queue=row.queue,
+                    state=row.state,
+                    attempt=row.attempt,
+                    worker_id=row.worker_id,
+                )
+                for row in rows
+            ]
+
+        return await self._transact(body)
+
+    # -- operator commands ------------------------------------------------------------------
+
+    async def job_cancel(self, job_id: JobId) -> StateChange:
+        """Cancel pending work now; executing work gets a cancel request."""
+        now = self._now()
+
+        async def body(conn: AsyncConnection) -> StateChange:
+            row = await _one(conn, query.lock_job(job_id))
+            if row is None:
+                return StateChange(
+                    id=job_id, previous=None, state=None, changed=False, reason="no such job"
+                )
+            state = row.state
+            if state in ("available", "scheduled", "retryable"):
+                await conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id == job_id)
+                    .values(state="cancelled", finished_at=now.expr())
+                )
+                return StateChange(id=job_id, previous=state, state="cancelled", changed=True)
+            if state == "executing":
+                if row.cancel_requested:
+                    return StateChange(
+                        id=job_id,
+                        previous=state,
+                        state=state,
+                        changed=False,
+                        reason="cancel already requested",
+                    )
+                await conn.execute(
+                    update(jobs).where(jobs.c.id == job_id).values(cancel_requested=True)
+                )
+                return StateChange(
+                    id=job_id,
+                    previous=state,
+                    state=state,
+                    changed=True,
+                    reason="cancel requested: its worker aborts it",
+                )
+            return StateChange(
+                id=job_id, previous=state, state=state, changed=False, reason=f"already {state}"
+            )
+
+        return await self._transact(body)
+
+    async def job_retry(self, job_id: JobId) -> StateChange:
+        """Make retryable or discarded work available now, history kept."""
+        now = self._now()
+
+        async def body(conn: AsyncConnection) -> StateChange:
+            row = await _one(conn, query.lock_job(job_id))
+            if row is None:
+                return StateChange(
+                    id=job_id, previous=None, state=None, changed=False, reason="no such job"
+                )
+            if row.state not in ("retryable", "discarded"):
+                return StateChange(
+                    id=job_id,
+                    previous=row.state,
+                    state=row.state,
+                    changed=False,
+                    reason=f"only retryable or discarded jobs can be retried, "
+                    f"this one is {row.state}",
+                )
+            if row.unique_key is not None and row.state == "discarded":
+                holder = await _one(
+                    conn,
+                    select(jobs.c.id).where(
+                        jobs.c.name == row.name, jobs.c.unique_key == row.unique_key, ACTIVE
+                    ),
+                )
+                if holder is not None:
+                    return StateChange(
+                        id=job_id,
+                        previous=row.state,
+                        state=row.state,
+                        changed=False,
+                        reason=f"unique key {row.unique_key!r} is held by active job {holder.id}",
+                    )
+            await conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id)
+                .values(
+                    state="available",
+                    run_at=now.expr(),
+                    finished_at=None,
+                    max_attempts=max(row.max_attempts, row.attempt + 1),
+                    cancel_requested=False,
+                )
+            )
+            return StateChange(id=job_id, previous=row.state, state="available", changed=True)
+
+        try:
+            return await self._transact(body)
+        except StoreError as error:
+            if isinstance(error.__cause__, IntegrityError):
+                return StateChange(
+                    id=job_id,
+                    previous=None,
+                    state=None,
+                    changed=False,
+                    reason="its unique key was taken meanwhile; try again",
+                )
+            raise
+
+    async def job_prune(self, prune: Prune) -> int:
+        """Delete a bounded batch of terminal jobs past retention, oldest first."""
+        validate.check_prune(prune)
+        now = self._now()
+
+        async def body(conn: AsyncConnection) -> int:
+            ids = [row.id for row in await _all(conn, query.prunable(now, prune))]
+            if ids:
+                await conn.execute(delete(job_errors).where(job_errors.c.job_id.in_(ids)))
+                await conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
+            return len(ids)
+
+        return await self._transact(body)
+
+    # -- schedules --------------------------------------------------------------------------
+
+    async def schedule_get(self, schedule_ids: Sequence[str]) -> dict[str, ScheduleState]:
+        """The state rows of these schedules."""
+        if not schedule_ids:
+            return {}
+        statement = select(schedule_rows).where(schedule_rows.c.schedule_id.in_(schedule_ids))
+        rows = await self._transact(lambda conn: _all(conn, statement))
+        return {
+            row.schedule_id: ScheduleState(
+                schedule_id=row.schedule_id, fingerprint=row.fingerprint, last_tick=row.last_tick
+            )
+            for row in rows
+        }
+
+    async def schedule_claim_tick(self, claim: TickClaim) -> TickResult:
+        """Compare-and-set the schedule's row; the winner inserts its job and ledger entry."""
+        if claim.expected is None and claim.job is not None:
+            raise JobRejected(
+                f"schedule {claim.schedule_id!r}: installing a schedule never fires a job"
+            )
+        payloads = validate.encode_payloads([claim.job]) if claim.job else []
+        now = self._now()
+
+        async def body(conn: AsyncConnection) -> TickResult:
+            if claim.expected is None:
+                rows = await _all(conn, query.schedule_install(self.dialect, now, claim))
+                return TickResult(won=bool(rows))
+            moved = await conn.execute(query.schedule_move(now, claim))
+            if moved.rowcount != 1:
+                return TickResult(won=False)
+            if claim.job is None:
+                return TickResult(won=True)
+            [inserted] = await run_async(
+                conn, insert_plan(self.dialect, now, [claim.job], payloads)
+            )
+            await conn.execute(
+                insert(schedule_fires).values(
+                    schedule_id=claim.schedule_id,
+                    fingerprint=claim.fingerprint,
+                    tick=claim.tick,
+                    skipped=claim.skipped,
+                    job_id=inserted.id,
+                    fired_at=now.expr(),
+                )
+            )
+            return TickResult(won=True, job=inserted)
+
+        result = await self._transact(body)
+        if result.job is not None and claim.job is not None:
+            self._woken([claim.job], now)
+        return result
+
+    async def now(self) -> datetime:
+        """The store's time: the clock's, this machine's for SQLite, else the database's."""
+        value = self._now().value
+        if value is not None:
+            return value
+        row = await self._transact(lambda conn: _one(conn, select(Now(None).expr())))
+        assert row is not None
+        result: datetime = row[0]
+        return result
+
+    # -- observation ------------------------------------------------------------------------
+
+    async def job_get(self, job_id: JobId) -> JobRecord | None:
+        """One job in full, with its error history."""
+        records = await self._records(select(jobs).where(jobs.c.id == job_id))
+        return records[0] if records else None
+
+    async def job_list(self, job_query: JobQuery) -> list[JobRecord]:
+        """Jobs matching the query, newest first."""
+        return await self._records(query.listing(job_query))
+
+    async def _records(self, statement: Any) -> list[JobRecord]:
+        async def body(conn: AsyncConnection) -> list[JobRecord]:
+            rows = await _all(conn, statement)
+            history = await _all(conn, query.errors_of([row.id for row in rows])) if rows else []
+            return query.job_records(rows, history)
+
+        return await self._transact(body)
+
+    async def job_stats(self) -> JobStats:
+        """Counts by state and queue; oldest lease age and oldest available age."""
+        now = self._now()
+
+        async def body(conn: AsyncConnection) -> JobStats:
+            counts = await _all(conn, query.counts())
+            oldest = await _one(conn, query.oldest(now))
+            assert oldest is not None
+            return query.job_stats(counts, oldest)
+
+        return await self._transact(body)
+
+    async def schedule_fires(self, schedule_id: str, limit: int = 50) -> list[Fire]:
+        """The schedule's fire ledger, newest first."""
+        statement = (
+            select(schedule_fires)
+            .where(schedule_fires.c.schedule_id == schedule_id)
+            .order_by(schedule_fires.c.tick.desc(), schedule_fires.c.id.desc())
+            .limit(limit)
+        )
+        rows = await self._transact(lambda conn: _all(conn, statement))
+        return [
+            Fire(
+                schedule_id=r.schedule_id,
+                fingerprint=r.fingerprint,
+                tick=r.tick,
+                skipped=r.skipped,
+                job_id=r.job_id,
+                fired_at=r.fired_at,
+            )
+            for r in rows
+        ]
+
+    # -- wake-ups and lifecycle -------------------------------------------------------------
+
+    async def wait_for_jobs(self, queues: Collection[str], timeout: float) -> bool:
+        """Wait for a wake-up (NOTIFY on PostgreSQL, in-process on SQLite) or the timeout."""
+        if self._listener is not None:
+            self._listener.start()
+        return await self._wakeups.wait(queues, timeout)
+
+    async def close(self) -> None:
+        """Stop the listener and dispose of the connection pool."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._listener is not None:
+            await self._listener.stop()
+        await self._engine.dispose()
+
+
+class SqlTransaction:
+    """An open transaction of a SqlStore: `connection` for the caller's own statements."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self._store = store
+        self.connection: AsyncConnection | None = None
+        self.pending: list[tuple[Sequence[NewJob], Now]] = []
+
+    async def job_insert(self, batch: Sequence[NewJob]) -> list[Inserted]:
+        """Insert jobs in this transaction: they exist if and only if it commits."""
+        if self.connection is None:
+            raise StoreError("the transaction is over")
+        payloads = validate.encode_payloads(batch)
+        if not batch:
+            return []
+        now = self._store._now()
+        inserted = await run_async(
+            self.connection, insert_plan(self._store.dialect, now, batch, payloads)
+        )
+        self.pending.append((batch, now))
+        return inserted
+
+
+def _error_row(job_id: JobId, attempt: int, error: ErrorInfo) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "attempt": attempt,
+        "error": error.error,
+        "traceback": error.traceback,
+    }
+
+
+async def _all(connection: AsyncConnection, statement: Any) -> list[Any]:
+    return list((await connection.execute(statement)).all())
+
+
+async def _one(connection: AsyncConnection, statement: Any) -> Any:
+    return (await connection.execute(statement)).first()
+
+
+def _locked(error: OperationalError) -> bool:
+    text = str(error.orig).lower()
+    return "database is locked" in text or "database is busy" in text
+
+
+def _reason(error: DBAPIError) -> str:
+    return str(error.orig).strip().splitlines()[0] if error.orig else str(error)
+
+
+__all__ = ["SqlStore", "SqlTransaction"]
