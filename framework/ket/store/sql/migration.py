@@ -75,7 +75,7 @@ def _v1(id_type: str, instant: str, json: str, bigint: str, boolean: str) -> tup
         )""",
         "CREATE INDEX ket_job_errors_job ON ket_job_errors (job_id, id)",
         f"""CREATE TABLE ket_schedules (
-            schedule_id TEXT PRIMARY KEY,
+            schedule_id TEXT NOT NULL PRIMARY KEY,
             fingerprint TEXT NOT NULL,
             last_tick {instant} NOT NULL,
             updated_at {instant} NOT NULL
@@ -99,9 +99,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         name="jobs, job errors, schedules and the fire ledger",
         statements={
             "postgresql": _v1(
-                "BIGSERIAL PRIMARY KEY", "TIMESTAMP WITH TIME ZONE", "JSONB", "BIGINT", "BOOLEAN"
+                "BIGSERIAL NOT NULL PRIMARY KEY", "TIMESTAMP WITH TIME ZONE", "JSONB", "BIGINT", "BOOLEAN"
             ),
-            "sqlite": _v1("INTEGER PRIMARY KEY", "BIGINT", "JSON", "BIGINT", "BOOLEAN"),
+            # AUTOINCREMENT: ids are never reused, even after pruning the newest rows
+            "sqlite": _v1(
+                "INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT", "BIGINT", "JSON", "BIGINT", "BOOLEAN"
+            ),
         },
     ),
 )

@@ -55,6 +55,7 @@ jobs = Table(
     Column("tick", Instant),
     Column("ticks_skipped", Integer),
     CheckConstraint(f"state IN ({_states(JOB_STATES)})", name="ket_jobs_state"),
+    sqlite_autoincrement=True,
 )
 
 # The predicates are literal SQL (not bound parameters) so that PostgreSQL can match a query's
@@ -101,6 +102,7 @@ job_errors = Table(
     Column("at", Instant, nullable=False),
     Column("error", Text, nullable=False),
     Column("traceback", Text),
+    sqlite_autoincrement=True,
 )
 Index("ket_job_errors_job", job_errors.c.job_id, job_errors.c.id)
 
@@ -123,6 +125,7 @@ schedule_fires = Table(
     Column("skipped", Integer, nullable=False),
     Column("job_id", BigInteger, nullable=False),
     Column("fired_at", Instant, nullable=False),
+    sqlite_autoincrement=True,
 )
 Index("ket_schedule_fires_schedule", schedule_fires.c.schedule_id, schedule_fires.c.tick)
 

@@ -1,0 +1,57 @@
+"""Shared test fixtures: the PostgreSQL server the integration and conformance tests use.
+
+Tests reach PostgreSQL through KET_TEST_POSTGRES_URL (default: the local server). When it cannot
+be reached they skip, with one line saying how to enable them, unless KET_REQUIRE_POSTGRES=1
+(as in CI), where they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+POSTGRES_URL = os.environ.get("KET_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/postgres")
+REQUIRED = os.environ.get("KET_REQUIRE_POSTGRES") == "1"
+
+
+def _reachable() -> str | None:
+    """None when the server answers, else why not."""
+    try:
+        with psycopg.connect(POSTGRES_URL, connect_timeout=3, autocommit=True) as connection:
+            connection.execute("SELECT 1")
+    except psycopg.Error as error:
+        return str(error).strip().splitlines()[0]
+    return None
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The server URL, after proving it answers (fail under KET_REQUIRE_POSTGRES=1, else skip)."""
+    problem = _reachable()
+    if problem is not None:
+        message = (
+            f"PostgreSQL is not reachable at {POSTGRES_URL} ({problem}); start it or set "
+            "KET_TEST_POSTGRES_URL to run these tests"
+        )
+        if REQUIRED:
+            pytest.fail(f"KET_REQUIRE_POSTGRES=1 but {message}")
+        pytest.skip(message)
+    return POSTGRES_URL
+
+
+@pytest.fixture
+def postgres_schema(postgres_url: str) -> Iterator[str]:
+    """A fresh, empty schema for one test, dropped afterwards."""
+    name = f"ket_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    try:
+        yield name
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as connection:
+            connection.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
