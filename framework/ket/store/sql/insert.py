@@ -2,6 +2,8 @@
 
 The same plan runs on the store's async connections and on an application's own synchronous
 SQLAlchemy connection (enqueue inside the app's transaction), so the unique-key logic exists once.
+Wake-ups need no statement here: on PostgreSQL a statement-level trigger sends one NOTIFY per
+queue that got available work, and PostgreSQL delivers it only when the transaction commits.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
@@ -28,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ket.errors import StoreError
 from ket.store.sql.column import Instant
-from ket.store.sql.now import Now
+from ket.store.sql.now import TimeSql
 from ket.store.sql.schema import ACTIVE, UNIQUE_ACTIVE, jobs
 from ket.store.types import Inserted, NewJob
 
@@ -38,7 +41,7 @@ _UNIQUE_TRIES = 5
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One statement to run, with executemany parameters if any."""
+    """One statement to run, with its parameters (a list: executemany)."""
 
     statement: Executable
     parameters: dict[str, Any] | list[dict[str, Any]] | None = field(default=None)
@@ -47,47 +50,87 @@ class Step:
 Plan = Generator[Step, list[Row[Any]], list[Inserted]]
 
 
-def insert_plan(dialect: str, now: Now, batch: Sequence[NewJob], payloads: Sequence[str]) -> Plan:
-    """Insert `batch` (payloads pre-encoded); unique keys coalesce with the active holder."""
+@dataclass(frozen=True)
+class InsertSql:
+    """The insert statements of one dialect, built once."""
+
+    plain: Any
+    ignoring_unique: Any
+    holder: Any
+
+
+@cache
+def insert_sql(dialect: str) -> InsertSql:
+    """The cached insert statements for `dialect`."""
+    time = TimeSql(dialect)
+    now = time.now()
+    run_at = func.coalesce(bindparam("p_run_at", type_=Instant), now)
+    payload: Any = bindparam("p_payload", type_=Text)
+    if dialect == "postgresql":
+        payload = cast(payload, postgresql.JSONB)
+    values = {
+        "name": bindparam("p_name"),
+        "queue": bindparam("p_queue"),
+        "state": case((run_at <= now, "available"), else_="scheduled"),
+        "priority": bindparam("p_priority"),
+        "payload": payload,
+        "payload_version": bindparam("p_payload_version"),
+        "attempt": 0,
+        "max_attempts": bindparam("p_max_attempts"),
+        "unique_key": bindparam("p_unique_key"),
+        "company": bindparam("p_company"),
+        "run_at": run_at,
+        "enqueued_at": now,
+        "fence": 0,
+        "cancel_requested": False,
+        "tick": bindparam("p_tick", type_=Instant),
+        "ticks_skipped": bindparam("p_ticks_skipped"),
+    }
+    dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return InsertSql(
+        plain=insert(jobs).values(values).returning(jobs.c.id, sort_by_parameter_order=True),
+        ignoring_unique=dialect_insert(jobs)
+        .values(values)
+        .on_conflict_do_nothing(
+            index_elements=[jobs.c.name, jobs.c.unique_key], index_where=UNIQUE_ACTIVE
+        )
+        .returning(jobs.c.id),
+        holder=select(jobs.c.id).where(
+            jobs.c.name == bindparam("p_name"),
+            jobs.c.unique_key == bindparam("p_unique_key"),
+            ACTIVE,
+        ),
+    )
+
+
+def insert_plan(
+    dialect: str, now: datetime | None, batch: Sequence[NewJob], payloads: Sequence[str]
+) -> Plan:
+    """Insert `batch` (payloads pre-encoded); unique keys coalesce with the active holder.
+
+    `now` None means the database's time.
+    """
+    sql = insert_sql(dialect)
     results: list[Inserted | None] = [None] * len(batch)
-    statement = _insert_statement(dialect, now)
     plain = [i for i, job in enumerate(batch) if job.unique_key is None]
     if plain:
-        rows = yield Step(
-            statement.returning(jobs.c.id, sort_by_parameter_order=True),
-            [_parameters(batch[i], payloads[i]) for i in plain],
-        )
+        rows = yield Step(sql.plain, [_parameters(batch[i], payloads[i], now) for i in plain])
         for index, row in zip(plain, rows, strict=True):
             results[index] = Inserted(id=row.id, coalesced=False)
-    ignoring = _insert_statement(dialect, now, ignore_unique=True)
     for index, job in enumerate(batch):
         if job.unique_key is not None:
-            results[index] = yield from _insert_unique(ignoring, job, payloads[index])
-    if dialect == "postgresql":
-        # Sent at commit only, and PostgreSQL folds repeats within a transaction: one per queue.
-        for queue in sorted(wake_queues(batch, now.value)):
-            yield Step(select(func.pg_notify(CHANNEL, queue)))
+            results[index] = yield from _insert_unique(sql, job, payloads[index], now)
     return [r for r in results if r is not None]
 
 
-def wake_queues(batch: Sequence[NewJob], now: datetime | None) -> set[str]:
-    """Queues that got work runnable at once (a guess when now is the database's: hints only)."""
-    moment = now or datetime.now(UTC)
-    return {job.queue for job in batch if job.run_at is None or job.run_at <= moment}
-
-
 def _insert_unique(
-    ignoring: Any, job: NewJob, payload: str
+    sql: InsertSql, job: NewJob, payload: str, now: datetime | None
 ) -> Generator[Step, list[Row[Any]], Inserted]:
     for _ in range(_UNIQUE_TRIES):
-        rows = yield Step(ignoring.returning(jobs.c.id), _parameters(job, payload))
+        rows = yield Step(sql.ignoring_unique, _parameters(job, payload, now))
         if rows:
             return Inserted(id=rows[0].id, coalesced=False)
-        rows = yield Step(
-            select(jobs.c.id).where(
-                jobs.c.name == job.name, jobs.c.unique_key == job.unique_key, ACTIVE
-            )
-        )
+        rows = yield Step(sql.holder, {"p_name": job.name, "p_unique_key": job.unique_key})
         if rows:
             return Inserted(id=rows[0].id, coalesced=True)
         # the holder finished between the two statements: the key is free, try again
@@ -96,54 +139,26 @@ def _insert_unique(
     )
 
 
-def _insert_statement(dialect: str, now: Now, *, ignore_unique: bool = False) -> Any:
-    run_at = func.coalesce(bindparam("run_at", type_=Instant), now.expr())
-    payload: Any = bindparam("payload", type_=Text)
-    if dialect == "postgresql":
-        payload = cast(payload, postgresql.JSONB)
-    values = dict(
-        name=bindparam("name"),
-        queue=bindparam("queue"),
-        state=case((run_at <= now.expr(), "available"), else_="scheduled"),
-        priority=bindparam("priority"),
-        payload=payload,
-        payload_version=bindparam("payload_version"),
-        attempt=0,
-        max_attempts=bindparam("max_attempts"),
-        unique_key=bindparam("unique_key"),
-        company=bindparam("company"),
-        run_at=run_at,
-        enqueued_at=now.expr(),
-        fence=0,
-        cancel_requested=False,
-        tick=bindparam("tick", type_=Instant),
-        ticks_skipped=bindparam("ticks_skipped"),
-    )
-    if not ignore_unique:
-        return insert(jobs).values(values)
-    dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return (
-        dialect_insert(jobs)
-        .values(values)
-        .on_conflict_do_nothing(
-            index_elements=[jobs.c.name, jobs.c.unique_key], index_where=UNIQUE_ACTIVE
-        )
-    )
+def wake_queues(batch: Sequence[NewJob], now: datetime | None) -> set[str]:
+    """Queues that got work runnable at once (a guess when now is the database's: hints only)."""
+    moment = now or datetime.now(UTC)
+    return {job.queue for job in batch if job.run_at is None or job.run_at <= moment}
 
 
-def _parameters(job: NewJob, payload: str) -> dict[str, Any]:
+def _parameters(job: NewJob, payload: str, now: datetime | None) -> dict[str, Any]:
     return {
-        "name": job.name,
-        "queue": job.queue,
-        "priority": job.priority,
-        "payload": payload,
-        "payload_version": job.payload_version,
-        "max_attempts": job.max_attempts,
-        "unique_key": job.unique_key,
-        "company": job.company,
-        "run_at": job.run_at,
-        "tick": job.tick,
-        "ticks_skipped": job.ticks_skipped,
+        "now": now,
+        "p_name": job.name,
+        "p_queue": job.queue,
+        "p_priority": job.priority,
+        "p_payload": payload,
+        "p_payload_version": job.payload_version,
+        "p_max_attempts": job.max_attempts,
+        "p_unique_key": job.unique_key,
+        "p_company": job.company,
+        "p_run_at": job.run_at,
+        "p_tick": job.tick,
+        "p_ticks_skipped": job.ticks_skipped,
     }
 
 

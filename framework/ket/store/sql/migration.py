@@ -93,14 +93,34 @@ def _v1(id_type: str, instant: str, json: str, bigint: str, boolean: str) -> tup
     )
 
 
+# One NOTIFY per queue that got available work, per statement; PostgreSQL delivers it at commit
+# and folds repeats within a transaction. A trigger covers every insert path, the application's
+# own SQL included, without a round trip of its own.
+_PG_NOTIFY = (
+    """CREATE FUNCTION ket_jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('ket_jobs', queue)
+        FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken;
+        RETURN NULL;
+    END
+    $$""",
+    """CREATE TRIGGER ket_jobs_notify AFTER INSERT ON ket_jobs
+    REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION ket_jobs_notify()""",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
         name="jobs, job errors, schedules and the fire ledger",
         statements={
             "postgresql": _v1(
-                "BIGSERIAL NOT NULL PRIMARY KEY", "TIMESTAMP WITH TIME ZONE", "JSONB", "BIGINT", "BOOLEAN"
-            ),
+                "BIGSERIAL NOT NULL PRIMARY KEY",
+                "TIMESTAMP WITH TIME ZONE",
+                "JSONB",
+                "BIGINT",
+                "BOOLEAN",
+            )
+            + _PG_NOTIFY,
             # AUTOINCREMENT: ids are never reused, even after pruning the newest rows
             "sqlite": _v1(
                 "INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT", "BIGINT", "JSON", "BIGINT", "BOOLEAN"

@@ -1,31 +1,48 @@
-"""The store's "now" inside one operation, as SQL: the database's clock or a given instant."""
+"""The store's "now" in SQL: the database's clock, or an instant passed as a parameter.
+
+Statements are built once per dialect and reused (SQLAlchemy then caches their compiled form and
+psycopg prepares them), so time never appears in a statement as a value: it comes in as named
+parameters. `now` is the operation's now, and `<name>_at` an instant `<name>_s` seconds after it.
+On PostgreSQL a parameter left None falls back to the database's `now()`; SQLite, embedded in
+this process, always gets the instants from Python.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Interval, bindparam, func, type_coerce
+from sqlalchemy import ColumnElement, Float, bindparam, func, literal_column, type_coerce
 
 from ket.store.sql.column import Instant
 
 
-@dataclass(frozen=True, slots=True)
-class Now:
-    """`value` None means the database's `now()` (PostgreSQL); else that instant, bound."""
+def time_params(now: datetime | None, **offsets: float) -> dict[str, Any]:
+    """Parameters for `now` and each `<name>_at` = now + offsets[name] seconds."""
+    params: dict[str, Any] = {"now": now}
+    for name, seconds in offsets.items():
+        params[f"{name}_s"] = float(seconds)
+        params[f"{name}_at"] = None if now is None else now + timedelta(seconds=seconds)
+    return params
 
-    value: datetime | None
 
-    def expr(self) -> ColumnElement[Any]:
-        """Now, as a SQL expression of type Instant."""
-        if self.value is None:
-            return type_coerce(func.now(), Instant)
-        return bindparam(None, self.value, type_=Instant)
+class TimeSql:
+    """The SQL for now and now + offsets, in one dialect."""
 
-    def plus(self, seconds: float) -> ColumnElement[Any]:
-        """Now + seconds (negative: earlier), as a SQL expression of type Instant."""
-        step = timedelta(seconds=seconds)
-        if self.value is None:
-            return type_coerce(func.now() + bindparam(None, step, type_=Interval), Instant)
-        return bindparam(None, self.value + step, type_=Instant)
+    def __init__(self, dialect: str) -> None:
+        self.database_time = dialect == "postgresql"
+
+    def now(self) -> ColumnElement[Any]:
+        """The operation's now (parameter `now`)."""
+        given = bindparam("now", type_=Instant)
+        if not self.database_time:
+            return given
+        return type_coerce(func.coalesce(given, func.now()), Instant)
+
+    def at(self, name: str) -> ColumnElement[Any]:
+        """Now + `<name>_s` seconds (parameters `<name>_at` and `<name>_s`)."""
+        given = bindparam(f"{name}_at", type_=Instant)
+        if not self.database_time:
+            return given
+        offset = bindparam(f"{name}_s", type_=Float) * literal_column("interval '1 second'")
+        return type_coerce(func.coalesce(given, func.now() + offset), Instant)

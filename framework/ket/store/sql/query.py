@@ -1,29 +1,34 @@
-"""The SQL store's statements, and the rows they return turned into contract types."""
+"""The SQL store's statements, built once per dialect, and their rows as contract types.
+
+Every statement here is a constant: values, times included, arrive as named parameters (see
+now.py). SQLAlchemy compiles each once and psycopg prepares the hot ones on the server.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import bindparam, case, func, literal_column, select, tuple_, update
+from sqlalchemy import bindparam, case, func, insert, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ket.store.sql.column import from_micros
-from ket.store.sql.now import Now
-from ket.store.sql.schema import EXECUTING, RUNNABLE, TERMINAL, job_errors, jobs, schedules
-from ket.store.types import (
-    ClaimedJob,
-    ErrorRecord,
-    JobClaim,
-    JobQuery,
-    JobRecord,
-    JobStats,
-    Prune,
-    Settle,
-    TickClaim,
+from ket.store.sql.now import TimeSql
+from ket.store.sql.schema import (
+    ACTIVE,
+    EXECUTING,
+    RUNNABLE,
+    TERMINAL,
+    job_errors,
+    jobs,
+    schedule_fires,
+    schedules,
 )
+from ket.store.types import ClaimedJob, ErrorRecord, JobQuery, JobRecord, JobStats
 
 _CLAIMED = (
     jobs.c.id,
@@ -45,13 +50,140 @@ _CLAIMED = (
 )
 
 
-def claim(now: Now, params: JobClaim) -> Any:
-    """UPDATE the first due runnable rows (SKIP LOCKED on PostgreSQL) to executing."""
+@dataclass(frozen=True)
+class Statements:
+    """Every fixed statement of the SQL store in one dialect."""
+
+    claim: Any
+    complete_many: Any
+    settle: dict[str, Any]
+    append_errors: Any
+    heartbeat: Any
+    rescue: Any
+    lock_job: Any
+    cancel_now: Any
+    request_cancel: Any
+    make_available: Any
+    active_holder: Any
+    prunable: Any
+    schedule_install: Any
+    schedule_move: Any
+    record_fire: Any
+    counts: Any
+    oldest: Any
+
+
+@cache
+def statements(dialect: str) -> Statements:
+    """The cached statements of `dialect`."""
+    time = TimeSql(dialect)
+    now = time.now()
+    fenced = (jobs.c.id == bindparam("p_id"), jobs.c.fence == bindparam("p_fence"))
+    dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return Statements(
+        claim=_claim(time),
+        complete_many=update(jobs)
+        .where(tuple_(jobs.c.id, jobs.c.fence).in_(bindparam("pairs", expanding=True)), EXECUTING)
+        .values(state="completed", finished_at=now, lease_until=None, cancel_requested=False)
+        .returning(jobs.c.id),
+        settle={
+            outcome: update(jobs)
+            .where(*fenced, EXECUTING)
+            .values(_settle_values(outcome, time))
+            .returning(jobs.c.id, jobs.c.attempt)
+            for outcome in ("completed", "retryable", "discarded", "snoozed", "cancelled")
+        },
+        append_errors=insert(job_errors).values(
+            job_id=bindparam("p_job_id"),
+            attempt=bindparam("p_attempt"),
+            at=now,
+            error=bindparam("p_error"),
+            traceback=bindparam("p_traceback"),
+        ),
+        heartbeat=update(jobs)
+        .where(tuple_(jobs.c.id, jobs.c.fence).in_(bindparam("pairs", expanding=True)), EXECUTING)
+        .values(lease_until=time.at("lease"))
+        .returning(jobs.c.id, jobs.c.cancel_requested),
+        rescue=_rescue(time),
+        lock_job=select(jobs).where(jobs.c.id == bindparam("p_id")).with_for_update(),
+        cancel_now=update(jobs)
+        .where(jobs.c.id == bindparam("p_id"))
+        .values(state="cancelled", finished_at=now),
+        request_cancel=update(jobs)
+        .where(jobs.c.id == bindparam("p_id"))
+        .values(cancel_requested=True),
+        make_available=update(jobs)
+        .where(jobs.c.id == bindparam("p_id"))
+        .values(
+            state="available",
+            run_at=now,
+            finished_at=None,
+            max_attempts=bindparam("p_max_attempts"),
+            cancel_requested=False,
+        ),
+        active_holder=select(jobs.c.id).where(
+            jobs.c.name == bindparam("p_name"),
+            jobs.c.unique_key == bindparam("p_unique_key"),
+            ACTIVE,
+        ),
+        prunable=select(jobs.c.id)
+        .where(
+            TERMINAL,
+            jobs.c.state.in_(bindparam("states", expanding=True)),
+            jobs.c.finished_at <= time.at("retention"),
+        )
+        .order_by(jobs.c.finished_at, jobs.c.id)
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True),
+        schedule_install=dialect_insert(schedules)
+        .values(
+            schedule_id=bindparam("p_schedule_id"),
+            fingerprint=bindparam("p_fingerprint"),
+            last_tick=bindparam("p_tick", type_=schedules.c.last_tick.type),
+            updated_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=[schedules.c.schedule_id])
+        .returning(schedules.c.schedule_id),
+        schedule_move=update(schedules)
+        .where(
+            schedules.c.schedule_id == bindparam("p_schedule_id"),
+            schedules.c.fingerprint == bindparam("p_expected_fingerprint"),
+            schedules.c.last_tick == bindparam("p_expected_tick", type_=schedules.c.last_tick.type),
+        )
+        .values(
+            fingerprint=bindparam("p_fingerprint"),
+            last_tick=bindparam("p_tick", type_=schedules.c.last_tick.type),
+            updated_at=now,
+        ),
+        record_fire=insert(schedule_fires).values(
+            schedule_id=bindparam("p_schedule_id"),
+            fingerprint=bindparam("p_fingerprint"),
+            tick=bindparam("p_tick", type_=schedule_fires.c.tick.type),
+            skipped=bindparam("p_skipped"),
+            job_id=bindparam("p_job_id"),
+            fired_at=now,
+        ),
+        counts=select(jobs.c.state, jobs.c.queue, func.count()).group_by(
+            jobs.c.state, jobs.c.queue
+        ),
+        oldest=select(
+            now.label("now"),
+            select(func.min(jobs.c.attempted_at)).where(EXECUTING).scalar_subquery().label("lease"),
+            select(func.min(jobs.c.run_at))
+            .where(RUNNABLE, jobs.c.run_at <= now)
+            .scalar_subquery()
+            .label("due"),
+        ),
+    )
+
+
+def _claim(time: TimeSql) -> Any:
+    """UPDATE the first due runnable rows of a queue (SKIP LOCKED on PostgreSQL) to executing."""
     claimable = (
         select(jobs.c.id)
-        .where(jobs.c.queue == params.queue, RUNNABLE, jobs.c.run_at <= now.expr())
+        .where(jobs.c.queue == bindparam("p_queue"), RUNNABLE, jobs.c.run_at <= time.now())
         .order_by(jobs.c.priority, jobs.c.run_at, jobs.c.id)
-        .limit(params.limit)
+        .limit(bindparam("limit"))
         .with_for_update(skip_locked=True)
         .cte("claimable")
     )
@@ -61,13 +193,80 @@ def claim(now: Now, params: JobClaim) -> Any:
         .values(
             state="executing",
             attempt=jobs.c.attempt + 1,
-            worker_id=params.worker_id,
-            attempted_at=now.expr(),
-            lease_until=now.plus(params.lease_seconds),
+            worker_id=bindparam("p_worker_id"),
+            attempted_at=time.now(),
+            lease_until=time.at("lease"),
             fence=jobs.c.fence + 1,
             cancel_requested=False,
         )
         .returning(*_CLAIMED)
+    )
+
+
+def _settle_values(outcome: str, time: TimeSql) -> dict[str, Any]:
+    values: dict[str, Any] = {"lease_until": None, "cancel_requested": False}
+    if outcome in ("completed", "discarded", "cancelled"):
+        values.update(state=outcome, finished_at=time.now())
+    elif outcome == "retryable":
+        values.update(state="retryable", run_at=time.at("delay"))
+    else:  # snoozed: the attempt is given back
+        values.update(
+            state=case((bindparam("delay_s") == 0, "available"), else_="scheduled"),
+            run_at=time.at("delay"),
+            attempt=jobs.c.attempt - 1,
+        )
+    return values
+
+
+def _rescue(time: TimeSql) -> Any:
+    """Expired leases -> cancelled (cancel requested), discarded (last attempt) or retryable."""
+    now = time.now()
+    expired = (
+        select(jobs.c.id)
+        .where(EXECUTING, jobs.c.lease_until < now)
+        .order_by(jobs.c.lease_until, jobs.c.id)
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True)
+        .cte("expired")
+    )
+    final = jobs.c.cancel_requested | (jobs.c.attempt >= jobs.c.max_attempts)
+    return (
+        update(jobs)
+        .where(jobs.c.id == expired.c.id)
+        .values(
+            state=case(
+                (jobs.c.cancel_requested, "cancelled"),
+                (jobs.c.attempt >= jobs.c.max_attempts, "discarded"),
+                else_="retryable",
+            ),
+            run_at=case((final, jobs.c.run_at), else_=now),
+            finished_at=case((final, now), else_=None),
+            lease_until=None,
+            cancel_requested=False,
+        )
+        .returning(
+            jobs.c.id, jobs.c.name, jobs.c.queue, jobs.c.state, jobs.c.attempt, jobs.c.worker_id
+        )
+    )
+
+
+def listing(job_query: JobQuery) -> Any:
+    """The (dynamic) listing query: filters, newest first, one page."""
+    statement = select(jobs)
+    if job_query.state is not None:
+        statement = statement.where(jobs.c.state == job_query.state)
+    if job_query.queue is not None:
+        statement = statement.where(jobs.c.queue == job_query.queue)
+    if job_query.name is not None:
+        statement = statement.where(jobs.c.name == job_query.name)
+    return statement.order_by(jobs.c.id.desc()).limit(job_query.limit).offset(job_query.offset)
+
+
+def errors_of(ids: Sequence[int]) -> Any:
+    return (
+        select(job_errors)
+        .where(job_errors.c.job_id.in_(ids))
+        .order_by(job_errors.c.job_id, job_errors.c.id)
     )
 
 
@@ -89,148 +288,6 @@ def claimed_job(row: Any) -> ClaimedJob:
         fence=row.fence,
         tick=row.tick,
         ticks_skipped=row.ticks_skipped,
-    )
-
-
-def complete_many(now: Now, settlements: Sequence[Settle]) -> Any:
-    """Complete many jobs in one statement, each only with its current fence."""
-    pairs = [(s.id, s.fence) for s in settlements]
-    return (
-        update(jobs)
-        .where(tuple_(jobs.c.id, jobs.c.fence).in_(pairs), EXECUTING)
-        .values(state="completed", finished_at=now.expr(), lease_until=None, cancel_requested=False)
-        .returning(jobs.c.id)
-    )
-
-
-def settle_one(now: Now, settle: Settle) -> Any:
-    """Apply one outcome if the fence is current; returns the attempt it settled."""
-    values: dict[str, Any] = {"lease_until": None, "cancel_requested": False}
-    if settle.outcome == "completed" or settle.outcome in ("discarded", "cancelled"):
-        values.update(state=settle.outcome, finished_at=now.expr())
-    elif settle.outcome == "retryable":
-        values.update(state="retryable", run_at=now.plus(settle.delay_seconds))
-    else:  # snoozed: the attempt is given back
-        values.update(
-            state="available" if settle.delay_seconds == 0 else "scheduled",
-            run_at=now.plus(settle.delay_seconds),
-            attempt=jobs.c.attempt - 1,
-        )
-    return (
-        update(jobs)
-        .where(jobs.c.id == settle.id, jobs.c.fence == settle.fence, EXECUTING)
-        .values(values)
-        .returning(jobs.c.id, jobs.c.attempt)
-    )
-
-
-def append_errors(now: Now) -> Any:
-    """INSERT error history entries (executemany: job_id, attempt, error, traceback)."""
-    return job_errors.insert().values(
-        job_id=bindparam("job_id"),
-        attempt=bindparam("attempt"),
-        at=now.expr(),
-        error=bindparam("error"),
-        traceback=bindparam("traceback"),
-    )
-
-
-def rescue(now: Now, limit: int) -> Any:
-    """Expired leases -> cancelled (cancel requested), discarded (last attempt) or retryable."""
-    expired = (
-        select(jobs.c.id)
-        .where(EXECUTING, jobs.c.lease_until < now.expr())
-        .order_by(jobs.c.lease_until, jobs.c.id)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-        .cte("expired")
-    )
-    final = jobs.c.cancel_requested | (jobs.c.attempt >= jobs.c.max_attempts)
-    return (
-        update(jobs)
-        .where(jobs.c.id == expired.c.id)
-        .values(
-            state=case(
-                (jobs.c.cancel_requested, "cancelled"),
-                (jobs.c.attempt >= jobs.c.max_attempts, "discarded"),
-                else_="retryable",
-            ),
-            run_at=case((final, jobs.c.run_at), else_=now.expr()),
-            finished_at=case((final, now.expr()), else_=None),
-            lease_until=None,
-            cancel_requested=False,
-        )
-        .returning(
-            jobs.c.id, jobs.c.name, jobs.c.queue, jobs.c.state, jobs.c.attempt, jobs.c.worker_id
-        )
-    )
-
-
-def lock_job(job_id: int) -> Any:
-    """The row an operator command changes, locked for the transaction on PostgreSQL."""
-    return select(jobs).where(jobs.c.id == job_id).with_for_update()
-
-
-def prunable(now: Now, prune: Prune) -> Any:
-    states: list[Any] = [literal_column(f"'{s}'") for s in prune.states]
-    return (
-        select(jobs.c.id)
-        .where(
-            TERMINAL,
-            jobs.c.state.in_(states),
-            jobs.c.finished_at <= now.plus(-prune.older_than_seconds),
-        )
-        .order_by(jobs.c.finished_at, jobs.c.id)
-        .limit(prune.limit)
-        .with_for_update(skip_locked=True)
-    )
-
-
-def schedule_install(dialect: str, now: Now, claim: TickClaim) -> Any:
-    dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return (
-        dialect_insert(schedules)
-        .values(
-            schedule_id=claim.schedule_id,
-            fingerprint=claim.fingerprint,
-            last_tick=claim.tick,
-            updated_at=now.expr(),
-        )
-        .on_conflict_do_nothing(index_elements=[schedules.c.schedule_id])
-        .returning(schedules.c.schedule_id)
-    )
-
-
-def schedule_move(now: Now, claim: TickClaim) -> Any:
-    """The compare-and-set: moves the row only if it still holds the expected state."""
-    assert claim.expected is not None
-    return (
-        update(schedules)
-        .where(
-            schedules.c.schedule_id == claim.schedule_id,
-            schedules.c.fingerprint == claim.expected.fingerprint,
-            schedules.c.last_tick == claim.expected.last_tick,
-        )
-        .values(fingerprint=claim.fingerprint, last_tick=claim.tick, updated_at=now.expr())
-    )
-
-
-def listing(job_query: JobQuery) -> Any:
-    statement = select(jobs)
-    if job_query.state is not None:
-        statement = statement.where(jobs.c.state == job_query.state)
-    if job_query.queue is not None:
-        statement = statement.where(jobs.c.queue == job_query.queue)
-    if job_query.name is not None:
-        statement = statement.where(jobs.c.name == job_query.name)
-    return statement.order_by(jobs.c.id.desc()).limit(job_query.limit).offset(job_query.offset)
-
-
-def errors_of(ids: Sequence[int]) -> Any:
-    return (
-        select(job_errors)
-        .where(job_errors.c.job_id.in_(ids))
-        .order_by(job_errors.c.job_id, job_errors.c.id)
     )
 
 
@@ -271,23 +328,8 @@ def job_records(rows: Sequence[Any], history: Sequence[Any]) -> list[JobRecord]:
     ]
 
 
-def counts() -> Any:
-    return select(jobs.c.state, jobs.c.queue, func.count()).group_by(jobs.c.state, jobs.c.queue)
-
-
-def oldest(now: Now) -> Any:
-    """The store's now, the earliest claim among executing jobs, the earliest due run_at."""
-    lease = select(func.min(jobs.c.attempted_at)).where(EXECUTING).scalar_subquery()
-    due = (
-        select(func.min(jobs.c.run_at))
-        .where(RUNNABLE, jobs.c.run_at <= now.expr())
-        .scalar_subquery()
-    )
-    return select(now.expr().label("now"), lease.label("lease"), due.label("due"))
-
-
 def job_stats(count_rows: Sequence[Any], oldest_row: Any) -> JobStats:
-    now: datetime = _instant(oldest_row.now)
+    now = _instant(oldest_row.now)
     lease = _instant(oldest_row.lease) if oldest_row.lease is not None else None
     due = _instant(oldest_row.due) if oldest_row.due is not None else None
     return JobStats(
@@ -299,4 +341,7 @@ def job_stats(count_rows: Sequence[Any], oldest_row: Any) -> JobStats:
 
 def _instant(value: Any) -> datetime:
     """Scalar subqueries lose the column type, so SQLite hands back raw microseconds."""
-    return from_micros(int(value)) if isinstance(value, int) else value
+    if isinstance(value, int):
+        return from_micros(value)
+    result: datetime = value
+    return result

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import URL, Connection, delete, insert, select, tuple_, update
+from sqlalchemy import URL, Connection, delete, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -20,8 +20,8 @@ from ket.store.sql.engine import create_engine, libpq_dsn, parse_url
 from ket.store.sql.insert import insert_plan, run_async, run_sync, wake_queues
 from ket.store.sql.listener import Listener
 from ket.store.sql.migration import migrate
-from ket.store.sql.now import Now
-from ket.store.sql.schema import ACTIVE, EXECUTING, job_errors, jobs, schedule_fires
+from ket.store.sql.now import TimeSql, time_params
+from ket.store.sql.schema import job_errors, jobs, schedule_fires
 from ket.store.sql.schema import schedules as schedule_rows
 from ket.store.types import (
     ClaimedJob,
@@ -61,6 +61,14 @@ class SqlStore:
         self._engine = engine
         self._clock = clock
         self.dialect = engine.dialect.name
+        self._sql = query.statements(self.dialect)
+        # one statement needs no BEGIN/COMMIT round trips on PostgreSQL; SQLite keeps
+        # BEGIN IMMEDIATE for everything (see engine.sqlite_discipline)
+        self._autocommit = (
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self.dialect == "postgresql"
+            else None
+        )
         key = engine.url.render_as_string(hide_password=True)
         self._wakeups: Wakeups = shared(key) if self.dialect == "sqlite" else Wakeups()
         self._listener = (
@@ -95,20 +103,29 @@ class SqlStore:
 
     # -- time and transactions --------------------------------------------------------------
 
-    def _now(self) -> Now:
+    def _now(self) -> datetime | None:
+        """This operation's now; None means the database's (PostgreSQL without a test clock)."""
         if self._clock is not None:
-            return Now(self._clock.now())
+            return self._clock.now()
         if self.dialect == "sqlite":  # embedded: the database's clock is this machine's
-            return Now(datetime.now(UTC))
-        return Now(None)
+            return datetime.now(UTC)
+        return None
 
-    async def _transact(self, body: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run `body` in one transaction; SQLite lock contention is retried, the rest wrapped."""
+    async def _transact(
+        self, body: Callable[[AsyncConnection], Awaitable[T]], *, single: bool = False
+    ) -> T:
+        """Run `body` in one transaction (`single`: one statement, autocommit where possible).
+
+        SQLite lock contention is retried; every database error becomes a StoreError.
+        """
         if self._closed:
             raise StoreError("the store is closed")
         delay = 0.01
         for attempt in range(_LOCKED_RETRIES):
             try:
+                if single and self._autocommit is not None:
+                    async with self._autocommit.connect() as connection:
+                        return await body(connection)
                 async with self._engine.begin() as connection:
                     return await body(connection)
             except OperationalError as error:
@@ -128,8 +145,11 @@ class SqlStore:
         if not batch:
             return []
         now = self._now()
+        # one plain job is one statement; a batch may span several, so it needs a transaction
+        single = len(batch) == 1 and batch[0].unique_key is None
         inserted = await self._transact(
-            lambda conn: run_async(conn, insert_plan(self.dialect, now, batch, payloads))
+            lambda conn: run_async(conn, insert_plan(self.dialect, now, batch, payloads)),
+            single=single,
         )
         self._woken(batch, now)
         return inserted
@@ -140,15 +160,14 @@ class SqlStore:
         if not batch:
             return []
         dialect = connection.dialect.name
-        if self._clock is not None:
-            now = Now(self._clock.now())
-        else:
-            now = Now(datetime.now(UTC) if dialect == "sqlite" else None)
+        now = self._clock.now() if self._clock else None
+        if now is None and dialect == "sqlite":
+            now = datetime.now(UTC)
         return run_sync(connection, insert_plan(dialect, now, batch, payloads))
 
-    def _woken(self, batch: Sequence[NewJob], now: Now) -> None:
+    def _woken(self, batch: Sequence[NewJob], now: datetime | None) -> None:
         if self.dialect == "sqlite":  # PostgreSQL wakes through NOTIFY at commit
-            self._wakeups.notify(wake_queues(batch, now.value))
+            self._wakeups.notify(wake_queues(batch, now))
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlTransaction]:
@@ -172,8 +191,9 @@ class SqlStore:
     async def job_claim(self, claim: JobClaim) -> list[ClaimedJob]:
         """Claim due jobs in priority, run-at, id order under a lease and a new fence."""
         validate.check_claim(claim)
-        statement = query.claim(self._now(), claim)
-        rows = await self._transact(lambda conn: _all(conn, statement))
+        params = time_params(self._now(), lease=claim.lease_seconds)
+        params.update(p_queue=claim.queue, limit=claim.limit, p_worker_id=claim.worker_id)
+        rows = await self._transact(lambda conn: _all(conn, self._sql.claim, params), single=True)
         claimed = [query.claimed_job(row) for row in rows]
         return sorted(claimed, key=lambda job: (job.priority, job.run_at, job.id))
 
@@ -183,27 +203,30 @@ class SqlStore:
         if not settlements:
             return SettleResult(applied=(), refused=())
         now = self._now()
+        plain = [s for s in settlements if s.outcome == "completed" and s.error is None]
+        others = [s for s in settlements if not (s.outcome == "completed" and s.error is None)]
 
         async def body(conn: AsyncConnection) -> set[JobId]:
             applied: set[JobId] = set()
-            plain = [s for s in settlements if s.outcome == "completed" and s.error is None]
             if plain:
-                rows = await _all(conn, query.complete_many(now, plain))
+                pairs = [(s.id, s.fence) for s in plain]
+                rows = await _all(conn, self._sql.complete_many, {"now": now, "pairs": pairs})
                 applied.update(row.id for row in rows)
             errors: list[dict[str, Any]] = []
-            for settle in settlements:
-                if settle.outcome == "completed" and settle.error is None:
-                    continue
-                rows = await _all(conn, query.settle_one(now, settle))
+            for settle in others:
+                params = time_params(now, delay=settle.delay_seconds)
+                params.update(p_id=settle.id, p_fence=settle.fence)
+                rows = await _all(conn, self._sql.settle[settle.outcome], params)
                 if rows:
                     applied.add(settle.id)
                     if settle.error is not None and settle.outcome != "snoozed":
-                        errors.append(_error_row(settle.id, rows[0].attempt, settle.error))
+                        errors.append(_error_row(settle.id, rows[0].attempt, settle.error, now))
             if errors:
-                await conn.execute(query.append_errors(now), errors)
+                await conn.execute(self._sql.append_errors, errors)
             return applied
 
-        applied = await self._transact(body)
+        # the hot path, completions only, is one statement
+        applied = await self._transact(body, single=not others)
         ids = [s.id for s in settlements]
         return SettleResult(
             applied=tuple(i for i in ids if i in applied),
@@ -215,15 +238,11 @@ class SqlStore:
         validate.check_heartbeat(heartbeat)
         if not heartbeat.leases:
             return HeartbeatResult(extended=(), lost=(), cancel_requested=())
-        now = self._now()
-        pairs = [(lease.id, lease.fence) for lease in heartbeat.leases]
-        statement = (
-            update(jobs)
-            .where(tuple_(jobs.c.id, jobs.c.fence).in_(pairs), EXECUTING)
-            .values(lease_until=now.plus(heartbeat.lease_seconds))
-            .returning(jobs.c.id, jobs.c.cancel_requested)
+        params = time_params(self._now(), lease=heartbeat.lease_seconds)
+        params["pairs"] = [(lease.id, lease.fence) for lease in heartbeat.leases]
+        rows = await self._transact(
+            lambda conn: _all(conn, self._sql.heartbeat, params), single=True
         )
-        rows = await self._transact(lambda conn: _all(conn, statement))
         extended = {row.id for row in rows}
         ids = [lease.id for lease in heartbeat.leases]
         return HeartbeatResult(
@@ -239,10 +258,10 @@ class SqlStore:
         now = self._now()
 
         async def body(conn: AsyncConnection) -> list[Rescued]:
-            rows = await _all(conn, query.rescue(now, limit))
+            rows = await _all(conn, self._sql.rescue, {"now": now, "limit": limit})
             if rows:
                 await conn.execute(
-                    query.append_errors(now),
+                    self._sql.append_errors,
                     [
                         _error_row(
                             row.id,
@@ -250,6 +269,7 @@ class SqlStore:
                             ErrorInfo(
                                 error=f"lease expired: worker {row.worker_id} stopped heartbeating"
                             ),
+                            now,
                         )
                         for row in rows
                     ],
@@ -275,18 +295,14 @@ class SqlStore:
         now = self._now()
 
         async def body(conn: AsyncConnection) -> StateChange:
-            row = await _one(conn, query.lock_job(job_id))
+            row = await _one(conn, self._sql.lock_job, {"p_id": job_id})
             if row is None:
                 return StateChange(
                     id=job_id, previous=None, state=None, changed=False, reason="no such job"
                 )
             state = row.state
             if state in ("available", "scheduled", "retryable"):
-                await conn.execute(
-                    update(jobs)
-                    .where(jobs.c.id == job_id)
-                    .values(state="cancelled", finished_at=now.expr())
-                )
+                await conn.execute(self._sql.cancel_now, {"p_id": job_id, "now": now})
                 return StateChange(id=job_id, previous=state, state="cancelled", changed=True)
             if state == "executing":
                 if row.cancel_requested:
@@ -297,9 +313,7 @@ class SqlStore:
                         changed=False,
                         reason="cancel already requested",
                     )
-                await conn.execute(
-                    update(jobs).where(jobs.c.id == job_id).values(cancel_requested=True)
-                )
+                await conn.execute(self._sql.request_cancel, {"p_id": job_id})
                 return StateChange(
                     id=job_id,
                     previous=state,
@@ -318,7 +332,7 @@ class SqlStore:
         now = self._now()
 
         async def body(conn: AsyncConnection) -> StateChange:
-            row = await _one(conn, query.lock_job(job_id))
+            row = await _one(conn, self._sql.lock_job, {"p_id": job_id})
             if row is None:
                 return StateChange(
                     id=job_id, previous=None, state=None, changed=False, reason="no such job"
@@ -335,9 +349,8 @@ class SqlStore:
             if row.unique_key is not None and row.state == "discarded":
                 holder = await _one(
                     conn,
-                    select(jobs.c.id).where(
-                        jobs.c.name == row.name, jobs.c.unique_key == row.unique_key, ACTIVE
-                    ),
+                    self._sql.active_holder,
+                    {"p_name": row.name, "p_unique_key": row.unique_key},
                 )
                 if holder is not None:
                     return StateChange(
@@ -348,15 +361,12 @@ class SqlStore:
                         reason=f"unique key {row.unique_key!r} is held by active job {holder.id}",
                     )
             await conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job_id)
-                .values(
-                    state="available",
-                    run_at=now.expr(),
-                    finished_at=None,
-                    max_attempts=max(row.max_attempts, row.attempt + 1),
-                    cancel_requested=False,
-                )
+                self._sql.make_available,
+                {
+                    "p_id": job_id,
+                    "now": now,
+                    "p_max_attempts": max(row.max_attempts, row.attempt + 1),
+                },
             )
             return StateChange(id=job_id, previous=row.state, state="available", changed=True)
 
@@ -379,7 +389,9 @@ class SqlStore:
         now = self._now()
 
         async def body(conn: AsyncConnection) -> int:
-            ids = [row.id for row in await _all(conn, query.prunable(now, prune))]
+            params = time_params(now, retention=-prune.older_than_seconds)
+            params.update(states=list(prune.states), limit=prune.limit)
+            ids = [row.id for row in await _all(conn, self._sql.prunable, params)]
             if ids:
                 await conn.execute(delete(job_errors).where(job_errors.c.job_id.in_(ids)))
                 await conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
@@ -412,26 +424,32 @@ class SqlStore:
         now = self._now()
 
         async def body(conn: AsyncConnection) -> TickResult:
+            params = {
+                "now": now,
+                "p_schedule_id": claim.schedule_id,
+                "p_fingerprint": claim.fingerprint,
+                "p_tick": claim.tick,
+            }
             if claim.expected is None:
-                rows = await _all(conn, query.schedule_install(self.dialect, now, claim))
+                rows = await _all(conn, self._sql.schedule_install, params)
                 return TickResult(won=bool(rows))
-            moved = await conn.execute(query.schedule_move(now, claim))
+            moved = await conn.execute(
+                self._sql.schedule_move,
+                {
+                    **params,
+                    "p_expected_fingerprint": claim.expected.fingerprint,
+                    "p_expected_tick": claim.expected.last_tick,
+                },
+            )
             if moved.rowcount != 1:
                 return TickResult(won=False)
             if claim.job is None:
                 return TickResult(won=True)
-            [inserted] = await run_async(
-                conn, insert_plan(self.dialect, now, [claim.job], payloads)
-            )
+            plan = insert_plan(self.dialect, now, [claim.job], payloads)
+            [inserted] = await run_async(conn, plan)
             await conn.execute(
-                insert(schedule_fires).values(
-                    schedule_id=claim.schedule_id,
-                    fingerprint=claim.fingerprint,
-                    tick=claim.tick,
-                    skipped=claim.skipped,
-                    job_id=inserted.id,
-                    fired_at=now.expr(),
-                )
+                self._sql.record_fire,
+                {**params, "p_skipped": claim.skipped, "p_job_id": inserted.id},
             )
             return TickResult(won=True, job=inserted)
 
@@ -442,10 +460,11 @@ class SqlStore:
 
     async def now(self) -> datetime:
         """The store's time: the clock's, this machine's for SQLite, else the database's."""
-        value = self._now().value
+        value = self._now()
         if value is not None:
             return value
-        row = await self._transact(lambda conn: _one(conn, select(Now(None).expr())))
+        statement = select(TimeSql(self.dialect).now())
+        row = await self._transact(lambda conn: _one(conn, statement, {"now": None}), single=True)
         assert row is not None
         result: datetime = row[0]
         return result
@@ -474,8 +493,8 @@ class SqlStore:
         now = self._now()
 
         async def body(conn: AsyncConnection) -> JobStats:
-            counts = await _all(conn, query.counts())
-            oldest = await _one(conn, query.oldest(now))
+            counts = await _all(conn, self._sql.counts)
+            oldest = await _one(conn, self._sql.oldest, {"now": now})
             assert oldest is not None
             return query.job_stats(counts, oldest)
 
@@ -526,7 +545,7 @@ class SqlTransaction:
     def __init__(self, store: SqlStore) -> None:
         self._store = store
         self.connection: AsyncConnection | None = None
-        self.pending: list[tuple[Sequence[NewJob], Now]] = []
+        self.pending: list[tuple[Sequence[NewJob], datetime | None]] = []
 
     async def job_insert(self, batch: Sequence[NewJob]) -> list[Inserted]:
         """Insert jobs in this transaction: they exist if and only if it commits."""
@@ -543,21 +562,28 @@ class SqlTransaction:
         return inserted
 
 
-def _error_row(job_id: JobId, attempt: int, error: ErrorInfo) -> dict[str, Any]:
+def _error_row(
+    job_id: JobId, attempt: int, error: ErrorInfo, now: datetime | None
+) -> dict[str, Any]:
     return {
-        "job_id": job_id,
-        "attempt": attempt,
-        "error": error.error,
-        "traceback": error.traceback,
+        "p_job_id": job_id,
+        "p_attempt": attempt,
+        "p_error": error.error,
+        "p_traceback": error.traceback,
+        "now": now,
     }
 
 
-async def _all(connection: AsyncConnection, statement: Any) -> list[Any]:
-    return list((await connection.execute(statement)).all())
+async def _all(
+    connection: AsyncConnection, statement: Any, params: dict[str, Any] | None = None
+) -> list[Any]:
+    return list((await connection.execute(statement, params)).all())
 
 
-async def _one(connection: AsyncConnection, statement: Any) -> Any:
-    return (await connection.execute(statement)).first()
+async def _one(
+    connection: AsyncConnection, statement: Any, params: dict[str, Any] | None = None
+) -> Any:
+    return (await connection.execute(statement, params)).first()
 
 
 def _locked(error: OperationalError) -> bool:

@@ -1,0 +1,111 @@
+"""The state one memory deployment shares between its store handles."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from ket.store.memory.ready import ReadyQueue
+from ket.store.memory.row import JobRow
+from ket.store.memory.wakeup import WakeSignal
+from ket.store.types import (
+    ACTIVE_STATES,
+    RUNNABLE_STATES,
+    Fire,
+    Inserted,
+    JobId,
+    JobState,
+    NewJob,
+    ScheduleState,
+)
+
+
+class MemoryDatabase:
+    """Jobs, schedule rows, the fire ledger and the wake-up signal of one deployment, in memory.
+
+    Every MemoryStore opened on the same database sees the same rows: they act as replicas of one
+    deployment. The methods here change rows and keep the indexes in step; callers hold `lock`.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.rows: dict[JobId, JobRow] = {}
+        self.schedules: dict[str, ScheduleState] = {}
+        self.fires: dict[str, list[Fire]] = {}
+        self.signal = WakeSignal()
+        self._last_id: JobId = 0
+        # The partial unique index: (name, unique_key) -> the one active job holding it.
+        self._unique: dict[tuple[str, str], JobId] = {}
+        self._executing: set[JobId] = set()
+        self._ready: dict[str, ReadyQueue] = {}
+
+    def insert(self, job: NewJob, payload: str, now: datetime) -> Inserted:
+        """Add a job, or coalesce it with the active job holding its unique key."""
+        key = None if job.unique_key is None else (job.name, job.unique_key)
+        if key is not None and key in self._unique:
+            return Inserted(id=self._unique[key], coalesced=True)
+        self._last_id += 1
+        run_at = now if job.run_at is None else job.run_at.astimezone(UTC)
+        row = JobRow(
+            id=self._last_id,
+            name=job.name,
+            queue=job.queue,
+            state="available" if run_at <= now else "scheduled",
+            payload=payload,
+            payload_version=job.payload_version,
+            priority=job.priority,
+            max_attempts=job.max_attempts,
+            unique_key=job.unique_key,
+            company=job.company,
+            run_at=run_at,
+            enqueued_at=now,
+            tick=None if job.tick is None else job.tick.astimezone(UTC),
+            ticks_skipped=job.ticks_skipped,
+        )
+        self.rows[row.id] = row
+        self.move(row, row.state)
+        return Inserted(id=row.id, coalesced=False)
+
+    def move(self, row: JobRow, state: JobState) -> None:
+        """Put a row in `state`, keeping the unique index, executing set and ready queues true.
+
+        Set run_at before moving a row into a runnable state: its ready-queue entry uses it.
+        """
+        row.state = state
+        key = row.key
+        if key is not None:
+            if state in ACTIVE_STATES:
+                self._unique[key] = row.id
+            elif self._unique.get(key) == row.id:
+                del self._unique[key]
+        if state == "executing":
+            self._executing.add(row.id)
+        else:
+            self._executing.discard(row.id)
+        if state in RUNNABLE_STATES:
+            self._ready.setdefault(row.queue, ReadyQueue()).push(row)
+
+    def delete(self, job_ids: Sequence[JobId]) -> None:
+        """Remove rows (pruned, or inserted by a transaction that rolled back)."""
+        for job_id in job_ids:
+            row = self.rows.pop(job_id, None)
+            if row is None:
+                continue
+            key = row.key
+            if key is not None and self._unique.get(key) == job_id:
+                del self._unique[key]
+            self._executing.discard(job_id)
+
+    def holder(self, key: tuple[str, str]) -> JobId | None:
+        """The active job holding a unique key, if any."""
+        return self._unique.get(key)
+
+    def take_due(self, queue: str, now: datetime, limit: int) -> list[JobRow]:
+        """Up to `limit` due runnable rows of `queue`, in (priority, run_at, id) order."""
+        ready = self._ready.get(queue)
+        return [] if ready is None else ready.take(now, limit, self.rows)
+
+    def executing(self) -> list[JobRow]:
+        """The rows currently executing, in no particular order."""
+        return [self.rows[job_id] for job_id in self._executing]

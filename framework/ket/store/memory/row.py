@@ -1,0 +1,104 @@
+"""A job as the memory store keeps it: a mutable record, copied into frozen rows on the way out."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ket.store.types import ClaimedJob, ErrorRecord, JobId, JobRecord, JobState
+
+
+@dataclass(kw_only=True, slots=True)
+class JobRow:
+    """One job's columns; only the database mutates it, under its lock, and never hands it out.
+
+    The payload stays the JSON text `encode_payloads` produced, so every row handed out decodes
+    a fresh dict: a caller mutating its payload can never change the stored job.
+    """
+
+    id: JobId
+    name: str
+    queue: str
+    state: JobState
+    payload: str
+    payload_version: int
+    priority: int
+    max_attempts: int
+    unique_key: str | None
+    company: str | None
+    run_at: datetime
+    enqueued_at: datetime
+    tick: datetime | None
+    ticks_skipped: int | None
+    attempt: int = 0
+    fence: int = 0
+    attempted_at: datetime | None = None
+    finished_at: datetime | None = None
+    worker_id: str | None = None
+    lease_until: datetime | None = None
+    cancel_requested: bool = False
+    errors: list[ErrorRecord] = field(default_factory=list)
+    # Bumped each time the row enters a ready queue: older queue entries for it are stale.
+    token: int = 0
+
+    @property
+    def key(self) -> tuple[str, str] | None:
+        """The (name, unique_key) this job holds while active, if it has a key."""
+        return None if self.unique_key is None else (self.name, self.unique_key)
+
+    def record_error(self, error: str, traceback: str | None, at: datetime) -> None:
+        """Append an entry to the history, numbered with the current attempt."""
+        self.errors.append(
+            ErrorRecord(attempt=self.attempt, at=at, error=error, traceback=traceback)
+        )
+
+    def claimed(self) -> ClaimedJob:
+        """The frozen view a worker runs the job from."""
+        if self.lease_until is None:
+            raise AssertionError(f"job {self.id} was handed out as claimed without a lease")
+        return ClaimedJob(
+            id=self.id,
+            name=self.name,
+            queue=self.queue,
+            payload=json.loads(self.payload),
+            payload_version=self.payload_version,
+            priority=self.priority,
+            attempt=self.attempt,
+            max_attempts=self.max_attempts,
+            unique_key=self.unique_key,
+            company=self.company,
+            run_at=self.run_at,
+            enqueued_at=self.enqueued_at,
+            lease_until=self.lease_until,
+            fence=self.fence,
+            tick=self.tick,
+            ticks_skipped=self.ticks_skipped,
+        )
+
+    def record(self) -> JobRecord:
+        """The frozen view of every column, for tools and tests."""
+        return JobRecord(
+            id=self.id,
+            name=self.name,
+            queue=self.queue,
+            state=self.state,
+            payload=json.loads(self.payload),
+            payload_version=self.payload_version,
+            priority=self.priority,
+            attempt=self.attempt,
+            max_attempts=self.max_attempts,
+            unique_key=self.unique_key,
+            company=self.company,
+            run_at=self.run_at,
+            enqueued_at=self.enqueued_at,
+            attempted_at=self.attempted_at,
+            finished_at=self.finished_at,
+            worker_id=self.worker_id,
+            lease_until=self.lease_until,
+            fence=self.fence,
+            cancel_requested=self.cancel_requested,
+            errors=tuple(self.errors),
+            tick=self.tick,
+            ticks_skipped=self.ticks_skipped,
+        )

@@ -1,0 +1,351 @@
+"""MemoryStore: the job store contract and every capability, in this process's memory."""
+
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator, Collection, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+
+from ket.errors import JobRejected, StoreError
+from ket.store.clock import Clock, SystemClock
+from ket.store.memory import transition
+from ket.store.memory.database import MemoryDatabase
+from ket.store.memory.transaction import MemoryTransaction
+from ket.store.types import (
+    RUNNABLE_STATES,
+    ClaimedJob,
+    Fire,
+    Heartbeat,
+    HeartbeatResult,
+    Inserted,
+    JobClaim,
+    JobId,
+    JobQuery,
+    JobRecord,
+    JobStats,
+    NewJob,
+    Prune,
+    Rescued,
+    ScheduleState,
+    Settle,
+    SettleResult,
+    StateChange,
+    TickClaim,
+    TickResult,
+)
+from ket.store.validate import (
+    check_claim,
+    check_heartbeat,
+    check_prune,
+    check_settlements,
+    encode_payloads,
+)
+
+
+class MemoryStore:
+    """A store handle on a MemoryDatabase: JobStore, PushStore, QueryableStore, TransactionalStore.
+
+    Handles on one database act as replicas of one deployment. Each operation runs under the
+    database's lock without awaiting, so it is atomic against other tasks and threads.
+
+    Limitation: the memory store has no isolation. Jobs inserted in an open `transaction()` are
+    visible to (and claimable by) every handle at once, and vanish if the transaction rolls back;
+    only the wake-ups wait for the commit.
+
+        store = MemoryStore(clock=ManualClock(start))
+        [inserted] = await store.job_insert([NewJob(name="send_receipt", payload={"order": 7})])
+    """
+
+    def __init__(self, database: MemoryDatabase | None = None, *, clock: Clock | None = None):
+        self.database = MemoryDatabase() if database is None else database
+        self._clock = SystemClock() if clock is None else clock
+        self._closed = False
+
+    # -- JobStore ---------------------------------------------------------------------------
+
+    async def job_insert(self, jobs: Sequence[NewJob]) -> list[Inserted]:
+        """Insert jobs; a unique key coalesces with the active job holding it."""
+        inserted, queues = self._insert(jobs)
+        self.database.signal.notify(queues)
+        return inserted
+
+    async def job_claim(self, claim: JobClaim) -> list[ClaimedJob]:
+        """Claim due jobs in priority, run-at, id order; each gets a lease and a new fence."""
+        check_claim(claim)
+        with self._locked():
+            now = self._now()
+            lease_until = _later(now, claim.lease_seconds, "lease_seconds")
+            rows = self.database.take_due(claim.queue, now, claim.limit)
+            for row in rows:
+                transition.claim(self.database, row, claim.worker_id, now, lease_until)
+            return [row.claimed() for row in rows]
+
+    async def job_settle(self, settlements: Sequence[Settle]) -> SettleResult:
+        """Apply outcomes whose fence is current; refuse the rest and leave their rows alone."""
+        check_settlements(settlements)
+        applied: list[JobId] = []
+        refused: list[JobId] = []
+        with self._locked():
+            now = self._now()
+            run_ats = [_later(now, s.delay_seconds, "delay_seconds") for s in settlements]
+            for settle, run_at in zip(settlements, run_ats, strict=True):
+                row = self.database.rows.get(settle.id)
+                if row is None or row.state != "executing" or row.fence != settle.fence:
+                    refused.append(settle.id)
+                else:
+                    transition.settle(self.database, row, settle, now, run_at)
+                    applied.append(settle.id)
+        return SettleResult(applied=tuple(applied), refused=tuple(refused))
+
+    async def job_heartbeat(self, heartbeat: Heartbeat) -> HeartbeatResult:
+        """Extend the leases still held; report lost leases and requested cancels."""
+        check_heartbeat(heartbeat)
+        extended: list[JobId] = []
+        lost: list[JobId] = []
+        cancels: list[JobId] = []
+        with self._locked():
+            now = self._now()
+            lease_until = _later(now, heartbeat.lease_seconds, "lease_seconds")
+            for lease in heartbeat.leases:
+                row = self.database.rows.get(lease.id)
+                if row is None or row.state != "executing" or row.fence != lease.fence:
+                    lost.append(lease.id)
+                    continue
+                row.lease_until = lease_until
+                extended.append(lease.id)
+                if row.cancel_requested:
+                    cancels.append(lease.id)
+        return HeartbeatResult(
+            extended=tuple(extended), lost=tuple(lost), cancel_requested=tuple(cancels)
+        )
+
+    async def job_rescue(self, limit: int = 1_000) -> list[Rescued]:
+        """Move executing jobs whose lease expired to retryable, discarded or cancelled."""
+        _check_limit("rescue limit", limit, minimum=1)
+        with self._locked():
+            now = self._now()
+            expired = [
+                row
+                for row in self.database.executing()
+                if row.lease_until is not None and row.lease_until < now
+            ]
+            oldest = heapq.nsmallest(limit, expired, key=lambda row: (row.lease_until, row.id))
+            return [transition.rescue(self.database, row, now) for row in oldest]
+
+    async def job_cancel(self, job_id: JobId) -> StateChange:
+        """Cancel runnable work now; mark executing work so its worker aborts it."""
+        with self._locked():
+            row = self.database.rows.get(job_id)
+            if row is None:
+                return transition.unknown(job_id)
+            return transition.cancel(self.database, row, self._now())
+
+    async def job_retry(self, job_id: JobId) -> StateChange:
+        """Make retryable or discarded work available now, keeping its attempts and history."""
+        with self._locked():
+            row = self.database.rows.get(job_id)
+            if row is None:
+                return transition.unknown(job_id)
+            return transition.retry(self.database, row, self._now())
+
+    async def job_prune(self, prune: Prune) -> int:
+        """Delete up to `prune.limit` terminal jobs past retention, oldest first."""
+        check_prune(prune)
+        with self._locked():
+            try:
+                cutoff = self._now() - timedelta(seconds=prune.older_than_seconds)
+            except OverflowError:
+                return 0  # a retention longer than the calendar: nothing is old enough
+            old = [
+                row
+                for row in self.database.rows.values()
+                if row.state in prune.states
+                and row.finished_at is not None
+                and row.finished_at <= cutoff
+            ]
+            oldest = heapq.nsmallest(prune.limit, old, key=lambda row: (row.finished_at, row.id))
+            self.database.delete([row.id for row in oldest])
+            return len(oldest)
+
+    async def schedule_get(self, schedule_ids: Sequence[str]) -> dict[str, ScheduleState]:
+        """The state rows of these schedules (absent: never installed)."""
+        with self._locked():
+            states = self.database.schedules
+            return {sid: states[sid] for sid in schedule_ids if sid in states}
+
+    async def schedule_claim_tick(self, claim: TickClaim) -> TickResult:
+        """Compare-and-set a schedule's row; the winner's job and ledger entry go in with it."""
+        if claim.tick.utcoffset() is None:
+            raise JobRejected(
+                f"schedule {claim.schedule_id!r}: tick must be a timezone-aware datetime, "
+                f"got {claim.tick!r}"
+            )
+        job = claim.job if claim.expected is not None else None  # installing never fires
+        payloads = encode_payloads([job]) if job is not None else []
+        with self._locked():
+            states = self.database.schedules
+            current = states.get(claim.schedule_id)
+            if not _holds(current, claim.expected):
+                return TickResult(won=False)
+            states[claim.schedule_id] = ScheduleState(
+                schedule_id=claim.schedule_id,
+                fingerprint=claim.fingerprint,
+                last_tick=claim.tick.astimezone(UTC),
+            )
+            if job is None:
+                return TickResult(won=True)
+            now = self._now()
+            inserted = self.database.insert(job, payloads[0], now)
+            fire = Fire(
+                schedule_id=claim.schedule_id,
+                fingerprint=claim.fingerprint,
+                tick=claim.tick.astimezone(UTC),
+                skipped=claim.skipped,
+                job_id=inserted.id,
+                fired_at=now,
+            )
+            self.database.fires.setdefault(claim.schedule_id, []).append(fire)
+        if not inserted.coalesced and _due(job, now):
+            self.database.signal.notify([job.queue])
+        return TickResult(won=True, job=inserted)
+
+    async def now(self) -> datetime:
+        """The store's time: the clock's, or this machine's."""
+        self._check_open()
+        return self._now()
+
+    async def close(self) -> None:
+        """Close this handle (the database lives on for other handles); waits on it end."""
+        self._closed = True
+        self.database.signal.release(self)
+
+    # -- PushStore --------------------------------------------------------------------------
+
+    async def wait_for_jobs(self, queues: Collection[str], timeout: float) -> bool:
+        """Wait up to `timeout` seconds for a job made available in one of `queues`."""
+        self._check_open()
+        if not isinstance(timeout, int | float) or math.isnan(timeout) or timeout < 0:
+            raise JobRejected(f"timeout must not be negative, got {timeout!r}")
+        woken = await self.database.signal.wait(queues, timeout, owner=self)
+        self._check_open()
+        return woken
+
+    # -- QueryableStore ---------------------------------------------------------------------
+
+    async def job_get(self, job_id: JobId) -> JobRecord | None:
+        """One job in full, or None."""
+        with self._locked():
+            row = self.database.rows.get(job_id)
+            return None if row is None else row.record()
+
+    async def job_list(self, query: JobQuery) -> list[JobRecord]:
+        """Jobs matching the query, newest first."""
+        _check_limit("job list limit", query.limit, minimum=0)
+        _check_limit("job list offset", query.offset, minimum=0)
+        with self._locked():
+            matches = (
+                row
+                for row in reversed(self.database.rows.values())
+                if (query.state is None or row.state == query.state)
+                and (query.queue is None or row.queue == query.queue)
+                and (query.name is None or row.name == query.name)
+            )
+            page: list[JobRecord] = []
+            for index, row in enumerate(matches):
+                if len(page) >= query.limit:
+                    break
+                if index >= query.offset:
+                    page.append(row.record())
+            return page
+
+    async def job_stats(self) -> JobStats:
+        """Counts by state and queue, the oldest lease's age and the oldest due job's wait."""
+        with self._locked():
+            now = self._now()
+            rows = self.database.rows.values()
+            counts = Counter((row.state, row.queue) for row in rows)
+            leased = [row.attempted_at for row in self.database.executing() if row.attempted_at]
+            waiting = [r.run_at for r in rows if r.state in RUNNABLE_STATES and r.run_at <= now]
+        return JobStats(
+            counts=dict(counts),
+            oldest_lease_age=(now - min(leased)).total_seconds() if leased else None,
+            oldest_available_age=(now - min(waiting)).total_seconds() if waiting else None,
+        )
+
+    async def schedule_fires(self, schedule_id: str, limit: int = 50) -> list[Fire]:
+        """The schedule's fire ledger, newest first."""
+        _check_limit("fire list limit", limit, minimum=0)
+        with self._locked():
+            ledger = self.database.fires.get(schedule_id, [])
+            # Newest tick first, later entries first among equal ticks (a stable sort).
+            return sorted(reversed(ledger), key=lambda fire: fire.tick, reverse=True)[:limit]
+
+    # -- TransactionalStore -----------------------------------------------------------------
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[MemoryTransaction]:
+        """Insert jobs that are undone if the block raises; wake-ups wait for the commit."""
+        self._check_open()
+        transaction = MemoryTransaction(self.database, self._insert)
+        try:
+            yield transaction
+        except BaseException:
+            transaction.rollback()
+            raise
+        transaction.commit()
+
+    # -- inside -----------------------------------------------------------------------------
+
+    def _insert(self, jobs: Sequence[NewJob]) -> tuple[list[Inserted], set[str]]:
+        """Insert (validated first, all or nothing); also the queues that have new due work."""
+        self._check_open()
+        payloads = encode_payloads(jobs)
+        with self._locked():
+            now = self._now()
+            inserted = [
+                self.database.insert(job, payload, now)
+                for job, payload in zip(jobs, payloads, strict=True)
+            ]
+        queues = {
+            job.queue
+            for job, result in zip(jobs, inserted, strict=True)
+            if not result.coalesced and _due(job, now)
+        }
+        return inserted, queues
+
+    def _now(self) -> datetime:
+        return self._clock.now().astimezone(UTC)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("store is closed")
+
+    def _locked(self) -> threading.Lock:
+        self._check_open()
+        return self.database.lock
+
+
+def _later(now: datetime, seconds: float, field: str) -> datetime:
+    try:
+        return now + timedelta(seconds=seconds)
+    except OverflowError:
+        raise JobRejected(f"{field} is too far in the future, got {seconds!r}") from None
+
+
+def _due(job: NewJob, now: datetime) -> bool:
+    return job.run_at is None or job.run_at <= now
+
+
+def _holds(current: ScheduleState | None, expected: ScheduleState | None) -> bool:
+    if expected is None or current is None:
+        return expected is None and current is None
+    return (current.fingerprint, current.last_tick) == (expected.fingerprint, expected.last_tick)
+
+
+def _check_limit(field: str, value: object, *, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise JobRejected(f"{field} must be an integer of at least {minimum}, got {value!r}")
