@@ -21,11 +21,16 @@ class Listener:
         self._dsn = dsn
         self._wakeups = wakeups
         self._task: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()
 
-    def start(self) -> None:
-        """Start listening in the background (idempotent)."""
+    async def ready(self, timeout: float) -> None:
+        """Start listening if not yet, and wait (up to `timeout`) until LISTEN is in place."""
         if self._task is None or self._task.done():
+            self._listening = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._run(), name="ket-listener")
+        if not self._listening.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._listening.wait(), timeout)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -42,8 +47,10 @@ class Listener:
                     self._dsn, autocommit=True
                 ) as connection:
                     await connection.execute(f"LISTEN {CHANNEL}")
-                    # whatever was sent while nobody listened is lost: wake everyone once
-                    self._wakeups.notify_all()
+                    if self._listening.is_set():
+                        # a reconnect: what was sent meanwhile is lost, so wake everyone once
+                        self._wakeups.notify_all()
+                    self._listening.set()
                     delay = 0.1
                     async for notification in connection.notifies():
                         self._wakeups.notify([notification.payload])

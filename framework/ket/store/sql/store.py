@@ -49,6 +49,7 @@ from ket.store.wakeup import Wakeups, shared
 
 T = TypeVar("T")
 _LOCKED_RETRIES = 8
+_RECORDS_ERROR = frozenset({"retryable", "discarded", "cancelled"})
 
 
 class SqlStore:
@@ -70,7 +71,9 @@ class SqlStore:
             else None
         )
         key = engine.url.render_as_string(hide_password=True)
-        self._wakeups: Wakeups = shared(key) if self.dialect == "sqlite" else Wakeups()
+        # handles of one database in this process share their wake-ups; PostgreSQL adds NOTIFY
+        # for the other processes
+        self._wakeups: Wakeups = shared(key)
         self._listener = (
             Listener(libpq_dsn(engine.url), self._wakeups) if self.dialect == "postgresql" else None
         )
@@ -166,8 +169,7 @@ class SqlStore:
         return run_sync(connection, insert_plan(dialect, now, batch, payloads))
 
     def _woken(self, batch: Sequence[NewJob], now: datetime | None) -> None:
-        if self.dialect == "sqlite":  # PostgreSQL wakes through NOTIFY at commit
-            self._wakeups.notify(wake_queues(batch, now))
+        self._wakeups.notify(wake_queues(batch, now))
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlTransaction]:
@@ -203,8 +205,9 @@ class SqlStore:
         if not settlements:
             return SettleResult(applied=(), refused=())
         now = self._now()
-        plain = [s for s in settlements if s.outcome == "completed" and s.error is None]
-        others = [s for s in settlements if not (s.outcome == "completed" and s.error is None)]
+        # a completion records no error, so every completion goes through the batched statement
+        plain = [s for s in settlements if s.outcome == "completed"]
+        others = [s for s in settlements if s.outcome != "completed"]
 
         async def body(conn: AsyncConnection) -> set[JobId]:
             applied: set[JobId] = set()
@@ -219,7 +222,7 @@ class SqlStore:
                 rows = await _all(conn, self._sql.settle[settle.outcome], params)
                 if rows:
                     applied.add(settle.id)
-                    if settle.error is not None and settle.outcome != "snoozed":
+                    if settle.error is not None and settle.outcome in _RECORDS_ERROR:
                         errors.append(_error_row(settle.id, rows[0].attempt, settle.error, now))
             if errors:
                 await conn.execute(self._sql.append_errors, errors)
@@ -526,7 +529,7 @@ class SqlStore:
     async def wait_for_jobs(self, queues: Collection[str], timeout: float) -> bool:
         """Wait for a wake-up (NOTIFY on PostgreSQL, in-process on SQLite) or the timeout."""
         if self._listener is not None:
-            self._listener.start()
+            await self._listener.ready(timeout)
         return await self._wakeups.wait(queues, timeout)
 
     async def close(self) -> None:
