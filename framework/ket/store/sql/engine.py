@@ -61,11 +61,10 @@ def create_engine(url: str | URL, *, pool_size: int = 5, **options: Any) -> Asyn
     """An async engine for the URL, with SQLite set up for concurrent workers."""
     target = async_url(url)
     if target.get_backend_name() == "sqlite":
+        connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_S, "isolation_level": None}
+        connect_args.update(options.pop("connect_args", {}))
         engine = create_async_engine(
-            target,
-            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "isolation_level": None},
-            pool_size=pool_size,
-            **options,
+            target, connect_args=connect_args, pool_size=pool_size, **options
         )
         sqlite_discipline(engine.sync_engine)
         return engine
