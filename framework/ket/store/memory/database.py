@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 
 from ket.store.memory.ready import ReadyQueue
 from ket.store.memory.row import JobRow
-from ket.store.memory.wakeup import WakeSignal
 from ket.store.types import (
     ACTIVE_STATES,
     RUNNABLE_STATES,
@@ -19,10 +18,11 @@ from ket.store.types import (
     NewJob,
     ScheduleState,
 )
+from ket.store.wakeup import Wakeups
 
 
 class MemoryDatabase:
-    """Jobs, schedule rows, the fire ledger and the wake-up signal of one deployment, in memory.
+    """Jobs, schedule rows, the fire ledger and the wake-ups of one deployment, in memory.
 
     Every MemoryStore opened on the same database sees the same rows: they act as replicas of one
     deployment. The methods here change rows and keep the indexes in step; callers hold `lock`.
@@ -33,7 +33,7 @@ class MemoryDatabase:
         self.rows: dict[JobId, JobRow] = {}
         self.schedules: dict[str, ScheduleState] = {}
         self.fires: dict[str, list[Fire]] = {}
-        self.signal = WakeSignal()
+        self.wakeups = Wakeups()
         self._last_id: JobId = 0
         # The partial unique index: (name, unique_key) -> the one active job holding it.
         self._unique: dict[tuple[str, str], JobId] = {}

@@ -70,7 +70,7 @@ class MemoryStore:
     async def job_insert(self, jobs: Sequence[NewJob]) -> list[Inserted]:
         """Insert jobs; a unique key coalesces with the active job holding it."""
         inserted, queues = self._insert(jobs)
-        self.database.signal.notify(queues)
+        self.database.wakeups.notify(queues)
         return inserted
 
     async def job_claim(self, claim: JobClaim) -> list[ClaimedJob]:
@@ -210,7 +210,7 @@ class MemoryStore:
             )
             self.database.fires.setdefault(claim.schedule_id, []).append(fire)
         if not inserted.coalesced and _due(job, now):
-            self.database.signal.notify([job.queue])
+            self.database.wakeups.notify([job.queue])
         return TickResult(won=True, job=inserted)
 
     async def now(self) -> datetime:
@@ -219,9 +219,8 @@ class MemoryStore:
         return self._now()
 
     async def close(self) -> None:
-        """Close this handle (the database lives on for other handles); waits on it end."""
+        """Close this handle; the database lives on for its other handles."""
         self._closed = True
-        self.database.signal.release(self)
 
     # -- PushStore --------------------------------------------------------------------------
 
@@ -230,8 +229,8 @@ class MemoryStore:
         self._check_open()
         if not isinstance(timeout, int | float) or math.isnan(timeout) or timeout < 0:
             raise JobRejected(f"timeout must not be negative, got {timeout!r}")
-        woken = await self.database.signal.wait(queues, timeout, owner=self)
-        self._check_open()
+        woken = await self.database.wakeups.wait(queues, timeout)
+        self._check_open()  # closed meanwhile: say so rather than report a wake-up
         return woken
 
     # -- QueryableStore ---------------------------------------------------------------------

@@ -39,7 +39,7 @@ class MemoryTransaction:
     def commit(self) -> None:
         """Keep the inserted jobs and send their wake-ups."""
         self._open = False
-        self._database.signal.notify(self._queues)
+        self._database.wakeups.notify(self._queues)
 
     def rollback(self) -> None:
         """Delete the jobs this transaction inserted; ids are not reused."""
