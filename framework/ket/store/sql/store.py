@@ -8,21 +8,21 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import URL, Connection, delete, select
+from sqlalchemy import URL, Connection, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ket.errors import JobRejected, StoreError
 from ket.store import validate
 from ket.store.clock import Clock
-from ket.store.sql import query
+from ket.store.sql import command, query, schedule
 from ket.store.sql.engine import create_engine, libpq_dsn, parse_url
+from ket.store.sql.fetch import fetch_all, fetch_one
 from ket.store.sql.insert import insert_plan, run_async, run_sync, wake_queues
 from ket.store.sql.listener import Listener
 from ket.store.sql.migration import migrate
 from ket.store.sql.now import TimeSql, time_params
-from ket.store.sql.schema import job_errors, jobs, schedule_fires
-from ket.store.sql.schema import schedules as schedule_rows
+from ket.store.sql.schema import jobs
 from ket.store.types import (
     ClaimedJob,
     ErrorInfo,
@@ -195,7 +195,9 @@ class SqlStore:
         validate.check_claim(claim)
         params = time_params(self._now(), lease=claim.lease_seconds)
         params.update(p_queue=claim.queue, limit=claim.limit, p_worker_id=claim.worker_id)
-        rows = await self._transact(lambda conn: _all(conn, self._sql.claim, params), single=True)
+        rows = await self._transact(
+            lambda conn: fetch_all(conn, self._sql.claim, params), single=True
+        )
         claimed = [query.claimed_job(row) for row in rows]
         return sorted(claimed, key=lambda job: (job.priority, job.run_at, job.id))
 
@@ -213,13 +215,13 @@ class SqlStore:
             applied: set[JobId] = set()
             if plain:
                 pairs = [(s.id, s.fence) for s in plain]
-                rows = await _all(conn, self._sql.complete_many, {"now": now, "pairs": pairs})
+                rows = await fetch_all(conn, self._sql.complete_many, {"now": now, "pairs": pairs})
                 applied.update(row.id for row in rows)
             errors: list[dict[str, Any]] = []
             for settle in others:
                 params = time_params(now, delay=settle.delay_seconds)
                 params.update(p_id=settle.id, p_fence=settle.fence)
-                rows = await _all(conn, self._sql.settle[settle.outcome], params)
+                rows = await fetch_all(conn, self._sql.settle[settle.outcome], params)
                 if rows:
                     applied.add(settle.id)
                     if settle.error is not None and settle.outcome in _RECORDS_ERROR:
@@ -244,7 +246,7 @@ class SqlStore:
         params = time_params(self._now(), lease=heartbeat.lease_seconds)
         params["pairs"] = [(lease.id, lease.fence) for lease in heartbeat.leases]
         rows = await self._transact(
-            lambda conn: _all(conn, self._sql.heartbeat, params), single=True
+            lambda conn: fetch_all(conn, self._sql.heartbeat, params), single=True
         )
         extended = {row.id for row in rows}
         ids = [lease.id for lease in heartbeat.leases]
@@ -261,7 +263,7 @@ class SqlStore:
         now = self._now()
 
         async def body(conn: AsyncConnection) -> list[Rescued]:
-            rows = await _all(conn, self._sql.rescue, {"now": now, "limit": limit})
+            rows = await fetch_all(conn, self._sql.rescue, {"now": now, "limit": limit})
             if rows:
                 await conn.execute(
                     self._sql.append_errors,
@@ -296,111 +298,23 @@ class SqlStore:
     async def job_cancel(self, job_id: JobId) -> StateChange:
         """Cancel pending work now; executing work gets a cancel request."""
         now = self._now()
-
-        async def body(conn: AsyncConnection) -> StateChange:
-            row = await _one(conn, self._sql.lock_job, {"p_id": job_id})
-            if row is None:
-                return StateChange(
-                    id=job_id, previous=None, state=None, changed=False, reason="no such job"
-                )
-            state = row.state
-            if state in ("available", "scheduled", "retryable"):
-                await conn.execute(self._sql.cancel_now, {"p_id": job_id, "now": now})
-                return StateChange(id=job_id, previous=state, state="cancelled", changed=True)
-            if state == "executing":
-                if row.cancel_requested:
-                    return StateChange(
-                        id=job_id,
-                        previous=state,
-                        state=state,
-                        changed=False,
-                        reason="cancel already requested",
-                    )
-                await conn.execute(self._sql.request_cancel, {"p_id": job_id})
-                return StateChange(
-                    id=job_id,
-                    previous=state,
-                    state=state,
-                    changed=True,
-                    reason="cancel requested: its worker aborts it",
-                )
-            return StateChange(
-                id=job_id, previous=state, state=state, changed=False, reason=f"already {state}"
-            )
-
-        return await self._transact(body)
+        return await self._transact(lambda conn: command.cancel(conn, self._sql, now, job_id))
 
     async def job_retry(self, job_id: JobId) -> StateChange:
         """Make retryable or discarded work available now, history kept."""
         now = self._now()
-
-        async def body(conn: AsyncConnection) -> StateChange:
-            row = await _one(conn, self._sql.lock_job, {"p_id": job_id})
-            if row is None:
-                return StateChange(
-                    id=job_id, previous=None, state=None, changed=False, reason="no such job"
-                )
-            if row.state not in ("retryable", "discarded"):
-                return StateChange(
-                    id=job_id,
-                    previous=row.state,
-                    state=row.state,
-                    changed=False,
-                    reason=f"only retryable or discarded jobs can be retried, "
-                    f"this one is {row.state}",
-                )
-            if row.unique_key is not None and row.state == "discarded":
-                holder = await _one(
-                    conn,
-                    self._sql.active_holder,
-                    {"p_name": row.name, "p_unique_key": row.unique_key},
-                )
-                if holder is not None:
-                    return StateChange(
-                        id=job_id,
-                        previous=row.state,
-                        state=row.state,
-                        changed=False,
-                        reason=f"unique key {row.unique_key!r} is held by active job {holder.id}",
-                    )
-            await conn.execute(
-                self._sql.make_available,
-                {
-                    "p_id": job_id,
-                    "now": now,
-                    "p_max_attempts": max(row.max_attempts, row.attempt + 1),
-                },
-            )
-            return StateChange(id=job_id, previous=row.state, state="available", changed=True)
-
         try:
-            return await self._transact(body)
+            return await self._transact(lambda conn: command.retry(conn, self._sql, now, job_id))
         except StoreError as error:
-            if isinstance(error.__cause__, IntegrityError):
-                return StateChange(
-                    id=job_id,
-                    previous=None,
-                    state=None,
-                    changed=False,
-                    reason="its unique key was taken meanwhile; try again",
-                )
+            if isinstance(error.__cause__, IntegrityError):  # a racing insert took the key
+                return command.unchanged(job_id, None, "its unique key was taken; try again")
             raise
 
     async def job_prune(self, prune: Prune) -> int:
         """Delete a bounded batch of terminal jobs past retention, oldest first."""
         validate.check_prune(prune)
         now = self._now()
-
-        async def body(conn: AsyncConnection) -> int:
-            params = time_params(now, retention=-prune.older_than_seconds)
-            params.update(states=list(prune.states), limit=prune.limit)
-            ids = [row.id for row in await _all(conn, self._sql.prunable, params)]
-            if ids:
-                await conn.execute(delete(job_errors).where(job_errors.c.job_id.in_(ids)))
-                await conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
-            return len(ids)
-
-        return await self._transact(body)
+        return await self._transact(lambda conn: command.prune(conn, self._sql, now, prune))
 
     # -- schedules --------------------------------------------------------------------------
 
@@ -408,14 +322,7 @@ class SqlStore:
         """The state rows of these schedules."""
         if not schedule_ids:
             return {}
-        statement = select(schedule_rows).where(schedule_rows.c.schedule_id.in_(schedule_ids))
-        rows = await self._transact(lambda conn: _all(conn, statement))
-        return {
-            row.schedule_id: ScheduleState(
-                schedule_id=row.schedule_id, fingerprint=row.fingerprint, last_tick=row.last_tick
-            )
-            for row in rows
-        }
+        return await self._transact(lambda conn: schedule.states(conn, schedule_ids))
 
     async def schedule_claim_tick(self, claim: TickClaim) -> TickResult:
         """Compare-and-set the schedule's row; the winner inserts its job and ledger entry."""
@@ -425,41 +332,16 @@ class SqlStore:
             )
         payloads = validate.encode_payloads([claim.job]) if claim.job else []
         now = self._now()
-
-        async def body(conn: AsyncConnection) -> TickResult:
-            params = {
-                "now": now,
-                "p_schedule_id": claim.schedule_id,
-                "p_fingerprint": claim.fingerprint,
-                "p_tick": claim.tick,
-            }
-            if claim.expected is None:
-                rows = await _all(conn, self._sql.schedule_install, params)
-                return TickResult(won=bool(rows))
-            moved = await conn.execute(
-                self._sql.schedule_move,
-                {
-                    **params,
-                    "p_expected_fingerprint": claim.expected.fingerprint,
-                    "p_expected_tick": claim.expected.last_tick,
-                },
-            )
-            if moved.rowcount != 1:
-                return TickResult(won=False)
-            if claim.job is None:
-                return TickResult(won=True)
-            plan = insert_plan(self.dialect, now, [claim.job], payloads)
-            [inserted] = await run_async(conn, plan)
-            await conn.execute(
-                self._sql.record_fire,
-                {**params, "p_skipped": claim.skipped, "p_job_id": inserted.id},
-            )
-            return TickResult(won=True, job=inserted)
-
-        result = await self._transact(body)
+        result = await self._transact(
+            lambda conn: schedule.claim_tick(conn, self._sql, self.dialect, now, claim, payloads)
+        )
         if result.job is not None and claim.job is not None:
             self._woken([claim.job], now)
         return result
+
+    async def schedule_fires(self, schedule_id: str, limit: int = 50) -> list[Fire]:
+        """The schedule's fire ledger, newest first."""
+        return await self._transact(lambda conn: schedule.fires(conn, schedule_id, limit))
 
     async def now(self) -> datetime:
         """The store's time: the clock's, this machine's for SQLite, else the database's."""
@@ -467,8 +349,9 @@ class SqlStore:
         if value is not None:
             return value
         statement = select(TimeSql(self.dialect).now())
-        row = await self._transact(lambda conn: _one(conn, statement, {"now": None}), single=True)
-        assert row is not None
+        row = await self._transact(
+            lambda conn: fetch_one(conn, statement, {"now": None}), single=True
+        )
         result: datetime = row[0]
         return result
 
@@ -485,8 +368,9 @@ class SqlStore:
 
     async def _records(self, statement: Any) -> list[JobRecord]:
         async def body(conn: AsyncConnection) -> list[JobRecord]:
-            rows = await _all(conn, statement)
-            history = await _all(conn, query.errors_of([row.id for row in rows])) if rows else []
+            rows = await fetch_all(conn, statement)
+            ids = [row.id for row in rows]
+            history = await fetch_all(conn, query.errors_of(ids)) if rows else []
             return query.job_records(rows, history)
 
         return await self._transact(body)
@@ -496,33 +380,11 @@ class SqlStore:
         now = self._now()
 
         async def body(conn: AsyncConnection) -> JobStats:
-            counts = await _all(conn, self._sql.counts)
-            oldest = await _one(conn, self._sql.oldest, {"now": now})
-            assert oldest is not None
+            counts = await fetch_all(conn, self._sql.counts)
+            oldest = await fetch_one(conn, self._sql.oldest, {"now": now})
             return query.job_stats(counts, oldest)
 
         return await self._transact(body)
-
-    async def schedule_fires(self, schedule_id: str, limit: int = 50) -> list[Fire]:
-        """The schedule's fire ledger, newest first."""
-        statement = (
-            select(schedule_fires)
-            .where(schedule_fires.c.schedule_id == schedule_id)
-            .order_by(schedule_fires.c.tick.desc(), schedule_fires.c.id.desc())
-            .limit(limit)
-        )
-        rows = await self._transact(lambda conn: _all(conn, statement))
-        return [
-            Fire(
-                schedule_id=r.schedule_id,
-                fingerprint=r.fingerprint,
-                tick=r.tick,
-                skipped=r.skipped,
-                job_id=r.job_id,
-                fired_at=r.fired_at,
-            )
-            for r in rows
-        ]
 
     # -- wake-ups and lifecycle -------------------------------------------------------------
 
@@ -575,18 +437,6 @@ def _error_row(
         "p_traceback": error.traceback,
         "now": now,
     }
-
-
-async def _all(
-    connection: AsyncConnection, statement: Any, params: dict[str, Any] | None = None
-) -> list[Any]:
-    return list((await connection.execute(statement, params)).all())
-
-
-async def _one(
-    connection: AsyncConnection, statement: Any, params: dict[str, Any] | None = None
-) -> Any:
-    return (await connection.execute(statement, params)).first()
 
 
 def _locked(error: OperationalError) -> bool:

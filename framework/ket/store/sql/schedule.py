@@ -1,0 +1,79 @@
+"""Schedules in the SQL store: state rows, the compare-and-set tick claim, the fire ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ket.store.sql.fetch import fetch_all
+from ket.store.sql.insert import insert_plan, run_async
+from ket.store.sql.query import Statements
+from ket.store.sql.schema import schedule_fires, schedules
+from ket.store.types import Fire, ScheduleState, TickClaim, TickResult
+
+
+async def states(conn: AsyncConnection, schedule_ids: Sequence[str]) -> dict[str, ScheduleState]:
+    """The state rows of these schedules (absent: never installed)."""
+    statement = select(schedules).where(schedules.c.schedule_id.in_(schedule_ids))
+    return {
+        row.schedule_id: ScheduleState(
+            schedule_id=row.schedule_id, fingerprint=row.fingerprint, last_tick=row.last_tick
+        )
+        for row in await fetch_all(conn, statement)
+    }
+
+
+async def claim_tick(
+    conn: AsyncConnection,
+    sql: Statements,
+    dialect: str,
+    now: datetime | None,
+    claim: TickClaim,
+    payloads: Sequence[str],
+) -> TickResult:
+    """Install, or move the row by compare-and-set; the winner inserts its job and a fire."""
+    params = {
+        "now": now,
+        "p_schedule_id": claim.schedule_id,
+        "p_fingerprint": claim.fingerprint,
+        "p_tick": claim.tick,
+    }
+    if claim.expected is None:
+        return TickResult(won=bool(await fetch_all(conn, sql.schedule_install, params)))
+    expected = {
+        "p_expected_fingerprint": claim.expected.fingerprint,
+        "p_expected_tick": claim.expected.last_tick,
+    }
+    moved = await conn.execute(sql.schedule_move, {**params, **expected})
+    if moved.rowcount != 1:
+        return TickResult(won=False)
+    if claim.job is None:
+        return TickResult(won=True)
+    [inserted] = await run_async(conn, insert_plan(dialect, now, [claim.job], payloads))
+    fire = {**params, "p_skipped": claim.skipped, "p_job_id": inserted.id}
+    await conn.execute(sql.record_fire, fire)
+    return TickResult(won=True, job=inserted)
+
+
+async def fires(conn: AsyncConnection, schedule_id: str, limit: int) -> list[Fire]:
+    """The schedule's fire ledger, newest first."""
+    statement = (
+        select(schedule_fires)
+        .where(schedule_fires.c.schedule_id == schedule_id)
+        .order_by(schedule_fires.c.tick.desc(), schedule_fires.c.id.desc())
+        .limit(limit)
+    )
+    return [
+        Fire(
+            schedule_id=row.schedule_id,
+            fingerprint=row.fingerprint,
+            tick=row.tick,
+            skipped=row.skipped,
+            job_id=row.job_id,
+            fired_at=row.fired_at,
+        )
+        for row in await fetch_all(conn, statement)
+    ]
