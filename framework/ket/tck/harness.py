@@ -72,7 +72,7 @@ class Tck:
         """The store as `capability`, or skip the test visibly when the store lacks it."""
         if not isinstance(self.store, capability):
             pytest.skip(f"store {type(self.store).__name__} lacks capability {capability.__name__}")
-        return self.store  # type: ignore[return-value]
+        return self.store
 
     async def close(self) -> None:
         for handle in reversed(self._handles):

@@ -1,0 +1,87 @@
+"""The conformance kit: the specification of a job store, as tests every store runs unchanged.
+
+A store joins by defining one pytest fixture, `ket_store_factory`, and importing the kit::
+
+    import pytest
+    from ket.tck import *  # noqa: F403
+
+    @pytest.fixture
+    def ket_store_factory(tmp_path):
+        return MyStoreFactory(tmp_path / "jobs.db")
+
+One area of docs/stores.md per module. A capability the store lacks (PushStore, QueryableStore,
+TransactionalStore) skips the tests that need it, with the reason shown.
+"""
+
+# ruff: noqa: E402, F403
+# (the areas are imported after pytest is told to rewrite their asserts)
+
+import pytest
+
+AREAS = (
+    "insert",
+    "claim",
+    "settle",
+    "heartbeat",
+    "rescue",
+    "cancel",
+    "prune",
+    "schedule",
+    "clock_seam",
+    "query",
+    "push",
+    "transaction",
+    "concurrency",
+)
+
+# The kit's plain asserts explain their failures only if pytest rewrites them when imported.
+pytest.register_assert_rewrite("ket.tck.arrange", *(f"ket.tck.{area}" for area in AREAS))
+
+from ket.tck import (
+    cancel,
+    claim,
+    clock_seam,
+    concurrency,
+    heartbeat,
+    insert,
+    prune,
+    push,
+    query,
+    rescue,
+    schedule,
+    settle,
+    transaction,
+)
+from ket.tck.cancel import *
+from ket.tck.claim import *
+from ket.tck.clock_seam import *
+from ket.tck.concurrency import *
+from ket.tck.harness import StoreFactory, Tck, tck_test
+from ket.tck.heartbeat import *
+from ket.tck.insert import *
+from ket.tck.prune import *
+from ket.tck.push import *
+from ket.tck.query import *
+from ket.tck.rescue import *
+from ket.tck.schedule import *
+from ket.tck.settle import *
+from ket.tck.transaction import *
+
+__all__ = [
+    "StoreFactory",
+    "Tck",
+    "tck_test",
+    *insert.__all__,
+    *claim.__all__,
+    *settle.__all__,
+    *heartbeat.__all__,
+    *rescue.__all__,
+    *cancel.__all__,
+    *prune.__all__,
+    *schedule.__all__,
+    *clock_seam.__all__,
+    *query.__all__,
+    *push.__all__,
+    *transaction.__all__,
+    *concurrency.__all__,
+]

@@ -1,0 +1,98 @@
+"""Time: every "now" comes from the manual clock when a store has one, else from the store itself.
+
+The `store_time` tests are the kit's only real sleeps (about a second in all): they prove that a
+store opened without a clock tells real, aware UTC time and that its leases and due times follow it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from ket.store.types import NewJob
+from ket.tck.arrange import claim, claim_only, get, insert_one, new_job
+from ket.tck.harness import EPOCH, Scenario, StoreFactory, Tck, tck_test
+
+__all__ = [
+    "test_manual_clock_decides_due_times_not_the_machine_clock",
+    "test_manual_clock_is_shared_by_every_replica",
+    "test_now_is_the_manual_clock",
+    "test_store_time_expires_a_lease_in_real_time",
+    "test_store_time_is_aware_and_close_to_real_utc",
+    "test_store_time_makes_a_scheduled_job_due_in_real_time",
+]
+
+# tck_test(...) is typed Any, which strict mypy refuses as a decorator: name its type once.
+on_store_time: Callable[[Scenario], Callable[[StoreFactory], None]] = tck_test(store_time=True)
+
+# How far a store's own clock may stray from this machine's in the store_time tests.
+TOLERANCE = timedelta(seconds=5)
+
+
+@tck_test
+async def test_now_is_the_manual_clock(t: Tck) -> None:
+    assert await t.store.now() == EPOCH
+    t.clock.advance(seconds=90.5)
+    assert await t.store.now() == EPOCH + timedelta(seconds=90.5)
+    t.clock.set(datetime(2031, 6, 1, tzinfo=UTC))
+    assert await t.store.now() == datetime(2031, 6, 1, tzinfo=UTC)
+
+
+@tck_test
+async def test_manual_clock_is_shared_by_every_replica(t: Tck) -> None:
+    replica = await t.replica()
+    t.clock.advance(minutes=5)
+    assert await replica.now() == await t.store.now() == EPOCH + timedelta(minutes=5)
+    job_id = await insert_one(replica, new_job(run_at=EPOCH + timedelta(minutes=10)))
+    assert await claim(t.store) == []
+    t.clock.advance(minutes=5)
+    assert (await claim_only(t.store, job_id)).enqueued_at == EPOCH + timedelta(minutes=5)
+
+
+@tck_test
+async def test_manual_clock_decides_due_times_not_the_machine_clock(t: Tck) -> None:
+    # EPOCH lies years ahead of any machine this runs on, so "real" now is far in the past here
+    real = datetime.now(UTC)
+    assert real < EPOCH, "the kit's EPOCH must stay in the future of the machine clock"
+    past_for_the_store = await insert_one(t.store, NewJob(name="kit.due", run_at=real))
+    future_for_the_store = await insert_one(
+        t.store, NewJob(name="kit.later", queue="later", run_at=EPOCH + timedelta(seconds=1))
+    )
+    assert (await get(t, past_for_the_store)).state == "available"
+    assert (await get(t, future_for_the_store)).state == "scheduled"
+    claimed = await claim_only(t.store, past_for_the_store, lease=60)
+    assert claimed.lease_until == EPOCH + timedelta(seconds=60)
+
+
+@on_store_time
+async def test_store_time_is_aware_and_close_to_real_utc(t: Tck) -> None:
+    now = await t.store.now()
+    assert now.utcoffset() == timedelta(0)
+    assert abs(now - datetime.now(UTC)) < TOLERANCE
+    job_id = await insert_one(t.store)
+    claimed = await claim_only(t.store, job_id)
+    assert abs(claimed.enqueued_at - datetime.now(UTC)) < TOLERANCE
+    assert claimed.enqueued_at >= now
+
+
+@on_store_time
+async def test_store_time_expires_a_lease_in_real_time(t: Tck) -> None:
+    job_id = await insert_one(t.store)
+    await claim_only(t.store, job_id, lease=0.4)
+    assert await t.store.job_rescue() == []
+    await asyncio.sleep(0.6)
+    assert [r.id for r in await t.store.job_rescue()] == [job_id]
+
+
+@on_store_time
+async def test_store_time_makes_a_scheduled_job_due_in_real_time(t: Tck) -> None:
+    job_id = await insert_one(t.store, new_job(run_at=await t.store.now() + timedelta(seconds=3)))
+    assert await claim(t.store) == []
+    soon = await insert_one(
+        t.store, new_job(queue="soon", run_at=await t.store.now() + timedelta(seconds=0.3))
+    )
+    assert await claim(t.store, "soon") == []
+    await asyncio.sleep(0.5)
+    assert [c.id for c in await claim(t.store, "soon")] == [soon]
+    assert await claim(t.store) == [], f"job {job_id}, due in 3 s, was claimed after 0.5 s"

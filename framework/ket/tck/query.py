@@ -1,0 +1,158 @@
+"""Query (capability QueryableStore): one job, lists, stats and the ages operators watch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ket.store.types import JobQuery, JobState
+from ket.tck.arrange import (
+    UNKNOWN_ID,
+    arrange,
+    claim,
+    insert,
+    insert_one,
+    new_job,
+    queryable,
+)
+from ket.tck.harness import Tck, tck_test
+
+__all__ = [
+    "test_job_get_of_an_unknown_id_is_none",
+    "test_job_list_filters_by_state_queue_and_name",
+    "test_job_list_is_newest_first",
+    "test_job_list_pages_with_limit_and_offset",
+    "test_job_stats_count_jobs_by_state_and_queue",
+    "test_job_stats_of_an_empty_store",
+    "test_job_stats_oldest_available_age_comes_from_the_clock",
+    "test_job_stats_oldest_lease_age_comes_from_the_clock",
+    "test_schedule_fires_of_an_unknown_schedule_is_empty",
+]
+
+
+def _nonzero(counts: Mapping[tuple[JobState, str], int]) -> dict[tuple[JobState, str], int]:
+    """Counts without zero entries: a store may or may not list empty (state, queue) pairs."""
+    return {key: n for key, n in counts.items() if n}
+
+
+@tck_test
+async def test_job_get_of_an_unknown_id_is_none(t: Tck) -> None:
+    store = queryable(t)
+    assert await store.job_get(UNKNOWN_ID) is None
+    await insert_one(t.store)
+    assert await store.job_get(UNKNOWN_ID) is None
+
+
+@tck_test
+async def test_job_list_filters_by_state_queue_and_name(t: Tck) -> None:
+    store = queryable(t)
+    done_a = await arrange(t, "completed", queue="sms", name="kit.a")
+    mail_a = await arrange(t, "available", queue="mail", name="kit.a")
+    mail_b = await arrange(t, "scheduled", queue="mail", name="kit.b")
+    sms_a = await arrange(t, "available", queue="sms", name="kit.a")
+
+    async def listed(query: JobQuery) -> set[int]:
+        return {r.id for r in await store.job_list(query)}
+
+    assert await listed(JobQuery()) == {mail_a, mail_b, sms_a, done_a}
+    assert await listed(JobQuery(state="available")) == {mail_a, sms_a}
+    assert await listed(JobQuery(queue="mail")) == {mail_a, mail_b}
+    assert await listed(JobQuery(name="kit.a")) == {mail_a, sms_a, done_a}
+    assert await listed(JobQuery(state="available", queue="sms", name="kit.a")) == {sms_a}
+    assert await listed(JobQuery(state="completed", queue="mail")) == set()
+    assert await listed(JobQuery(name="kit.none")) == set()
+    (record,) = await store.job_list(JobQuery(state="completed"))
+    assert (record.id, record.state, record.queue, record.name) == (
+        done_a,
+        "completed",
+        "sms",
+        "kit.a",
+    )
+
+
+@tck_test
+async def test_job_list_is_newest_first(t: Tck) -> None:
+    store = queryable(t)
+    job_ids = []
+    for n in range(4):
+        job_ids.append(await insert_one(t.store, new_job(f"kit.{n}", queue=f"q{n % 2}")))
+        t.clock.advance(seconds=1)
+    assert [r.id for r in await store.job_list(JobQuery())] == list(reversed(job_ids))
+    assert [r.id for r in await store.job_list(JobQuery(queue="q0"))] == [job_ids[2], job_ids[0]]
+
+
+@tck_test
+async def test_job_list_pages_with_limit_and_offset(t: Tck) -> None:
+    store = queryable(t)
+    job_ids = []
+    for _ in range(5):
+        job_ids.append(await insert_one(t.store))
+        t.clock.advance(seconds=1)
+    newest_first = list(reversed(job_ids))
+
+    async def page(limit: int, offset: int) -> list[int]:
+        return [r.id for r in await store.job_list(JobQuery(limit=limit, offset=offset))]
+
+    assert await page(2, 0) == newest_first[0:2]
+    assert await page(2, 2) == newest_first[2:4]
+    assert await page(2, 4) == newest_first[4:]
+    assert await page(2, 5) == []
+    assert await page(10, 1) == newest_first[1:]
+    assert len(await store.job_list(JobQuery())) == 5  # the default limit (50) is not reached
+
+
+@tck_test
+async def test_job_stats_of_an_empty_store(t: Tck) -> None:
+    stats = await queryable(t).job_stats()
+    assert _nonzero(stats.counts) == {}
+    assert (stats.oldest_lease_age, stats.oldest_available_age) == (None, None)
+
+
+@tck_test
+async def test_job_stats_count_jobs_by_state_and_queue(t: Tck) -> None:
+    for state in ("scheduled", "retryable", "completed", "discarded", "cancelled"):
+        await arrange(t, state, queue="sms")
+    await insert(t.store, *[new_job(queue="mail") for _ in range(3)], new_job(queue="sms"))
+    await claim(t.store, "mail", limit=2)
+    stats = await queryable(t).job_stats()
+    assert _nonzero(stats.counts) == {
+        ("available", "mail"): 1,
+        ("executing", "mail"): 2,
+        ("available", "sms"): 1,
+        ("scheduled", "sms"): 1,
+        ("retryable", "sms"): 1,
+        ("completed", "sms"): 1,
+        ("discarded", "sms"): 1,
+        ("cancelled", "sms"): 1,
+    }
+
+
+@tck_test
+async def test_job_stats_oldest_lease_age_comes_from_the_clock(t: Tck) -> None:
+    """The oldest lease age is how long the longest-held executing job has been claimed."""
+    await insert(t.store, new_job(queue="a"), new_job(queue="b"))
+    assert (await queryable(t).job_stats()).oldest_lease_age is None
+    await claim(t.store, "a", lease=600)
+    t.clock.advance(seconds=30)
+    await claim(t.store, "b", lease=600)
+    t.clock.advance(seconds=15)
+    assert (await queryable(t).job_stats()).oldest_lease_age == 45.0
+
+
+@tck_test
+async def test_job_stats_oldest_available_age_comes_from_the_clock(t: Tck) -> None:
+    """The oldest available age is how long the longest-waiting available job has waited."""
+    await arrange(t, "scheduled")  # waiting, but not due: not counted
+    assert (await queryable(t).job_stats()).oldest_available_age is None
+    oldest = await insert_one(t.store, new_job(queue="a"))
+    t.clock.advance(seconds=20)
+    await insert_one(t.store, new_job(queue="b"))
+    t.clock.advance(seconds=5)
+    assert (await queryable(t).job_stats()).oldest_available_age == 25.0
+    await claim(t.store, "a")
+    stats = await queryable(t).job_stats()
+    assert stats.oldest_available_age == 5.0, f"job {oldest} is executing and no longer waits"
+
+
+@tck_test
+async def test_schedule_fires_of_an_unknown_schedule_is_empty(t: Tck) -> None:
+    assert await queryable(t).schedule_fires("never.installed") == []
