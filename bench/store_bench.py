@@ -110,10 +110,14 @@ class Postgres(Backend):
         text = json.dumps(PAYLOAD)
         with self._connect() as connection:
             started = time.perf_counter()
-            with connection.transaction(), connection.cursor() as cursor:
-                with cursor.copy("COPY plain (name, queue, state, payload) FROM STDIN") as copy:
-                    for _ in range(count):
-                        copy.write_row(("bench.noop", "default", "available", text))
+            statement = "COPY plain (name, queue, state, payload) FROM STDIN"
+            with (
+                connection.transaction(),
+                connection.cursor() as cursor,
+                cursor.copy(statement) as copy,
+            ):
+                for _ in range(count):
+                    copy.write_row(("bench.noop", "default", "available", text))
             return count / (time.perf_counter() - started)
 
     def close(self) -> None:
