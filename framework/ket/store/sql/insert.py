@@ -24,7 +24,9 @@ from sqlalchemy import (
     cast,
     func,
     insert,
+    literal_column,
     select,
+    text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -90,6 +92,8 @@ class InsertSql:
     ignoring_unique: Any
     holder: Any
     reserve_ids: Any
+    last_id: Any
+    numbered: Any
 
 
 @cache
@@ -128,6 +132,10 @@ def insert_sql(dialect: str) -> InsertSql:
             index_elements=[jobs.c.name, jobs.c.unique_key], index_where=UNIQUE_ACTIVE
         )
         .returning(jobs.c.id),
+        last_id=select(literal_column("seq"))
+        .select_from(text("sqlite_sequence"))
+        .where(literal_column("name") == "ket_jobs"),
+        numbered=insert(jobs).values({**values, "id": bindparam("p_id")}),
         reserve_ids=select(
             func.nextval(func.pg_get_serial_sequence("ket_jobs", "id")).label("id"),
             now.label("now"),
@@ -141,17 +149,31 @@ def insert_sql(dialect: str) -> InsertSql:
 
 
 def insert_plan(
-    dialect: str, now: datetime | None, batch: Sequence[NewJob], payloads: Sequence[str]
+    dialect: str,
+    now: datetime | None,
+    batch: Sequence[NewJob],
+    payloads: Sequence[str],
+    *,
+    write_locked: bool = True,
 ) -> Plan:
     """Insert `batch` (payloads pre-encoded); unique keys coalesce with the active holder.
 
-    `now` None means the database's time.
+    `now` None means the database's time. `write_locked` says a SQLite transaction holds the
+    write lock from its start (the store's own transactions do; an application's may not).
     """
     sql = insert_sql(dialect)
     results: list[Inserted | None] = [None] * len(batch)
     plain = [i for i, job in enumerate(batch) if job.unique_key is None]
-    if plain and dialect == "postgresql" and len(plain) >= COPY_FROM:
-        ids = yield from _copy(sql, [batch[i] for i in plain], [payloads[i] for i in plain], now)
+    if plain and len(plain) >= COPY_FROM:
+        jobs_, texts = [batch[i] for i in plain], [payloads[i] for i in plain]
+        if dialect == "postgresql":
+            ids = yield from _copy(sql, jobs_, texts, now)
+        elif write_locked:
+            ids = yield from _numbered(sql, jobs_, texts, now)
+        else:
+            pairs = zip(jobs_, texts, strict=True)
+            rows = yield Step(sql.plain, [_parameters(j, p, now) for j, p in pairs])
+            ids = [row.id for row in rows]
         for index, job_id in zip(plain, ids, strict=True):
             results[index] = Inserted(id=job_id, coalesced=False)
     elif plain:
@@ -196,6 +218,27 @@ def _copy(
             )
         )
     yield Copy(copied)
+    return ids
+
+
+def _numbered(
+    sql: InsertSql, batch: Sequence[NewJob], payloads: Sequence[str], now: datetime | None
+) -> Generator[Step | Copy, list[Row[Any]], list[int]]:
+    """SQLite: number the rows ourselves and insert them without RETURNING.
+
+    Every SQLite transaction holds the write lock from its BEGIN IMMEDIATE, so nobody else can
+    take ids between reading the sequence and inserting; AUTOINCREMENT never reuses them.
+    """
+    rows = yield Step(sql.last_id)
+    first = (rows[0].seq if rows else 0) + 1
+    ids = list(range(first, first + len(batch)))
+    yield Step(
+        sql.numbered,
+        [
+            {**_parameters(job, payload, now), "p_id": job_id}
+            for job_id, job, payload in zip(ids, batch, payloads, strict=True)
+        ],
+    )
     return ids
 
 

@@ -166,7 +166,8 @@ class SqlStore:
         now = self._clock.now() if self._clock else None
         if now is None and dialect == "sqlite":
             now = datetime.now(UTC)
-        return run_sync(connection, insert_plan(dialect, now, batch, payloads))
+        plan = insert_plan(dialect, now, batch, payloads, write_locked=False)
+        return run_sync(connection, plan)
 
     def _woken(self, batch: Sequence[NewJob], now: datetime | None) -> None:
         self._wakeups.notify(wake_queues(batch, now))
