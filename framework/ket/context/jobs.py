@@ -1,0 +1,85 @@
+"""`ctx.jobs`: enqueue from a handler, within its declared effects."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from ket.catalog import Catalog, OperationSpec
+from ket.errors import EffectError
+from ket.store.types import Inserted, NewJob
+
+Insert = Callable[[Sequence[NewJob]], Awaitable[list[Inserted]]]
+Item = tuple[str, BaseModel | Mapping[str, Any] | None] | tuple[str, Any, Mapping[str, Any]]
+
+
+class Jobs:
+    """Enqueue jobs as the running operation; undeclared enqueues raise EffectError."""
+
+    __ket_api__ = True
+
+    def __init__(self, catalog: Catalog, operation: OperationSpec, insert: Insert) -> None:
+        self._catalog = catalog
+        self._operation = operation
+        self._insert = insert
+
+    async def enqueue(
+        self,
+        name: str,
+        input: BaseModel | Mapping[str, Any] | None = None,
+        *,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        unique_key: str | None = None,
+        company: str | None = None,
+    ) -> Inserted:
+        """Enqueue one job; returns its id and whether it coalesced with an active one."""
+        job = self._build(name, input, run_at, priority, unique_key, company)
+        [inserted] = await self._insert([job])
+        return inserted
+
+    async def enqueue_many(self, items: Sequence[Item]) -> list[Inserted]:
+        """Enqueue many jobs in one round trip: `(name, input)` or `(name, input, options)`."""
+        jobs = []
+        for item in items:
+            name, input, *rest = item
+            options = dict(rest[0]) if rest else {}
+            jobs.append(
+                self._build(
+                    name,
+                    input,
+                    options.pop("run_at", None),
+                    options.pop("priority", None),
+                    options.pop("unique_key", None),
+                    options.pop("company", None),
+                )
+            )
+            if options:
+                raise TypeError(f"unknown enqueue options {sorted(options)} for job {name!r}")
+        return await self._insert(jobs)
+
+    def _build(
+        self,
+        name: str,
+        input: BaseModel | Mapping[str, Any] | None,
+        run_at: datetime | None,
+        priority: int | None,
+        unique_key: str | None,
+        company: str | None,
+    ) -> NewJob:
+        operation = self._operation
+        if not operation.allows("enqueue", name):
+            raise EffectError(
+                f"{operation.name} may not enqueue {name!r}: declare the effect 'enqueue:{name}'"
+            )
+        if company is not None and not operation.cross_company:
+            raise EffectError(
+                f"{operation.name} may not enqueue for company {company!r}: "
+                "declare cross_company=True"
+            )
+        return self._catalog.new_job(
+            name, input, run_at=run_at, priority=priority, unique_key=unique_key, company=company
+        )

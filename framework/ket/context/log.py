@@ -1,0 +1,37 @@
+"""`ctx.log`: logging with structured fields, tagged with the running job."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+logger = logging.getLogger("ket.handler")
+
+
+class ContextLog:
+    """`ctx.log.info("order is gone", order_id=...)`: fields travel in `record.ket`."""
+
+    def __init__(self, base: Mapping[str, Any], target: logging.Logger = logger) -> None:
+        self._base = dict(base)
+        self._logger = target
+
+    def debug(self, message: str, **fields: Any) -> None:
+        self._log(logging.DEBUG, message, fields)
+
+    def info(self, message: str, **fields: Any) -> None:
+        self._log(logging.INFO, message, fields)
+
+    def warning(self, message: str, **fields: Any) -> None:
+        self._log(logging.WARNING, message, fields)
+
+    def error(self, message: str, **fields: Any) -> None:
+        self._log(logging.ERROR, message, fields)
+
+    def _log(self, level: int, message: str, fields: dict[str, Any]) -> None:
+        if self._logger.isEnabledFor(level):  # build nothing for a record nobody keeps
+            structured = {**self._base, **fields}
+            text = " ".join(f"{k}={v}" for k, v in fields.items())
+            self._logger.log(
+                level, f"{message} {text}".rstrip(), extra={"ket": structured}, stacklevel=3
+            )

@@ -1,0 +1,65 @@
+"""Schedule sweeps: every replica sweeps, the store's compare-and-set makes each tick fire once."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from ket.catalog import Catalog, JobSpec
+from ket.runtime.events import Event, Hooks
+from ket.store.contract import JobStore
+from ket.store.types import ScheduleState, TickClaim
+
+
+async def sweep(store: JobStore, catalog: Catalog, *, tenant: str, hooks: Hooks) -> int:
+    """Claim the current tick of every due schedule once; returns how many ticks fired here."""
+    scheduled = [spec for spec in catalog.jobs.values() if spec.schedule is not None]
+    if not scheduled:
+        return 0
+    now = await store.now()
+    states = await store.schedule_get([spec.name for spec in scheduled])
+    fired = 0
+    for spec in scheduled:
+        claim = _claim(catalog, spec, states.get(spec.name), now)
+        if claim is None:
+            continue
+        result = await store.schedule_claim_tick(claim)
+        if result.won and result.job is not None:
+            fired += 1
+            if hooks.wanted("schedule_fired"):
+                hooks.emit(
+                    Event(
+                        kind="schedule_fired",
+                        tenant=tenant,
+                        job_id=result.job.id,
+                        name=spec.name,
+                        queue=spec.queue,
+                        detail=f"tick={claim.tick.isoformat()} skipped={claim.skipped}",
+                    )
+                )
+    return fired
+
+
+def _claim(
+    catalog: Catalog, spec: JobSpec, state: ScheduleState | None, now: datetime
+) -> TickClaim | None:
+    """What to claim for one schedule now: install, reset, fire, or nothing."""
+    schedule = spec.schedule
+    assert schedule is not None
+    tick = schedule.tick_at(now)
+    fingerprint = schedule.fingerprint
+    if state is None:  # first sighting: installed in this tick, which therefore does not fire
+        return TickClaim(schedule_id=spec.name, fingerprint=fingerprint, tick=tick, expected=None)
+    if state.fingerprint != fingerprint:  # a changed definition is a new schedule
+        return TickClaim(schedule_id=spec.name, fingerprint=fingerprint, tick=tick, expected=state)
+    if state.last_tick >= tick:
+        return None
+    skipped = schedule.count_ticks(state.last_tick, tick)
+    job = catalog.new_job(spec.name, None, tick=tick, ticks_skipped=skipped)
+    return TickClaim(
+        schedule_id=spec.name,
+        fingerprint=fingerprint,
+        tick=tick,
+        expected=state,
+        skipped=skipped,
+        job=job,
+    )

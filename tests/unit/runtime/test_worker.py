@@ -1,0 +1,282 @@
+"""The tenant worker on the memory store: outcomes, retries, timeouts, cancel, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from ket import Discard, Retry, define_deployment, define_job, define_module
+from ket.catalog import Catalog
+from ket.errors import JobRejected
+from ket.runtime.events import Event, Hooks
+from ket.runtime.worker import TenantWorker
+from ket.store import JobQuery, JobRecord, NewJob
+from ket.store.memory import MemoryStore
+
+FAST = {
+    "queues": {"default": 4, "slow": 2},
+    "poll_min_ms": 5,
+    "poll_max_ms": 50,
+    "lease_ms": 2_000,
+    "schedule_sweep_ms": 60_000,
+    "shutdown_grace_ms": 200,
+}
+calls: list[str] = []
+
+
+async def ok_async(ctx: Any, input: Any) -> None:
+    calls.append(f"async {ctx.job.attempt}")
+
+
+def ok_sync(ctx: Any, input: Any) -> None:
+    calls.append(f"sync {input.n}")
+    ctx.jobs.enqueue("t.ok_async", {})
+
+
+async def flaky(ctx: Any, input: Any) -> None:
+    if ctx.job.attempt < 2:
+        raise RuntimeError(f"boom on attempt {ctx.job.attempt}")
+
+
+async def retry_later(ctx: Any, input: Any) -> None:
+    if ctx.job.attempt == 1:
+        raise Retry(in_seconds=0.05)
+
+
+async def give_up(ctx: Any, input: Any) -> None:
+    raise Discard("no recipient")
+
+
+async def always_fails(ctx: Any, input: Any) -> None:
+    raise ValueError("still broken")
+
+
+async def ignores_signal(ctx: Any, input: Any) -> None:
+    await asyncio.sleep(30)
+
+
+async def undeclared(ctx: Any, input: Any) -> None:
+    await ctx.jobs.enqueue("t.ok_async", {})
+
+
+async def waits_for_abort(ctx: Any, input: Any) -> None:
+    calls.append("started")
+    reason = await ctx.signal.wait()
+    calls.append(f"aborted {reason}")
+    ctx.signal.throw_if_aborted()
+
+
+module = define_module(
+    name="t",
+    jobs={
+        "ok_async": define_job(idempotent=True, handler=ok_async),
+        "ok_sync": define_job(
+            idempotent=True, input={"n": "int"}, effects=["enqueue:t.ok_async"], handler=ok_sync
+        ),
+        "flaky": define_job(idempotent=True, backoff=lambda attempt: 0.01, handler=flaky),
+        "retry_later": define_job(idempotent=True, handler=retry_later),
+        "give_up": define_job(idempotent=True, handler=give_up),
+        "always_fails": define_job(
+            idempotent=True, max_attempts=2, backoff=lambda attempt: 0.01, handler=always_fails
+        ),
+        "ignores_signal": define_job(
+            idempotent=True, timeout_ms=100, max_attempts=1, handler=ignores_signal
+        ),
+        "undeclared": define_job(idempotent=True, handler=undeclared),
+        "waits_for_abort": define_job(idempotent=True, queue="slow", handler=waits_for_abort),
+    },
+)
+CATALOG = Catalog.build(define_deployment(name="test", modules=[module], worker=FAST))
+
+Scenario = Callable[[MemoryStore, TenantWorker, list[Event]], Awaitable[None]]
+
+
+def run(scenario: Scenario) -> None:
+    calls.clear()
+
+    async def main() -> None:
+        store = MemoryStore()
+        hooks = Hooks()
+        events: list[Event] = []
+        hooks.subscribe(events.append)
+        with ThreadPoolExecutor(4) as executor:
+            worker = TenantWorker(
+                store=store,
+                catalog=CATALOG,
+                tenant="default",
+                worker_id="w1",
+                executor=executor,
+                hooks=hooks,
+            )
+            worker.start()
+            try:
+                await scenario(store, worker, events)
+            finally:
+                await worker.stop(grace_seconds=0.5)
+                await store.close()
+
+    asyncio.run(main())
+
+
+async def enqueue(store: MemoryStore, name: str, input: dict[str, Any] | None = None) -> int:
+    [inserted] = await store.job_insert([CATALOG.new_job(name, input)])
+    return inserted.id
+
+
+async def settled(
+    store: MemoryStore,
+    job_id: int,
+    states: tuple[str, ...] = ("completed", "discarded", "cancelled"),
+    timeout: float = 10.0,
+) -> JobRecord:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = await store.job_get(job_id)
+        if record is not None and record.state in states:
+            return record
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"job {job_id} did not reach {states}: {await store.job_get(job_id)}")
+
+
+def test_async_and_plain_handlers_complete_and_plain_ones_enqueue_without_await() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        job_id = await enqueue(store, "t.ok_sync", {"n": 7})
+        assert (await settled(store, job_id)).state == "completed"
+        children = await store.job_list(JobQuery(name="t.ok_async"))
+        assert len(children) == 1
+        assert (await settled(store, children[0].id)).state == "completed"
+        assert calls == ["sync 7", "async 1"]
+
+    run(scenario)
+
+
+def test_a_failure_is_retried_after_backoff_with_its_error_recorded() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        record = await settled(store, await enqueue(store, "t.flaky"))
+        assert (record.state, record.attempt) == ("completed", 2)
+        assert [(e.attempt, e.error) for e in record.errors] == [
+            (1, "RuntimeError: boom on attempt 1")
+        ]
+        assert "Traceback" in (record.errors[0].traceback or "")
+
+    run(scenario)
+
+
+def test_retry_and_discard_raised_by_the_handler_steer_the_outcome() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        retried = await settled(store, await enqueue(store, "t.retry_later"))
+        assert (retried.state, retried.attempt) == ("completed", 2)
+        discarded = await settled(store, await enqueue(store, "t.give_up"))
+        assert (discarded.state, discarded.attempt) == ("discarded", 1)
+        assert [e.error for e in discarded.errors] == ["no recipient"]
+
+    run(scenario)
+
+
+def test_exhausting_max_attempts_discards_and_keeps_every_error() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        record = await settled(store, await enqueue(store, "t.always_fails"))
+        assert (record.state, record.attempt) == ("discarded", 2)
+        assert [e.attempt for e in record.errors] == [1, 2]
+        assert record.errors[1].error == ("ValueError: still broken (attempt 2 of 2: giving up)")
+        kinds = [e.kind for e in events if e.name == "t.always_fails"]
+        assert kinds == ["started", "failed", "started", "discarded"]
+
+    run(scenario)
+
+
+def test_a_handler_that_ignores_its_timeout_still_fails_with_a_timeout_error() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        record = await settled(store, await enqueue(store, "t.ignores_signal"))
+        assert record.state == "discarded"
+        assert record.errors[0].error == "timed out after 0.1s (attempt 1 of 1: giving up)"
+
+    run(scenario)
+
+
+def test_an_undeclared_enqueue_discards_the_job_naming_the_missing_effect() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        record = await settled(store, await enqueue(store, "t.undeclared"))
+        assert record.state == "discarded"
+        assert "declare the effect 'enqueue:t.ok_async'" in record.errors[0].error
+        assert await store.job_list(JobQuery(name="t.ok_async")) == []
+
+    run(scenario)
+
+
+def test_an_operator_cancel_aborts_the_running_handler_with_reason_cancelled() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        job_id = await enqueue(store, "t.waits_for_abort")
+        await settled(store, job_id, ("executing",))
+        change = await store.job_cancel(job_id)
+        assert change.reason == "cancel requested: its worker aborts it"
+        record = await settled(store, job_id)
+        assert record.state == "cancelled"
+        assert calls == ["started", "aborted cancelled"]
+
+    run(scenario)
+
+
+def test_stopping_hands_unfinished_work_back_without_using_an_attempt() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        job_id = await enqueue(store, "t.waits_for_abort")
+        await settled(store, job_id, ("executing",))
+        started = time.monotonic()
+        await worker.stop(grace_seconds=0.2)
+        assert time.monotonic() - started < 5
+        record = await store.job_get(job_id)
+        assert record is not None
+        assert (record.state, record.attempt, record.errors) == ("available", 0, ())
+        assert calls == ["started", "aborted shutdown"]
+
+    run(scenario)
+
+
+def test_a_payload_that_no_longer_matches_the_input_is_discarded_not_retried() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        [inserted] = await store.job_insert([NewJob(name="t.ok_sync", payload={"n": "seven"})])
+        record = await settled(store, inserted.id)
+        assert (record.state, record.attempt) == ("discarded", 1)
+        assert record.errors[0].error.startswith(
+            "payload does not match the input of t.ok_sync: n: Input should be a valid integer"
+        )
+
+    run(scenario)
+
+
+def test_rows_of_a_job_the_deployment_no_longer_ships_are_discarded() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        [inserted] = await store.job_insert([NewJob(name="t.removed")])
+        record = await settled(store, inserted.id)
+        assert record.state == "discarded"
+        assert record.errors[0].error == "no job 't.removed' in deployment 'test'"
+
+    run(scenario)
+
+
+def test_queues_run_no_more_jobs_at_once_than_their_concurrency() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        ids = [await enqueue(store, "t.waits_for_abort") for _ in range(5)]
+        await asyncio.sleep(0.3)
+        executing = await store.job_list(JobQuery(state="executing"))
+        assert len(executing) == 2  # the "slow" queue has 2 slots
+        assert worker.running == 2
+        for job_id in ids:
+            await store.job_cancel(job_id)
+
+    run(scenario)
+
+
+def test_the_catalog_refuses_unknown_jobs_and_invalid_input() -> None:
+    with pytest.raises(JobRejected) as unknown:
+        CATALOG.new_job("t.nope")
+    assert str(unknown.value).startswith("unknown job 't.nope' in deployment 'test'")
+    with pytest.raises(ValidationError) as invalid:
+        CATALOG.new_job("t.ok_sync", {"n": "x"})
+    assert invalid.value.errors()[0]["loc"] == ("n",)
