@@ -17,10 +17,40 @@ FORBIDDEN = {
     "manifest": {"diff", "cli", "workspace"},
     "diff": {"check", "declare", "cli", "workspace", "schedule"},
     "errors": {"declare", "manifest", "diff", "cli", "workspace", "schedule"},
+    "store": {
+        "declare",
+        "manifest",
+        "check",
+        "diff",
+        "cli",
+        "workspace",
+        "catalog",
+        "runtime",
+        "context",
+        "tck",
+        "schedule",
+    },
+    "tck": {
+        "declare",
+        "manifest",
+        "check",
+        "diff",
+        "cli",
+        "workspace",
+        "catalog",
+        "runtime",
+        "context",
+        "schedule",
+    },
+    "catalog": {"manifest", "diff", "cli", "workspace", "runtime", "context"},
+    "context": {"manifest", "check", "diff", "cli", "workspace", "runtime", "tck"},
+    "runtime": {"manifest", "check", "diff", "cli", "workspace", "tck"},
 }
+# rooms that may use the store contract but never a concrete store
+CONTRACT_ONLY = ["catalog", "context", "runtime", "tck"]
 
 
-def _imports(path: Path) -> set[str]:
+def _modules(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -28,13 +58,21 @@ def _imports(path: Path) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             found.add(node.module)
-    return {name.split(".")[1] for name in found if name.startswith("ket.") and "." in name}
+    return {name for name in found if name.startswith("ket.")}
+
+
+def _imports(path: Path) -> set[str]:
+    return {name.split(".")[1] for name in _modules(path)}
+
+
+def _files(room: str) -> list[Path]:
+    files = [PACKAGE / f"{room}.py"] if (PACKAGE / f"{room}.py").exists() else []
+    return files + (sorted((PACKAGE / room).rglob("*.py")) if (PACKAGE / room).is_dir() else [])
 
 
 @pytest.mark.parametrize("room", sorted(FORBIDDEN))
 def test_room_does_not_import_rooms_downstream_of_it(room: str) -> None:
-    files = [PACKAGE / f"{room}.py"] if (PACKAGE / f"{room}.py").exists() else []
-    files += sorted((PACKAGE / room).rglob("*.py")) if (PACKAGE / room).is_dir() else []
+    files = _files(room)
     assert files, f"room {room} not found"
     offenders = {
         f"{path.relative_to(PACKAGE)} imports ket.{target}"
@@ -51,3 +89,14 @@ def test_nothing_imports_the_cli() -> None:
         if "cli" not in path.relative_to(PACKAGE).parts and "cli" in _imports(path)
     ]
     assert offenders == []
+
+
+@pytest.mark.parametrize("room", CONTRACT_ONLY)
+def test_room_depends_on_the_store_contract_never_on_a_concrete_store(room: str) -> None:
+    offenders = {
+        f"{path.relative_to(PACKAGE)} imports {name}"
+        for path in _files(room)
+        for name in _modules(path)
+        if name.startswith(("ket.store.sql", "ket.store.memory"))
+    }
+    assert offenders == set()
