@@ -7,7 +7,7 @@ caller's transaction are separate protocols that callers test for with isinstanc
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -23,6 +23,7 @@ from ket.store.types import (
     JobQuery,
     JobRecord,
     JobStats,
+    ModelTable,
     NewJob,
     Prune,
     Rescued,
@@ -32,6 +33,7 @@ from ket.store.types import (
     StateChange,
     TickClaim,
     TickResult,
+    Where,
 )
 
 
@@ -115,6 +117,67 @@ class QueryableStore(Protocol):
 
     async def schedule_fires(self, schedule_id: str, limit: int = 50) -> list[Fire]:
         """The schedule's fire ledger, newest first."""
+        ...
+
+
+@runtime_checkable
+class Records(Protocol):
+    """Rows of the application's declared models in the tenant database.
+
+    Offered by a RecordStore and by its transactions. Model and field names are checked against
+    the installed tables; an unknown one raises StoreError naming it.
+    """
+
+    async def record_insert(self, model: str, values: Mapping[str, Any]) -> str:
+        """Insert a row; returns the id the store generated for it."""
+        ...
+
+    async def record_get(self, model: str, record_id: str) -> dict[str, Any] | None:
+        """The row with that id (including `id`), or None."""
+        ...
+
+    async def record_select(
+        self, model: str, where: Where | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Rows matching every filter in `where`, oldest first, at most `limit`."""
+        ...
+
+    async def record_update(self, model: str, where: Where, values: Mapping[str, Any]) -> int:
+        """Set `values` on the rows matching `where`; returns how many rows changed."""
+        ...
+
+    async def record_delete(self, model: str, where: Where) -> int:
+        """Delete the rows matching `where`; returns how many."""
+        ...
+
+
+@runtime_checkable
+class RecordStore(Records, Protocol):
+    """Capability: the store keeps the application's model rows too (`ctx.db`)."""
+
+    async def record_install(self, models: Sequence[ModelTable]) -> None:
+        """Create the tables of these models (idempotent; new fields become new columns)."""
+        ...
+
+
+@runtime_checkable
+class SentLedger(Protocol):
+    """Capability: which outbound messages a tenant sent, by idempotency key.
+
+    A transport claims a key before sending and confirms it after; a key that is claimed or
+    confirmed is not sent again. A failed send releases its claim so a retry can send it.
+    """
+
+    async def message_claim(self, key: str, *, stale_after_seconds: float) -> bool:
+        """Claim `key`; False if it was sent, or claimed less than `stale_after_seconds` ago."""
+        ...
+
+    async def message_confirm(self, key: str) -> None:
+        """Record that the message with `key` was sent."""
+        ...
+
+    async def message_release(self, key: str) -> None:
+        """Give up a claim that did not end in a send."""
         ...
 
 

@@ -291,3 +291,18 @@ class JobStats:
     counts: Mapping[tuple[JobState, str], int]
     oldest_lease_age: float | None
     oldest_available_age: float | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelTable:
+    """A declared model as the store keeps it: `<module>.<Model>` and its shorthand field types.
+
+    Every row also has an `id` the store generates (a string).
+    """
+
+    name: str
+    fields: Mapping[str, str]
+
+
+Where = Mapping[str, Any]
+"""Equality filters on a model's fields, all of which must hold (`{"status": "pending"}`)."""
