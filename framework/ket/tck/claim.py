@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
+from ket.errors import JobRejected
+from ket.store.types import JobClaim
 from ket.tck.arrange import (
     LEASE,
     WORKER,
@@ -25,6 +29,7 @@ __all__ = [
     "test_claim_fence_grows_by_one_on_every_claim_of_the_same_job",
     "test_claim_from_an_empty_queue_returns_nothing",
     "test_claim_orders_by_priority_then_run_at_then_id",
+    "test_claim_refuses_a_limit_below_one_a_lease_that_is_not_positive_and_no_queue",
     "test_claim_respects_the_limit_and_keeps_the_order_across_calls",
     "test_claim_sets_attempt_worker_lease_and_fence",
     "test_claim_takes_a_retryable_job_only_after_its_delay",
@@ -162,3 +167,23 @@ async def test_claim_fence_grows_by_one_on_every_claim_of_the_same_job(t: Tck) -
     assert [first.fence, taken.fence, again.fence, last.fence] == [1, 2, 3, 4]
     assert [first.attempt, taken.attempt, again.attempt, last.attempt] == [1, 2, 3, 3]
     assert (await get(t, job_id)).fence == 4
+
+
+@tck_test
+async def test_claim_refuses_a_limit_below_one_a_lease_that_is_not_positive_and_no_queue(
+    t: Tck,
+) -> None:
+    job_id = await insert_one(t.store)
+    bad = [
+        JobClaim(queue="default", limit=0, worker_id=WORKER, lease_seconds=LEASE),
+        JobClaim(queue="default", limit=-1, worker_id=WORKER, lease_seconds=LEASE),
+        JobClaim(queue="default", limit=1, worker_id=WORKER, lease_seconds=0),
+        JobClaim(queue="default", limit=1, worker_id=WORKER, lease_seconds=-30),
+        JobClaim(queue="", limit=1, worker_id=WORKER, lease_seconds=LEASE),
+        JobClaim(queue="default", limit=1, worker_id="", lease_seconds=LEASE),
+    ]
+    for claim_params in bad:
+        with pytest.raises(JobRejected):
+            await t.store.job_claim(claim_params)
+    record = await get(t, job_id)
+    assert (record.state, record.attempt, record.fence) == ("available", 0, 0)

@@ -11,7 +11,7 @@ from collections import Counter
 from datetime import timedelta
 
 from ket.store.contract import JobStore, QueryableStore
-from ket.store.types import ClaimedJob, Settle, TickClaim
+from ket.store.types import ClaimedJob, JobId, Settle, TickClaim
 from ket.tck.arrange import (
     LEASE,
     claim,
@@ -28,6 +28,7 @@ __all__ = [
     "test_concurrent_rescuers_rescue_every_expired_job_exactly_once",
     "test_concurrent_settles_by_old_and_new_fence_holders_apply_only_the_current_fence",
     "test_replicas_racing_one_schedule_tick_fire_it_exactly_once",
+    "test_settles_racing_a_rescue_and_reclaim_never_overwrite_the_new_holder",
 ]
 
 
@@ -43,10 +44,13 @@ async def test_concurrent_claimers_receive_every_job_exactly_once(t: Tck) -> Non
 
     async def drain(handle: JobStore, worker: str) -> list[ClaimedJob]:
         taken: list[ClaimedJob] = []
-        while batch := await claim(handle, "race", limit=10, worker_id=worker):
+        for _ in range(600):  # a bound, so that a store handing out jobs twice fails, not hangs
+            batch = await claim(handle, "race", limit=10, worker_id=worker)
             assert len(batch) <= 10
+            if not batch:
+                return taken
             taken.extend(batch)
-        return taken
+        raise AssertionError(f"{worker} claimed more than 600 batches from 600 jobs")
 
     per_replica = await asyncio.gather(
         *[drain(handle, f"replica-{n}") for n, handle in enumerate(handles)]
@@ -146,6 +150,36 @@ async def test_concurrent_settles_by_old_and_new_fence_holders_apply_only_the_cu
         for record in await records(t, queue="race"):
             assert (record.state, record.fence) == ("retryable", 2), record
             assert [e.error for e in record.errors][-1] == "current"
+
+
+@tck_test
+async def test_settles_racing_a_rescue_and_reclaim_never_overwrite_the_new_holder(t: Tck) -> None:
+    old_holder, new_holder = await _replicas(t, 2)
+    job_ids = await insert(t.store, *[new_job(queue="race") for _ in range(20)])
+    old = await claim(old_holder, "race", limit=20, lease=10)
+    t.clock.advance(seconds=11)  # every lease expired; the old holder settles anyway, late
+
+    async def settle_late() -> set[JobId]:
+        applied: set[JobId] = set()
+        for c in old:
+            applied.update((await old_holder.job_settle([settlement(c, "completed")])).applied)
+        return applied
+
+    async def take_over() -> list[ClaimedJob]:
+        await new_holder.job_rescue()
+        return await claim(new_holder, "race", limit=20, worker_id="worker-2")
+
+    settled, taken = await asyncio.gather(settle_late(), take_over())
+    taken_ids = {c.id for c in taken}
+    assert settled & taken_ids == set(), "a job was both settled late and claimed again"
+    # the new holder's outcome is applied for every job it claimed
+    result = await new_holder.job_settle([settlement(c, "completed") for c in taken])
+    assert (set(result.applied), result.refused) == (taken_ids, ())
+    assert settled | taken_ids == set(job_ids)
+    if isinstance(t.store, QueryableStore):
+        rows = {r.id: r for r in await records(t, queue="race")}
+        assert {r.state for r in rows.values()} <= {"completed", "retryable"}
+        assert {i for i, r in rows.items() if r.state == "completed"} == settled | taken_ids
 
 
 @tck_test

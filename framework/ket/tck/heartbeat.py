@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
+from ket.errors import JobRejected
 from ket.store.types import Heartbeat, HeartbeatResult, Lease
 from ket.tck.arrange import (
     UNKNOWN_ID,
@@ -23,6 +26,7 @@ __all__ = [
     "test_heartbeat_extends_a_lease_that_expired_but_was_not_rescued",
     "test_heartbeat_extends_the_lease_to_now_plus_lease_seconds",
     "test_heartbeat_keeps_running_work_from_being_rescued",
+    "test_heartbeat_refuses_a_lease_that_is_not_positive",
     "test_heartbeat_reports_a_lease_of_a_job_that_is_not_executing_as_lost",
     "test_heartbeat_reports_a_stale_fence_as_lost_and_leaves_the_new_lease_alone",
     "test_heartbeat_reports_requested_cancels_among_the_extended",
@@ -136,4 +140,17 @@ async def test_heartbeat_with_no_leases_changes_nothing(t: Tck) -> None:
     claimed = await claim_only(t.store, job_id)
     beat = await t.store.job_heartbeat(Heartbeat(leases=[], lease_seconds=30))
     assert beat == HeartbeatResult(extended=(), lost=(), cancel_requested=())
+    assert (await get(t, job_id)).lease_until == claimed.lease_until
+
+
+@tck_test
+async def test_heartbeat_refuses_a_lease_that_is_not_positive(t: Tck) -> None:
+    job_id = await insert_one(t.store)
+    claimed = await claim_only(t.store, job_id)
+    t.clock.advance(seconds=5)
+    for lease in (0, -10):
+        with pytest.raises(JobRejected):
+            await t.store.job_heartbeat(
+                Heartbeat(leases=[Lease(id=job_id, fence=claimed.fence)], lease_seconds=lease)
+            )
     assert (await get(t, job_id)).lease_until == claimed.lease_until

@@ -31,6 +31,8 @@ __all__ = [
     "test_insert_of_an_empty_list_returns_nothing_and_writes_nothing",
     "test_insert_refuses_a_datetime_object_in_the_payload",
     "test_insert_refuses_a_naive_run_at",
+    "test_insert_refuses_a_naive_tick",
+    "test_insert_refuses_a_non_finite_number_in_the_payload",
     "test_insert_refuses_a_payload_over_one_mebibyte",
     "test_insert_refuses_a_payload_that_is_not_an_object",
     "test_insert_refuses_a_set_in_the_payload",
@@ -255,6 +257,17 @@ async def test_insert_refuses_max_attempts_of_zero(t: Tck) -> None:
 async def test_insert_refuses_a_naive_run_at(t: Tck) -> None:
     naive = datetime(2030, 1, 15, 13, 0)
     await _refused(t, new_job("kit.bad.naive", run_at=naive), "kit.bad.naive")
+
+
+@tck_test
+async def test_insert_refuses_a_naive_tick(t: Tck) -> None:
+    naive = datetime(2030, 1, 15, 11, 0)
+    await _refused(t, new_job("kit.bad.tick", tick=naive, ticks_skipped=0), "kit.bad.tick")
+
+
+@tck_test
+async def test_insert_refuses_a_non_finite_number_in_the_payload(t: Tck) -> None:
+    await _refused(t, new_job("kit.bad.nan", payload={"ratio": float("nan")}), "kit.bad.nan")
 
 
 @tck_test

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ket.errors import JobRejected
 from ket.store.contract import QueryableStore
 from ket.store.types import ACTIVE_STATES, JobState, Prune
@@ -15,6 +17,7 @@ __all__ = [
     "test_prune_never_deletes_active_jobs",
     "test_prune_never_deletes_active_jobs_even_when_asked_to",
     "test_prune_only_deletes_the_terminal_states_it_is_given",
+    "test_prune_refuses_a_negative_retention_and_a_limit_below_one",
 ]
 
 TERMINAL: tuple[JobState, ...] = ("completed", "discarded", "cancelled")
@@ -94,3 +97,13 @@ async def test_prune_only_deletes_the_terminal_states_it_is_given(t: Tck) -> Non
     assert pruned == 2
     gone = [await _gone(store, job_id) for job_id in (completed, discarded, cancelled)]
     assert gone == [True, False, True]
+
+
+@tck_test
+async def test_prune_refuses_a_negative_retention_and_a_limit_below_one(t: Tck) -> None:
+    done = await arrange(t, "completed")
+    t.clock.advance(days=1)
+    for prune in (Prune(older_than_seconds=-1), Prune(older_than_seconds=0, limit=0)):
+        with pytest.raises(JobRejected):
+            await t.store.job_prune(prune)
+    assert await ids(t) == [done]

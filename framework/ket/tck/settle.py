@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
+
+from ket.errors import JobRejected
 from ket.store.types import ClaimedJob, ErrorInfo, ErrorRecord, JobRecord, Outcome, Settle
 from ket.tck.arrange import (
     UNKNOWN_ID,
@@ -31,6 +34,7 @@ __all__ = [
     "test_settle_keeps_the_error_history_in_order_with_attempt_numbers",
     "test_settle_of_a_job_that_is_not_executing_is_refused",
     "test_settle_of_an_unknown_job_is_refused",
+    "test_settle_refuses_a_batch_with_a_bad_settlement_and_applies_none_of_it",
     "test_settle_retryable_makes_the_job_retryable_after_the_delay",
     "test_settle_snoozed_gives_the_attempt_back_and_records_no_error",
     "test_settle_snoozed_without_delay_makes_the_job_available",
@@ -300,3 +304,20 @@ async def test_settle_of_a_job_that_is_not_executing_is_refused(t: Tck) -> None:
 async def test_settle_of_an_unknown_job_is_refused(t: Tck) -> None:
     result = await t.store.job_settle([Settle(id=UNKNOWN_ID, fence=1, outcome="completed")])
     assert (result.applied, result.refused) == ((), (UNKNOWN_ID,))
+
+
+@tck_test
+async def test_settle_refuses_a_batch_with_a_bad_settlement_and_applies_none_of_it(
+    t: Tck,
+) -> None:
+    first, second = await insert(t.store, new_job(), new_job())
+    claimed = {c.id: c for c in await claim(t.store)}
+    before = [await get(t, job_id) for job_id in (first, second)]
+    good = settlement(claimed[first], "completed")
+    for bad in (
+        Settle(id=second, fence=claimed[second].fence, outcome="retryable", delay_seconds=-1),
+        Settle(id=second, fence=claimed[second].fence, outcome="vanished"),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(JobRejected):
+            await t.store.job_settle([good, bad])
+    assert [await get(t, job_id) for job_id in (first, second)] == before
