@@ -24,7 +24,7 @@ from ket.declare.operation import Handler, OperationDecl
 from ket.declare.worker import WorkerConfig
 from ket.errors import CheckFailed, JobRejected
 from ket.schedule import Schedule
-from ket.store.types import NewJob
+from ket.store.types import ModelTable, NewJob
 
 Backoff = Callable[[int], float]
 
@@ -65,6 +65,7 @@ class Catalog:
     deployment: str
     jobs: Mapping[str, JobSpec]
     functions: Mapping[str, OperationSpec]
+    models: Mapping[str, ModelTable]
     worker: WorkerConfig
 
     @classmethod
@@ -78,6 +79,12 @@ class Catalog:
             deployment=deployment.name,
             jobs={job.qualified_name: _job(job, timezone) for job in deployment.jobs()},
             functions={fn.qualified_name: _operation(fn) for fn in deployment.functions()},
+            models={
+                model.qualified_name: ModelTable(
+                    name=model.qualified_name, fields={k: str(v) for k, v in model.fields.items()}
+                )
+                for model in deployment.models()
+            },
             worker=resolve.worker_config(deployment),
         )
 

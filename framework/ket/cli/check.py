@@ -14,11 +14,12 @@ LEVELS = [level.label for level in Level]
 
 
 def add_parser(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
 ) -> None:
     parser = commands.add_parser(
         "check",
-        parents=[parent],
+        parents=parents,
         help="validate the declarations",
         description="Validate the deployment's declarations; exit 1 on findings at or above "
         "--fail-level.",

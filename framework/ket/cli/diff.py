@@ -10,11 +10,12 @@ from ket.manifest import compile_manifest, read_manifest
 
 
 def add_parser(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
 ) -> None:
     parser = commands.add_parser(
         "diff",
-        parents=[parent],
+        parents=parents,
         help="compare two manifests",
         description="Compare manifest OLD with NEW (default: the current declarations) and "
         "classify each change as breaking, review or safe.",

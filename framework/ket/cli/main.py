@@ -6,11 +6,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ket.cli import check, diff, manifest
+from ket.cli import check, diff, manifest, migrate, tenants, worker
 from ket.cli.options import workspace_parent
+from ket.cli.runtime import database_parent
 from ket.errors import CheckFailed, KetError
 
-COMMANDS = [manifest, check, diff]
+DECLARING = [manifest, check, diff]
+RUNNING = [worker, migrate]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,9 +21,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ket", description="Declarative, manifest-driven durable background jobs."
     )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    parent = workspace_parent()
-    for command in COMMANDS:
-        command.add_parser(commands, parent)
+    workspace, database = workspace_parent(), database_parent()
+    for command in DECLARING:
+        command.add_parser(commands, [workspace])
+    for command in RUNNING:
+        command.add_parser(commands, [workspace, database])
+    tenants.add_parser(commands, [database])
     return parser
 
 

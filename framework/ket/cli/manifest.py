@@ -9,11 +9,12 @@ from ket.manifest import compile_manifest, dump_manifest
 
 
 def add_parser(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
 ) -> None:
     parser = commands.add_parser(
         "manifest",
-        parents=[parent],
+        parents=parents,
         help="print the deployment's manifest as YAML",
         description="Compile the deployment's declarations into its canonical YAML manifest.",
     )

@@ -92,10 +92,11 @@ class TenantWorker:
         self._retention = retention_seconds
         self._clock = clock or _wall_clock
         self._running: dict[JobId, _Running] = {}
-        self._outcomes: asyncio.Queue[Settle] = asyncio.Queue()
+        self._outcomes: asyncio.Queue[Settle | None] = asyncio.Queue()
         self._queues = {q: _Queue(q, n) for q, n in self._config.queues.items()}
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._settler: asyncio.Task[None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -103,8 +104,8 @@ class TenantWorker:
         """Start the queue loops and the background services on the running loop."""
         loops: list[Awaitable[None]] = [self._serve(q) for q in self._queues.values()]
         seconds = self._config.lease_ms / 1000
+        self._settler = asyncio.ensure_future(self._settle_loop())
         loops += [
-            self._settle_loop(),
             self._every(seconds / 3, self._heartbeat),
             self._every(seconds, self._rescue),
             self._every(self._config.schedule_sweep_ms / 1000, self._sweep, at_once=True),
@@ -126,12 +127,14 @@ class TenantWorker:
         running = [r.task for r in self._running.values() if r.task is not None]
         if running:
             await asyncio.wait(running)
-        await self._flush()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self._settler is not None:  # write every outcome before returning
+            self._outcomes.put_nowait(None)
+            await self._settler
 
     @property
     def running(self) -> int:
@@ -267,18 +270,23 @@ class TenantWorker:
     # -- settling ---------------------------------------------------------------------------
 
     async def _settle_loop(self) -> None:
+        """Write outcomes in batches until the None that stop() sends after the last one."""
         while True:
             first = await self._outcomes.get()
-            await self._write([first, *self._drain()])
-
-    def _drain(self) -> list[Settle]:
-        batch: list[Settle] = []
-        while len(batch) < SETTLE_BATCH and not self._outcomes.empty():
-            batch.append(self._outcomes.get_nowait())
-        return batch
+            batch, done = ([] if first is None else [first]), first is None
+            while len(batch) < SETTLE_BATCH and not self._outcomes.empty():
+                item = self._outcomes.get_nowait()
+                if item is None:
+                    done = True
+                else:
+                    batch.append(item)
+            if batch:
+                await self._write(batch)
+            if done:
+                return
 
     async def _write(self, batch: list[Settle]) -> None:
-        delay = 0.1
+        delay, tries = 0.1, 0
         while True:
             try:
                 await self.store.job_settle(batch)
@@ -286,15 +294,18 @@ class TenantWorker:
             except KetError as error:
                 # the outcome must not be lost; if the store stays away, the leases expire and
                 # the jobs are rescued, and these settlements are then refused by their fences
+                tries += 1
+                if self._stopping.is_set() and tries >= 5:
+                    log.error(
+                        "giving up settling %d jobs at shutdown: %s; their leases will "
+                        "expire and they will be rescued",
+                        len(batch),
+                        error,
+                    )
+                    return
                 log.warning("could not settle %d jobs: %s; retrying", len(batch), error)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
-
-    async def _flush(self) -> None:
-        batch = self._drain()
-        while batch:
-            await self._write(batch)
-            batch = self._drain()
 
     # -- background services ----------------------------------------------------------------
 

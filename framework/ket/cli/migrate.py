@@ -1,0 +1,47 @@
+"""`ket migrate`: install or upgrade ket's tables and the app's model tables in every tenant."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from ket.catalog import Catalog
+from ket.cli.options import deployment_of
+from ket.cli.runtime import tenant_urls
+from ket.store.contract import RecordStore
+from ket.store.sql import SqlStore
+
+
+def add_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
+) -> None:
+    parser = commands.add_parser(
+        "migrate",
+        parents=parents,
+        help="install or upgrade the schema of every tenant database",
+        description="Install or upgrade ket's tables and the deployment's model tables in "
+        "every tenant database (or --tenant NAME). Safe to run again.",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    catalog = Catalog.build(deployment_of(args))
+    urls = tenant_urls(args)
+    return asyncio.run(_migrate(catalog, urls))
+
+
+async def _migrate(catalog: Catalog, urls: dict[str, str]) -> int:
+    for name, url in urls.items():
+        store = await SqlStore.open(url)
+        try:
+            applied = await store.migrate()
+            if isinstance(store, RecordStore) and catalog.models:
+                await store.record_install(list(catalog.models.values()))
+        finally:
+            await store.close()
+        done = f"applied migrations {applied}" if applied else "up to date"
+        sys.stdout.write(f"tenant {name}: {done}\n")
+    return 0

@@ -1,0 +1,83 @@
+"""`ket tenants add/list/remove`: the registry of tenants and their databases."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+from ket.cli.runtime import open_registry
+from ket.runtime.tenancy import database_template, tenant_database
+from ket.store.sql.registry import check_tenant_name
+from ket.store.sql.tenant_database import create_database
+
+
+def add_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
+) -> None:
+    parser = commands.add_parser("tenants", help="add, list or remove tenants", description=__doc__)
+    actions = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
+    add = actions.add_parser(
+        "add", parents=parents, help="register a tenant and create its database where possible"
+    )
+    add.add_argument("name")
+    add.add_argument(
+        "--tenant-database-url",
+        metavar="URL",
+        help="this tenant's own database (default: the {tenant} template)",
+    )
+    add.set_defaults(run=_add)
+    listing = actions.add_parser("list", help="list the registered tenants")
+    listing.add_argument("--format", choices=["text", "json"], default="text")
+    listing.set_defaults(run=_list)
+    remove = actions.add_parser("remove", help="unregister a tenant (its database is kept)")
+    remove.add_argument("name")
+    remove.set_defaults(run=_remove)
+
+
+def _add(args: argparse.Namespace) -> int:
+    name = check_tenant_name(args.name)
+    url = args.tenant_database_url or tenant_database(
+        database_template(args.database_url), name, tenants=2
+    )
+    created = asyncio.run(create_database(url))
+    registry = open_registry()
+    try:
+        registry.add(name, args.tenant_database_url)
+    finally:
+        registry.close()
+    note = "created its database" if created else "its database exists"
+    sys.stdout.write(f"tenant {name} added ({note}); run `ket migrate --tenant {name}` next\n")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    registry = open_registry()
+    try:
+        tenants = registry.list()
+    finally:
+        registry.close()
+    if args.format == "json":
+        rows = [{"name": t.name, "database_url": t.database_url} for t in tenants]
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    elif not tenants:
+        sys.stdout.write("no tenants registered: the app runs as the single tenant 'default'\n")
+    else:
+        for tenant in tenants:
+            sys.stdout.write(f"{tenant.name}\t{tenant.database_url or '(from the template)'}\n")
+    return 0
+
+
+def _remove(args: argparse.Namespace) -> int:
+    registry = open_registry()
+    try:
+        removed = registry.remove(args.name)
+    finally:
+        registry.close()
+    if not removed:
+        sys.stderr.write(f"ket: error: tenant {args.name!r} is not registered\n")
+        return 2
+    sys.stdout.write(f"tenant {args.name} removed (its database was left in place)\n")
+    return 0

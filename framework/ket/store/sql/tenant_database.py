@@ -1,0 +1,36 @@
+"""Creating a tenant's database where ket can: a SQLite file, or a PostgreSQL database."""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import sql
+
+from ket.errors import StoreError
+from ket.store.sql.engine import parse_url
+
+
+async def create_database(url: str) -> bool:
+    """Create the database `url` names if it does not exist; True if it was created.
+
+    SQLite files are created on first use; PostgreSQL databases are created through the
+    server's `postgres` database (the role needs CREATEDB).
+    """
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return False
+    name = parsed.database
+    if not name:
+        raise StoreError(f"database URL {url!r} names no database")
+    admin = parsed.set(drivername="postgresql", database="postgres")
+    dsn = admin.render_as_string(hide_password=False)
+    try:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            found = await connection.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+            )
+            if await found.fetchone():
+                return False
+            await connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            return True
+    except psycopg.Error as error:
+        raise StoreError(f"cannot create database {name!r}: {error}") from None

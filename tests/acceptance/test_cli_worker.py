@@ -1,0 +1,164 @@
+"""`ket migrate`, `ket tenants` and `ket worker` as an operator runs them, on embedded SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ket.store import NewJob
+from ket.store.sql import SqlStore
+
+from .conftest import Project, run_ket
+
+APP = """
+import asyncio
+from ket import define_deployment, define_job, define_module
+
+async def ping(ctx, input):
+    ctx.log.info("ping", n=input.n)
+
+async def slow(ctx, input):
+    await asyncio.sleep(60)   # ignores its signal: shutdown must hand it back anyway
+
+app = define_module(name="app", jobs={
+    "ping": define_job(idempotent=True, input={"n": "int"}, handler=ping),
+    "slow": define_job(idempotent=True, handler=slow),
+})
+main = define_deployment(
+    name="main", modules=[app],
+    worker={"queues": {"default": 4}, "shutdown_grace_ms": 300, "poll_min_ms": 10},
+)
+"""
+
+
+def _enqueue(root: Path, tenant: str, jobs: list[NewJob]) -> None:
+    async def insert() -> None:
+        store = await SqlStore.open(f"sqlite:///{root / '.ket' / tenant}.db")
+        try:
+            await store.job_insert(jobs)
+        finally:
+            await store.close()
+
+    asyncio.run(insert())
+
+
+def _states(root: Path, tenant: str) -> dict[tuple[str, str], int]:
+    with sqlite3.connect(root / ".ket" / f"{tenant}.db") as connection:
+        rows = connection.execute(
+            "SELECT name, state, count(*) FROM ket_jobs GROUP BY name, state"
+        ).fetchall()
+    return {(name, state): count for name, state, count in rows}
+
+
+def _worker(root: Path) -> subprocess.Popen[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("KET_")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ket.cli.main", "worker"],
+        cwd=root,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _wait_for(predicate: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def test_migrate_installs_every_tenant_and_is_idempotent(project: Project) -> None:
+    root = project({"app/workspace.py": APP})
+    first = run_ket("migrate", cwd=root)
+    assert first.code == 0, first.err
+    assert first.out == "tenant default: applied migrations [1]\n"
+    again = run_ket("migrate", cwd=root)
+    assert again.out == "tenant default: up to date\n"
+
+
+def test_tenants_are_added_listed_removed_and_migrated_each(project: Project) -> None:
+    root = project({"app/workspace.py": APP})
+    assert run_ket("tenants", "add", "acme", cwd=root).code == 0
+    assert run_ket("tenants", "add", "globex", cwd=root).code == 0
+    duplicate = run_ket("tenants", "add", "acme", cwd=root)
+    assert duplicate.code == 2
+    assert "tenant 'acme' is already registered" in duplicate.err
+    bad = run_ket("tenants", "add", "Bad Name", cwd=root)
+    assert bad.code == 2
+    assert "tenant name 'Bad Name'" in bad.err
+    listed = run_ket("tenants", "list", cwd=root)
+    assert [line.split("\t")[0] for line in listed.out.splitlines()] == ["acme", "globex"]
+    migrated = run_ket("migrate", cwd=root)
+    assert migrated.out.splitlines() == [
+        "tenant acme: applied migrations [1]",
+        "tenant globex: applied migrations [1]",
+    ]
+    assert (root / ".ket" / "acme.db").is_file()
+    assert run_ket("tenants", "remove", "globex", cwd=root).code == 0
+    gone = run_ket("tenants", "remove", "globex", cwd=root)
+    assert gone.code == 2
+    assert "tenant 'globex' is not registered" in gone.err
+
+
+def test_worker_runs_jobs_then_stops_gracefully_on_sigterm(project: Project) -> None:
+    root = project({"app/workspace.py": APP})
+    assert run_ket("migrate", cwd=root).code == 0
+    _enqueue(root, "default", [NewJob(name="app.ping", payload={"n": n}) for n in range(50)])
+    _enqueue(root, "default", [NewJob(name="app.slow")])
+    worker = _worker(root)
+    try:
+        _wait_for(lambda: _states(root, "default").get(("app.ping", "completed")) == 50)
+        _wait_for(lambda: _states(root, "default").get(("app.slow", "executing")) == 1)
+        started = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        output, _ = worker.communicate(timeout=30)
+    finally:
+        worker.kill()
+    assert worker.returncode == 0, output
+    assert time.monotonic() - started < 10
+    assert "received SIGTERM" in output
+    assert "worker stopped" in output
+    # the job that ignored its signal was handed back at once, its attempt not counted
+    with sqlite3.connect(root / ".ket" / "default.db") as connection:
+        row = connection.execute(
+            "SELECT state, attempt FROM ket_jobs WHERE name = 'app.slow'"
+        ).fetchone()
+    assert row == ("available", 0)
+
+
+def test_a_second_signal_exits_at_once(project: Project) -> None:
+    root = project({"app/workspace.py": APP.replace("300", "30000")})
+    assert run_ket("migrate", cwd=root).code == 0
+    _enqueue(root, "default", [NewJob(name="app.slow")])
+    worker = _worker(root)
+    try:
+        _wait_for(lambda: _states(root, "default").get(("app.slow", "executing")) == 1)
+        worker.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        worker.send_signal(signal.SIGINT)
+        output, _ = worker.communicate(timeout=10)
+    finally:
+        worker.kill()
+    assert worker.returncode == 1
+    assert "second signal, exiting now" in output
+    # left executing: its lease expires and rescue hands it to the next worker
+    assert _states(root, "default") == {("app.slow", "executing"): 1}
+
+
+def test_worker_refuses_to_start_on_declaration_errors(project: Project) -> None:
+    root = project(
+        {"app/workspace.py": APP.replace("idempotent=True, handler=slow", "handler=slow")}
+    )
+    result = run_ket("worker", cwd=root)
+    assert result.code == 1
+    assert "KET101" in result.err
