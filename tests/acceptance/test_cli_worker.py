@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sqlite3
@@ -18,6 +19,7 @@ from .conftest import Project, run_ket
 
 APP = """
 import asyncio
+import json
 from ket import define_deployment, define_job, define_module
 
 async def ping(ctx, input):
@@ -162,3 +164,57 @@ def test_worker_refuses_to_start_on_declaration_errors(project: Project) -> None
     result = run_ket("worker", cwd=root)
     assert result.code == 1
     assert "KET101" in result.err
+
+
+def test_operator_commands_list_show_retry_cancel_prune_and_stats(project: Project) -> None:
+    root = project({"app/workspace.py": APP})
+    assert run_ket("migrate", cwd=root).code == 0
+    _enqueue(root, "default", [NewJob(name="app.ping", payload={"n": n}) for n in range(3)])
+    listed = run_ket("jobs", "list", "--format", "json", cwd=root)
+    assert listed.code == 0, listed.err
+    rows = json.loads(listed.out)
+    assert [(r["id"], r["state"], r["name"]) for r in rows] == [
+        (3, "available", "app.ping"),
+        (2, "available", "app.ping"),
+        (1, "available", "app.ping"),
+    ]
+    shown = run_ket("jobs", "show", "2", cwd=root)
+    assert 'payload:      {"n": 1}' in shown.out
+    missing = run_ket("jobs", "show", "99", cwd=root)
+    assert (missing.code, missing.err) == (1, "ket: no job 99\n")
+    cancelled = run_ket("jobs", "cancel", "2", cwd=root)
+    assert (cancelled.code, cancelled.out) == (0, "job 2: available -> cancelled\n")
+    again = run_ket("jobs", "cancel", "2", cwd=root)
+    assert (again.code, again.err) == (1, "ket: job 2: already cancelled\n")
+    refused = run_ket("jobs", "retry", "1", cwd=root)
+    assert refused.code == 1
+    assert "only retryable or discarded jobs can be retried, not available" in refused.err
+    stats = json.loads(run_ket("jobs", "stats", "--format", "json", cwd=root).out)
+    assert stats["counts"] == [
+        {"count": 2, "queue": "default", "state": "available"},
+        {"count": 1, "queue": "default", "state": "cancelled"},
+    ]
+    pruned = run_ket("jobs", "prune", "--older-than", "0s", cwd=root)
+    assert pruned.out == "pruned 1 finished jobs\n"
+    bad = run_ket("jobs", "prune", "--older-than", "a week", cwd=root)
+    assert bad.code == 2
+    assert "expected a duration such as 12h or 30d, got 'a week'" in bad.err
+
+
+def test_operator_commands_of_a_multi_tenant_app_require_a_tenant(project: Project) -> None:
+    root = project({"app/workspace.py": APP})
+    for name in ("acme", "globex"):
+        assert run_ket("tenants", "add", name, cwd=root).code == 0
+    assert run_ket("migrate", cwd=root).code == 0
+    _enqueue(root, "acme", [NewJob(name="app.ping", payload={"n": 1})])
+    ambiguous = run_ket("jobs", "list", cwd=root)
+    assert ambiguous.code == 2
+    assert "several tenants (acme, globex); choose one with --tenant" in ambiguous.err
+    acme = json.loads(run_ket("jobs", "list", "--tenant", "acme", "--format", "json", cwd=root).out)
+    globex = json.loads(
+        run_ket("jobs", "list", "--tenant", "globex", "--format", "json", cwd=root).out
+    )
+    assert ([r["name"] for r in acme], globex) == (["app.ping"], [])
+    unknown = run_ket("jobs", "list", "--tenant", "initech", cwd=root)
+    assert unknown.code == 2
+    assert "tenant 'initech' is not registered" in unknown.err

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ket.cli import check, diff, manifest, migrate, tenants, worker
+from ket.cli import check, diff, jobs, manifest, migrate, tenants, worker
 from ket.cli.options import workspace_parent
 from ket.cli.runtime import database_parent
 from ket.errors import CheckFailed, KetError
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     for command in RUNNING:
         command.add_parser(commands, [workspace, database])
     tenants.add_parser(commands, [database])
+    jobs.add_parser(commands, [database])
     return parser
 
 

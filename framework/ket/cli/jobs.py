@@ -1,0 +1,281 @@
+"""`ket jobs list/show/retry/cancel/prune/stats`: operating one tenant's jobs.
+
+Exit codes: 0 done, 1 the job does not exist or the command does not apply to it (the reason is
+printed), 2 bad input (unknown tenant, bad option).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any, TypeVar
+
+from ket.cli.runtime import open_store, tenant_urls
+from ket.errors import KetError
+from ket.store.contract import QueryableStore
+from ket.store.sql import SqlStore
+from ket.store.types import JOB_STATES, TERMINAL_STATES, JobQuery, JobRecord, Prune
+
+T = TypeVar("T")
+DEFAULT_RETENTION = "7d"
+_DURATION = re.compile(r"(\d+)([smhd])")
+_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
+
+
+def add_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
+) -> None:
+    parser = commands.add_parser("jobs", help="list, inspect and steer jobs", description=__doc__)
+    actions = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
+
+    listing = actions.add_parser("list", parents=parents, help="jobs, newest first")
+    listing.add_argument("--state", choices=JOB_STATES)
+    listing.add_argument("--queue")
+    listing.add_argument("--job", metavar="NAME", help="only jobs of this name")
+    listing.add_argument("--limit", type=_positive, default=50)
+    listing.add_argument("--offset", type=_not_negative, default=0)
+    listing.add_argument("--format", choices=["text", "json"], default="text")
+    listing.set_defaults(run=_list)
+
+    show = actions.add_parser("show", parents=parents, help="one job with payload and errors")
+    show.add_argument("id", type=_positive)
+    show.add_argument("--format", choices=["text", "json"], default="text")
+    show.set_defaults(run=_show)
+
+    for name, helptext in (
+        ("retry", "make a retryable or discarded job available now (history kept)"),
+        ("cancel", "cancel a job that has not finished (a running one is aborted)"),
+    ):
+        command = actions.add_parser(name, parents=parents, help=helptext)
+        command.add_argument("id", type=_positive)
+        command.set_defaults(run=_retry if name == "retry" else _cancel)
+
+    prune = actions.add_parser("prune", parents=parents, help="delete old finished jobs")
+    prune.add_argument(
+        "--older-than",
+        type=_duration,
+        default=_duration(DEFAULT_RETENTION),
+        metavar="DURATION",
+        help=f"age of finished jobs to delete, e.g. 12h, 30d (default {DEFAULT_RETENTION})",
+    )
+    prune.set_defaults(run=_prune)
+
+    stats = actions.add_parser("stats", parents=parents, help="counts by state and queue, ages")
+    stats.add_argument("--format", choices=["text", "json"], default="text")
+    stats.set_defaults(run=_stats)
+
+
+def _with_store(args: argparse.Namespace, action: Callable[[SqlStore], Awaitable[T]]) -> T:
+    urls = tenant_urls(args)
+    if len(urls) > 1:
+        raise KetError(
+            f"this app has several tenants ({', '.join(urls)}); choose one with --tenant"
+        )
+    [url] = urls.values()
+
+    async def run() -> T:
+        store = await open_store(url)
+        try:
+            if not isinstance(store, QueryableStore):
+                raise KetError("this store cannot list jobs")
+            return await action(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+def _list(args: argparse.Namespace) -> int:
+    query = JobQuery(
+        state=args.state, queue=args.queue, name=args.job, limit=args.limit, offset=args.offset
+    )
+    records = _with_store(args, lambda store: store.job_list(query))
+    if args.format == "json":
+        _print_json([_summary(r) for r in records])
+        return 0
+    if not records:
+        sys.stdout.write("no jobs\n")
+        return 0
+    rows = [("ID", "STATE", "QUEUE", "JOB", "ATTEMPT", "RUN AT", "ERRORS")]
+    for r in records:
+        rows.append(
+            (
+                str(r.id),
+                r.state,
+                r.queue,
+                r.name,
+                f"{r.attempt}/{r.max_attempts}",
+                r.run_at.isoformat(timespec="seconds"),
+                str(len(r.errors)),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        sys.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
+        sys.stdout.write("\n")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    record = _with_store(args, lambda store: store.job_get(args.id))
+    if record is None:
+        sys.stderr.write(f"ket: no job {args.id}\n")
+        return 1
+    if args.format == "json":
+        _print_json(_jsonable(asdict(record)))
+        return 0
+    fields = _summary(record)
+    for key in (
+        "id",
+        "name",
+        "state",
+        "queue",
+        "priority",
+        "attempt",
+        "max_attempts",
+        "unique_key",
+        "company",
+        "run_at",
+        "enqueued_at",
+        "attempted_at",
+        "finished_at",
+        "worker_id",
+        "lease_until",
+    ):
+        sys.stdout.write(
+            f"{key + ':':<14}{fields.get(key) if fields.get(key) is not None else '-'}\n"
+        )
+    sys.stdout.write(f"{'payload:':<14}{json.dumps(record.payload, sort_keys=True)}\n")
+    sys.stdout.write(f"errors ({len(record.errors)}):\n")
+    for error in record.errors:
+        sys.stdout.write(f"  attempt {error.attempt} at {error.at.isoformat()}: {error.error}\n")
+        if error.traceback:
+            for line in error.traceback.rstrip().splitlines():
+                sys.stdout.write(f"    {line}\n")
+    return 0
+
+
+def _retry(args: argparse.Namespace) -> int:
+    change = _with_store(args, lambda store: store.job_retry(args.id))
+    return _changed(
+        args.id, change.changed, change.reason or f"{change.previous} -> {change.state}"
+    )
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    change = _with_store(args, lambda store: store.job_cancel(args.id))
+    return _changed(
+        args.id, change.changed, change.reason or f"{change.previous} -> {change.state}"
+    )
+
+
+def _changed(job_id: int, changed: bool, reason: str) -> int:
+    if changed:
+        sys.stdout.write(f"job {job_id}: {reason}\n")
+        return 0
+    sys.stderr.write(f"ket: job {job_id}: {reason}\n")
+    return 1
+
+
+def _prune(args: argparse.Namespace) -> int:
+    async def prune_all(store: SqlStore) -> int:
+        total = 0
+        params = Prune(older_than_seconds=args.older_than, states=TERMINAL_STATES)
+        while (count := await store.job_prune(params)) > 0:
+            total += count
+            if count < params.limit:
+                break
+        return total
+
+    total = _with_store(args, prune_all)
+    sys.stdout.write(f"pruned {total} finished jobs\n")
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    stats = _with_store(args, lambda store: store.job_stats())
+    if args.format == "json":
+        _print_json(
+            {
+                "counts": [
+                    {"state": state, "queue": queue, "count": count}
+                    for (state, queue), count in sorted(stats.counts.items())
+                ],
+                "oldest_lease_age_seconds": stats.oldest_lease_age,
+                "oldest_available_age_seconds": stats.oldest_available_age,
+            }
+        )
+        return 0
+    queues = sorted({queue for _, queue in stats.counts})
+    states = [s for s in JOB_STATES if any(key[0] == s for key in stats.counts)]
+    if not queues:
+        sys.stdout.write("no jobs\n")
+    else:
+        width = max(len(q) for q in [*queues, "QUEUE"])
+        sys.stdout.write("QUEUE".ljust(width) + "".join(f"  {s:>10}" for s in states) + "\n")
+        for queue in queues:
+            counts = "".join(f"  {stats.counts.get((s, queue), 0):>10}" for s in states)
+            sys.stdout.write(queue.ljust(width) + counts + "\n")
+    sys.stdout.write(f"oldest lease age: {_age(stats.oldest_lease_age)}\n")
+    sys.stdout.write(f"oldest available age: {_age(stats.oldest_available_age)}\n")
+    return 0
+
+
+def _summary(record: JobRecord) -> dict[str, Any]:
+    data: dict[str, Any] = _jsonable(asdict(record))
+    data.pop("payload")
+    data["errors"] = len(record.errors)
+    return data
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def _age(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f}s"
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _positive(text: str) -> int:
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _not_negative(text: str) -> int:
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return value
+
+
+def _duration(text: str) -> float:
+    match = _DURATION.fullmatch(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 12h or 30d, got {text!r}")
+    return float(int(match.group(1)) * _UNITS[match.group(2)])
