@@ -10,6 +10,7 @@ multi-tenant worker::
     })
 """
 
+from ket.client import open_async_client, open_client
 from ket.declare import (
     define_deployment,
     define_function,
@@ -29,4 +30,6 @@ __all__ = [
     "define_job",
     "define_model",
     "define_module",
+    "open_async_client",
+    "open_client",
 ]

@@ -16,6 +16,8 @@ def test_public_names_are_pinned() -> None:
         "define_job",
         "define_model",
         "define_module",
+        "open_async_client",
+        "open_client",
     ]
     for name in ket.__all__:
         assert getattr(ket, name) is not None

@@ -90,6 +90,13 @@ def _v1(id_type: str, instant: str, json: str, bigint: str, boolean: str) -> tup
             fired_at {instant} NOT NULL
         )""",
         "CREATE INDEX ket_schedule_fires_schedule ON ket_schedule_fires (schedule_id, tick)",
+        f"""CREATE TABLE ket_sent_messages (
+            key TEXT NOT NULL PRIMARY KEY,
+            state TEXT NOT NULL,
+            claimed_at {instant} NOT NULL,
+            sent_at {instant},
+            CONSTRAINT ket_sent_messages_state CHECK (state IN ('claimed', 'sent'))
+        )""",
     )
 
 
@@ -111,7 +118,7 @@ _PG_NOTIFY = (
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
-        name="jobs, job errors, schedules and the fire ledger",
+        name="jobs, job errors, schedules, the fire ledger and the sent ledger",
         statements={
             "postgresql": _v1(
                 "BIGSERIAL NOT NULL PRIMARY KEY",

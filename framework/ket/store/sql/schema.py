@@ -129,6 +129,17 @@ schedule_fires = Table(
 )
 Index("ket_schedule_fires_schedule", schedule_fires.c.schedule_id, schedule_fires.c.tick)
 
+# The sent ledger: one row per outbound message key, claimed before the send, sent after it.
+sent_messages = Table(
+    "ket_sent_messages",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("state", Text, nullable=False),
+    Column("claimed_at", Instant, nullable=False),
+    Column("sent_at", Instant),
+    CheckConstraint("state IN ('claimed', 'sent')", name="ket_sent_messages_state"),
+)
+
 migrations = Table(
     "ket_migrations",
     metadata,

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ket.errors import JobRejected, StoreError
 from ket.store import validate
 from ket.store.clock import Clock
-from ket.store.sql import command, query, schedule
+from ket.store.sql import command, ledger, query, schedule
 from ket.store.sql.engine import create_engine, libpq_dsn, parse_url
 from ket.store.sql.fetch import fetch_all, fetch_one
 from ket.store.sql.insert import insert_plan, run_async, run_sync, wake_queues
@@ -159,15 +159,20 @@ class SqlStore:
 
     def job_insert_sync(self, connection: Connection, batch: Sequence[NewJob]) -> list[Inserted]:
         """Insert jobs on an application's own synchronous connection, in its transaction."""
+        return insert_on(connection, batch, now=self._clock.now() if self._clock else None)
+
+    async def job_insert_on(
+        self, connection: AsyncConnection, batch: Sequence[NewJob]
+    ) -> list[Inserted]:
+        """Insert jobs on an application's own async connection, in its transaction."""
         payloads = validate.encode_payloads(batch)
         if not batch:
             return []
-        dialect = connection.dialect.name
         now = self._clock.now() if self._clock else None
-        if now is None and dialect == "sqlite":
+        if now is None and connection.dialect.name == "sqlite":
             now = datetime.now(UTC)
-        plan = insert_plan(dialect, now, batch, payloads, write_locked=False)
-        return run_sync(connection, plan)
+        plan = insert_plan(connection.dialect.name, now, batch, payloads, write_locked=False)
+        return await run_async(connection, plan)
 
     def _woken(self, batch: Sequence[NewJob], now: datetime | None) -> None:
         self._wakeups.notify(wake_queues(batch, now))
@@ -387,6 +392,30 @@ class SqlStore:
 
         return await self._transact(body)
 
+    # -- the sent ledger (SentLedger) -------------------------------------------------------
+
+    async def message_claim(self, key: str, *, stale_after_seconds: float) -> bool:
+        """Claim `key`; False if it was sent, or claimed less than `stale_after_seconds` ago."""
+        validate.check_message_claim(key, stale_after_seconds)
+        params = time_params(self._now(), stale=-stale_after_seconds)
+        params["p_key"] = key
+        statement = ledger.statements(self.dialect).claim
+        rows = await self._transact(lambda conn: fetch_all(conn, statement, params), single=True)
+        return bool(rows)
+
+    async def message_confirm(self, key: str) -> None:
+        """Record that the message with `key` was sent."""
+        validate.check_message_key(key)
+        params = {"now": self._now(), "p_key": key}
+        statement = ledger.statements(self.dialect).confirm
+        await self._transact(lambda conn: conn.execute(statement, params), single=True)
+
+    async def message_release(self, key: str) -> None:
+        """Give up a claim that did not end in a send (a sent message stays recorded)."""
+        validate.check_message_key(key)
+        statement = ledger.statements(self.dialect).release
+        await self._transact(lambda conn: conn.execute(statement, {"p_key": key}), single=True)
+
     # -- wake-ups and lifecycle -------------------------------------------------------------
 
     async def wait_for_jobs(self, queues: Collection[str], timeout: float) -> bool:
@@ -403,6 +432,29 @@ class SqlStore:
         if self._listener is not None:
             await self._listener.stop()
         await self._engine.dispose()
+
+
+def insert_on(
+    connection: Connection,
+    batch: Sequence[NewJob],
+    *,
+    now: datetime | None = None,
+    write_locked: bool = False,
+) -> list[Inserted]:
+    """Insert jobs with a synchronous SQLAlchemy connection, inside its transaction.
+
+    `now` None means the database's time (this machine's for SQLite); `write_locked` says the
+    transaction holds SQLite's write lock from its start (ket's own engines do).
+    """
+    payloads = validate.encode_payloads(batch)
+    if not batch:
+        return []
+    dialect = connection.dialect.name
+    if now is None and dialect == "sqlite":
+        now = datetime.now(UTC)
+    return run_sync(
+        connection, insert_plan(dialect, now, batch, payloads, write_locked=write_locked)
+    )
 
 
 class SqlTransaction:

@@ -1,0 +1,174 @@
+"""Producing jobs from an application's own code: a Django view, a FastAPI endpoint, a script.
+
+    client = open_client(erp, tenant="acme")
+    client.enqueue("sales.send_confirmation", {"order_id": "o1"}, unique_key="confirmation:o1")
+    with engine.begin() as conn:                       # the app's own transaction
+        conn.execute(orders.update().where(...).values(status="confirmed"))
+        client.enqueue("sales.send_confirmation", {"order_id": "o1"}, connection=conn)
+
+A job enqueued with `connection=` exists if and only if that transaction commits. Input is
+validated against the job's declaration (pydantic ValidationError naming the field); an unknown
+job is refused; nothing is written in either case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import Connection, create_engine
+from sqlalchemy.engine import Engine
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ket.catalog import Catalog
+from ket.declare.deployment import DeploymentDecl
+from ket.runtime.tenancy import DEFAULT_TENANT, database_template, tenant_database
+from ket.store.sql import SqlStore, insert_on
+from ket.store.sql.engine import sqlite_discipline, sync_url
+from ket.store.types import Inserted, NewJob
+
+Input = BaseModel | Mapping[str, Any] | None
+Item = tuple[str, Input] | tuple[str, Input, Mapping[str, Any]]
+
+
+def _jobs(catalog: Catalog, items: Sequence[Item]) -> list[NewJob]:
+    jobs = []
+    for item in items:
+        name, input, *rest = item
+        options = dict(rest[0]) if rest else {}
+        jobs.append(catalog.new_job(name, input, **options))
+    return jobs
+
+
+def _url(tenant: str, database_url: str | None) -> str:
+    if database_url is not None and "{tenant}" not in database_url:
+        return database_url
+    return tenant_database(database_template(database_url), tenant)
+
+
+class Client:
+    """Enqueue jobs of one deployment into one tenant's database (synchronous)."""
+
+    def __init__(self, catalog: Catalog, engine: Engine) -> None:
+        self._catalog = catalog
+        self._engine = engine
+
+    def enqueue(
+        self,
+        name: str,
+        input: Input = None,
+        *,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        unique_key: str | None = None,
+        company: str | None = None,
+        connection: Connection | None = None,
+    ) -> Inserted:
+        """Enqueue one job; returns its id and whether it coalesced with an active one."""
+        job = self._catalog.new_job(
+            name, input, run_at=run_at, priority=priority, unique_key=unique_key, company=company
+        )
+        [inserted] = self._insert([job], connection)
+        return inserted
+
+    def enqueue_many(
+        self, items: Sequence[Item], *, connection: Connection | None = None
+    ) -> list[Inserted]:
+        """Enqueue many jobs in one transaction: `(name, input)` or `(name, input, options)`."""
+        return self._insert(_jobs(self._catalog, items), connection)
+
+    def _insert(self, jobs: list[NewJob], connection: Connection | None) -> list[Inserted]:
+        if connection is not None:
+            return insert_on(connection, jobs)
+        with self._engine.begin() as own:
+            return insert_on(own, jobs, write_locked=True)
+
+    def close(self) -> None:
+        """Release the client's connections."""
+        self._engine.dispose()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncClient:
+    """Enqueue jobs of one deployment into one tenant's database (asyncio)."""
+
+    def __init__(self, catalog: Catalog, store: SqlStore) -> None:
+        self._catalog = catalog
+        self._store = store
+
+    async def aenqueue(
+        self,
+        name: str,
+        input: Input = None,
+        *,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        unique_key: str | None = None,
+        company: str | None = None,
+        connection: AsyncConnection | None = None,
+    ) -> Inserted:
+        """Enqueue one job; returns its id and whether it coalesced with an active one."""
+        job = self._catalog.new_job(
+            name, input, run_at=run_at, priority=priority, unique_key=unique_key, company=company
+        )
+        [inserted] = await self._insert([job], connection)
+        return inserted
+
+    async def aenqueue_many(
+        self, items: Sequence[Item], *, connection: AsyncConnection | None = None
+    ) -> list[Inserted]:
+        """Enqueue many jobs in one transaction: `(name, input)` or `(name, input, options)`."""
+        return await self._insert(_jobs(self._catalog, items), connection)
+
+    async def _insert(
+        self, jobs: list[NewJob], connection: AsyncConnection | None
+    ) -> list[Inserted]:
+        if connection is not None:
+            return await self._store.job_insert_on(connection, jobs)
+        return await self._store.job_insert(jobs)
+
+    async def aclose(self) -> None:
+        """Release the client's connections."""
+        await self._store.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def open_client(
+    deployment: DeploymentDecl, *, tenant: str = DEFAULT_TENANT, database_url: str | None = None
+) -> Client:
+    """A client for `tenant`; its database: `database_url`, else KET_DATABASE_URL, else default."""
+    engine = create_engine(sync_url(_url(tenant, database_url)))
+    if engine.dialect.name == "sqlite":
+        sqlite_discipline(engine)
+    return Client(Catalog.build(deployment), engine)
+
+
+async def open_async_client(
+    deployment: DeploymentDecl, *, tenant: str = DEFAULT_TENANT, database_url: str | None = None
+) -> AsyncClient:
+    """The asyncio twin of open_client."""
+    store = await SqlStore.open(_url(tenant, database_url))
+    return AsyncClient(Catalog.build(deployment), store)
