@@ -1,0 +1,221 @@
+"""Real `ket worker` processes on a real PostgreSQL: many replicas over one backlog, a worker
+killed mid-job, and schedules fired once per tick across replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from ket.store import NewJob
+from ket.store.sql import SqlStore
+
+APP = """
+import asyncio, os, time, uuid
+from pathlib import Path
+from ket import define_deployment, define_job, define_module
+
+RUNS = Path(os.environ["KET_TEST_RUNS"])
+
+async def work(ctx, input):
+    # one file per execution: the test counts how often each job really ran
+    (RUNS / f"{{ctx.job.id}}.{{ctx.job.attempt}}.{{uuid.uuid4().hex}}").touch()
+
+def hang_first(ctx, input):
+    (RUNS / f"{{ctx.job.id}}.{{ctx.job.attempt}}.{{uuid.uuid4().hex}}").touch()
+    if ctx.job.attempt == 1:
+        time.sleep(120)   # killed here
+
+async def tick(ctx, input):
+    (RUNS / f"tick.{{int(ctx.schedule.tick.timestamp())}}.{{uuid.uuid4().hex}}").touch()
+
+app = define_module(name="app", jobs={{
+    "work": define_job(idempotent=True, input={{"n": "int"}}, handler=work),
+    "hang_first": define_job(idempotent=True, handler=hang_first),
+    "tick": define_job(idempotent=True, schedule={{"every": "10s"}}, handler=tick),
+}})
+main = define_deployment(name="main", modules=[app], worker={{
+    "queues": {{"default": 8}}, "poll_min_ms": 20, "poll_max_ms": 200,
+    "lease_ms": {lease_ms}, "schedule_sweep_ms": 200, "shutdown_grace_ms": 2000,
+}})
+"""
+
+
+class Fleet:
+    """A project folder, a fresh PostgreSQL database, and the worker processes started on it."""
+
+    def __init__(self, root: Path, database_url: str) -> None:
+        self.root = root
+        self.url = database_url
+        self.runs = root / "runs"
+        self.runs.mkdir()
+        self.processes: list[subprocess.Popen[str]] = []
+
+    def environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KET_")}
+        env.update(
+            KET_DATABASE_URL=self.url,
+            KET_TEST_RUNS=str(self.runs),
+            KET_REGISTRY_URL=f"sqlite:///{self.root / 'registry.db'}",
+        )
+        return env
+
+    def ket(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "ket.cli.main", *args],
+            cwd=self.root,
+            env=self.environment(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def start(self) -> subprocess.Popen[str]:
+        log = self.root / f"worker-{len(self.processes)}.log"
+        with log.open("w") as output:  # the child keeps its own copy of the descriptor
+            process = subprocess.Popen(
+                [sys.executable, "-m", "ket.cli.main", "worker", "--log-level", "WARNING"],
+                cwd=self.root,
+                env=self.environment(),
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        self.processes.append(process)
+        return process
+
+    def enqueue(self, jobs: list[NewJob]) -> list[int]:
+        async def insert() -> list[int]:
+            store = await SqlStore.open(self.url)
+            try:
+                return [i.id for i in await store.job_insert(jobs)]
+            finally:
+                await store.close()
+
+        return asyncio.run(insert())
+
+    def query(self, statement: str) -> list[tuple[object, ...]]:
+        with psycopg.connect(self.url) as connection:
+            return connection.execute(statement).fetchall()
+
+    def runs_of(self, prefix: str = "") -> list[str]:
+        return sorted(p.name for p in self.runs.iterdir() if p.name.startswith(prefix))
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+@pytest.fixture
+def fleet_factory(tmp_path: Path, postgres_url: str) -> Iterator[Callable[[int], Fleet]]:
+    created: list[tuple[Fleet, str]] = []
+
+    def make(lease_ms: int = 30_000) -> Fleet:
+        name = f"ket_it_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        root = tmp_path / name
+        (root / "app").mkdir(parents=True)
+        (root / "app" / "__init__.py").write_text("")
+        (root / "app" / "workspace.py").write_text(textwrap.dedent(APP.format(lease_ms=lease_ms)))
+        (root / "pyproject.toml").write_text('[tool.ket]\nworkspace = "app/workspace.py"\n')
+        url = postgres_url.rsplit("/", 1)[0] + f"/{name}"
+        fleet = Fleet(root, url)
+        migrated = fleet.ket("migrate")
+        assert migrated.returncode == 0, migrated.stderr
+        created.append((fleet, name))
+        return fleet
+
+    yield make
+    for fleet, name in created:
+        fleet.stop_all()
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def _until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_three_workers_run_each_of_a_thousand_jobs_exactly_once(
+    fleet_factory: Callable[..., Fleet],
+) -> None:
+    fleet = fleet_factory()
+    ids = fleet.enqueue([NewJob(name="app.work", payload={"n": n}) for n in range(1_000)])
+    for _ in range(3):
+        fleet.start()
+    _until(
+        lambda: (
+            fleet.query("SELECT count(*) FROM ket_jobs WHERE state = 'completed'")[0][0] == 1_000
+        ),
+        120,
+        "1,000 completed jobs",
+    )
+    fleet.stop_all()
+    assert [p.returncode for p in fleet.processes] == [0, 0, 0]
+    runs = fleet.runs_of()
+    assert len(runs) == 1_000
+    assert sorted(int(name.split(".")[0]) for name in runs) == sorted(ids)
+    workers = fleet.query("SELECT count(DISTINCT worker_id) FROM ket_jobs")[0][0]
+    assert workers == 3  # every replica took part
+    assert fleet.query("SELECT max(attempt) FROM ket_jobs") == [(1,)]
+
+
+def test_a_killed_worker_s_job_runs_again_once_after_its_lease(
+    fleet_factory: Callable[..., Fleet],
+) -> None:
+    fleet = fleet_factory(lease_ms=1_500)
+    [job_id] = fleet.enqueue([NewJob(name="app.hang_first")])
+    doomed = fleet.start()
+    _until(lambda: len(fleet.runs_of(f"{job_id}.1.")) == 1, 30, "the first attempt to start")
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(timeout=10)
+    fleet.start()
+    _until(
+        lambda: fleet.query(f"SELECT state FROM ket_jobs WHERE id = {job_id}") == [("completed",)],
+        60,
+        "the job to be rescued and completed",
+    )
+    assert len(fleet.runs_of(f"{job_id}.")) == 2
+    assert fleet.query(f"SELECT attempt FROM ket_jobs WHERE id = {job_id}") == [(2,)]
+    [(error,)] = fleet.query(f"SELECT error FROM ket_job_errors WHERE job_id = {job_id}")
+    assert str(error).startswith("lease expired: worker ")
+
+
+def test_three_replicas_fire_each_schedule_tick_once(fleet_factory: Callable[..., Fleet]) -> None:
+    fleet = fleet_factory()
+    for _ in range(3):
+        fleet.start()
+    _until(lambda: len(fleet.runs_of("tick.")) >= 2, 40, "two schedule ticks")
+    time.sleep(0.5)  # let a duplicate, if any, show up
+    fleet.stop_all()
+    ticks = [name.split(".")[1] for name in fleet.runs_of("tick.")]
+    assert len(ticks) == len(set(ticks)), f"a tick ran twice: {ticks}"
+    assert all(int(t) % 10 == 0 for t in ticks)  # aligned to the epoch
+    fires = fleet.query("SELECT tick, skipped FROM ket_schedule_fires ORDER BY tick")
+    assert len(fires) == len(ticks)
+    assert {skipped for _, skipped in fires} == {0}
