@@ -154,6 +154,10 @@ class TenantWorker:
                 queue.freed.clear()
                 await queue.freed.wait()
                 continue
+            # listen before claiming: a job committed while the claim is in flight must wake
+            # the wait that follows, not slip between the claim and the wait
+            watch = asyncio.ensure_future(self._wait_for_work(queue.name, idle))
+            await asyncio.sleep(0)  # let the watch register its waiter first
             try:
                 claimed = await self.store.job_claim(
                     JobClaim(
@@ -165,6 +169,7 @@ class TenantWorker:
                 )
                 failures = 0
             except KetError as error:
+                watch.cancel()
                 failures += 1
                 self._emit(
                     Event(
@@ -176,25 +181,29 @@ class TenantWorker:
             for job in claimed:
                 self._launch(queue, job)
             if len(claimed) == free:
+                watch.cancel()
                 idle = poll_min
                 continue  # there may be more: claim again as soon as slots allow
             if claimed:
                 idle = poll_min
-            woken = await self._wait_for_work(queue.name, idle)
+            woken = await watch
             idle = poll_min if woken else min(idle * 2, poll_max)
 
     async def _wait_for_work(self, queue: str, timeout: float) -> bool:
-        if isinstance(self.store, PushStore):
-            waiting = asyncio.ensure_future(self.store.wait_for_jobs([queue], timeout))
-            stopping = asyncio.ensure_future(self._stopping.wait())
-            done, pending = await asyncio.wait(
-                [waiting, stopping], return_when=asyncio.FIRST_COMPLETED
-            )
-            for task in pending:
-                task.cancel()
-            return waiting in done and not waiting.cancelled() and bool(waiting.result())
-        await self._sleep(timeout)
-        return False
+        """True when woken for `queue`; False on timeout or stop (cancellable at any point)."""
+        if not isinstance(self.store, PushStore):
+            await self._sleep(timeout)
+            return False
+        waiting = asyncio.ensure_future(self.store.wait_for_jobs([queue], timeout))
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait([waiting, stopping], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not waiting.done():
+                waiting.cancel()
+                await asyncio.wait([waiting])  # let it unregister its waiter
+        return not waiting.cancelled() and bool(waiting.result())
 
     def _launch(self, queue: _Queue, job: ClaimedJob) -> None:
         spec = self.catalog.jobs.get(job.name)
