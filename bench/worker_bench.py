@@ -25,9 +25,11 @@ import psycopg
 
 from ket import define_deployment, define_job, define_module
 from ket.catalog import Catalog
+from ket.runtime.contexts import Contexts
 from ket.runtime.worker import TenantWorker
 from ket.store import NewJob
 from ket.store.sql import SqlStore
+from ket.transport import CaptureSender
 
 PG_URL = os.environ.get("KET_BENCH_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/postgres")
 started_at: dict[int, float] = {}
@@ -41,6 +43,24 @@ def catalog(concurrency: int) -> Catalog:
     module = define_module(name="b", jobs={"noop": define_job(idempotent=True, handler=noop)})
     worker = {"queues": {"default": concurrency}, "poll_min_ms": 50, "poll_max_ms": 2_000}
     return Catalog.build(define_deployment(name="bench", modules=[module], worker=worker))
+
+
+def make_worker(store: SqlStore, built: Catalog, pool: ThreadPoolExecutor) -> TenantWorker:
+    contexts = Contexts(
+        store=store,
+        catalog=built,
+        tenant="bench",
+        sender=CaptureSender(),
+        storage_root=tempfile.gettempdir(),
+    )
+    return TenantWorker(
+        store=store,
+        catalog=built,
+        tenant="bench",
+        worker_id="bench",
+        executor=pool,
+        contexts=contexts,
+    )
 
 
 async def open_store(backend: str, place: str) -> SqlStore:
@@ -58,13 +78,7 @@ async def backlog_rate(backend: str, place: str, count: int, concurrency: int) -
     for start in range(0, count, 10_000):
         await store.job_insert([NewJob(name="b.noop") for _ in range(min(10_000, count - start))])
     with ThreadPoolExecutor(4) as pool:
-        worker = TenantWorker(
-            store=store,
-            catalog=catalog(concurrency),
-            tenant="bench",
-            worker_id="bench",
-            executor=pool,
-        )
+        worker = make_worker(store, catalog(concurrency), pool)
         began = time.perf_counter()
         worker.start()
         while True:
@@ -85,9 +99,7 @@ async def latency(backend: str, place: str, samples: int) -> tuple[float, float]
     started_at.clear()  # ids start again in every database
     delays: list[float] = []
     with ThreadPoolExecutor(4) as pool:
-        worker = TenantWorker(
-            store=store, catalog=catalog(10), tenant="bench", worker_id="bench", executor=pool
-        )
+        worker = make_worker(store, catalog(10), pool)
         worker.start()
         await asyncio.sleep(0.5)
         for _ in range(samples):

@@ -10,7 +10,10 @@
     ├── ManifestError         a manifest file that is not YAML, not a mapping, or of unknown format
     ├── StoreError            the job store failed
     │   └── JobRejected       a job or a store call was refused before anything was written
-    └── EffectError           an operation the running function or job did not declare
+    ├── EffectError           an operation the running function or job did not declare
+    ├── StorageKeyError       a storage key that is not a safe relative path (also a ValueError)
+    └── TransportError        the outbound transport is misconfigured (e.g. an unknown URL)
+        └── MessageRejected   a message refused before anything was sent (also a ValueError)
 
     Retry, Discard, Aborted   control flow a handler raises (or sees) to steer its job's outcome
 
@@ -90,6 +93,18 @@ class CheckFailed(KetError):
 
 class EffectError(KetError):
     """The operation was not declared in the effects of the running function or job."""
+
+
+class StorageKeyError(KetError, ValueError):
+    """The storage key is not a safe relative path."""
+
+
+class TransportError(KetError):
+    """The outbound transport is misconfigured."""
+
+
+class MessageRejected(TransportError, ValueError):
+    """The message was refused; nothing was sent."""
 
 
 class Retry(Exception):

@@ -13,7 +13,13 @@ from sqlalchemy import Engine, create_engine, inspect, text
 from ket.store.sql import LATEST, MIGRATIONS, migrate, schema_version
 from ket.store.sql.schema import metadata
 
-KET_TABLES = ["ket_job_errors", "ket_jobs", "ket_schedule_fires", "ket_schedules"]
+KET_TABLES = [
+    "ket_job_errors",
+    "ket_jobs",
+    "ket_schedule_fires",
+    "ket_schedules",
+    "ket_sent_messages",
+]
 
 
 def _shape(engine: Engine) -> dict[str, Any]:

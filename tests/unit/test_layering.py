@@ -45,6 +45,20 @@ FORBIDDEN = {
     "catalog": {"manifest", "diff", "cli", "workspace", "runtime", "context"},
     "context": {"manifest", "check", "diff", "cli", "workspace", "runtime", "tck"},
     "runtime": {"manifest", "check", "diff", "cli", "workspace", "tck"},
+    # senders know messages, not jobs: the context checks effects and keys before them
+    "transport": {
+        "declare",
+        "manifest",
+        "check",
+        "diff",
+        "cli",
+        "workspace",
+        "catalog",
+        "runtime",
+        "context",
+        "tck",
+        "schedule",
+    },
 }
 # rooms that may use the store contract but never a concrete store
 CONTRACT_ONLY = ["catalog", "context", "runtime", "tck"]

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ket.catalog import Catalog
 from ket.cli.options import deployment_of
 from ket.cli.runtime import open_registry, open_store, worker_id
+from ket.runtime.contexts import default_sender
 from ket.runtime.supervisor import Supervisor
 from ket.runtime.tenancy import database_template
 
@@ -79,6 +80,7 @@ async def serve(catalog: Catalog, database_url: str | None, tenant: str | None) 
             open_store=open_store,
             worker_id=identity,
             executor=pool,
+            sender=default_sender(),
             only=tenant,
         )
         log.info("worker %s serving deployment %s", identity, catalog.deployment)

@@ -1,4 +1,4 @@
-"""The `ctx` a job handler receives."""
+"""The `ctx` a handler receives: for a function, and for a job (which adds itself and a signal)."""
 
 from __future__ import annotations
 
@@ -6,37 +6,43 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from ket.context.db import Database
 from ket.context.info import JobInfo, ScheduleInfo
 from ket.context.jobs import Jobs
 from ket.context.log import ContextLog
 from ket.context.signal import AbortSignal
+from ket.context.storage import Storage
+from ket.context.transport import Transport
+from ket.context.tx import Transact
 
 
 @dataclass(frozen=True, kw_only=True)
-class JobContext:
-    """What a running job sees: itself, its signal, enqueueing, logging and the time.
+class FunctionContext:
+    """What a running function sees; every operation is checked against its declared effects.
 
-    In an `async def` handler every operation is awaited (`await ctx.jobs.enqueue(...)`); a plain
+    In an `async def` handler every operation is awaited (`await ctx.db.get(...)`); a plain
     handler gets the same context through a blocking adapter and calls it without `await`.
     """
 
-    job: JobInfo
-    signal: AbortSignal
+    tenant: str
+    company: str | None
+    db: Database
+    tx: Transact
     jobs: Jobs
+    storage: Storage
+    transport: Transport
     log: ContextLog
-    schedule: ScheduleInfo | None
     clock: Callable[[], datetime]
-
-    @property
-    def tenant(self) -> str:
-        """The tenant whose database this job runs against."""
-        return self.job.tenant
-
-    @property
-    def company(self) -> str | None:
-        """The company the job was enqueued for, if any."""
-        return self.job.company
 
     def now(self) -> datetime:
         """The current time (the test clock under `create_test_deployment`), aware UTC."""
         return self.clock()
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobContext(FunctionContext):
+    """What a running job sees: a function's context plus the job, its signal and its tick."""
+
+    job: JobInfo
+    signal: AbortSignal
+    schedule: ScheduleInfo | None

@@ -15,10 +15,12 @@ from concurrent.futures import Executor
 
 from ket.catalog import Catalog
 from ket.errors import KetError
+from ket.runtime.contexts import Contexts
 from ket.runtime.events import Hooks
 from ket.runtime.tenancy import DEFAULT_TENANT, tenant_database
 from ket.runtime.worker import TenantWorker
-from ket.store.contract import JobStore
+from ket.store.contract import JobStore, RecordStore
+from ket.transport import Sender
 
 log = logging.getLogger("ket.worker")
 
@@ -38,6 +40,7 @@ class Supervisor:
         open_store: OpenStore,
         worker_id: str,
         executor: Executor,
+        sender: Sender,
         hooks: Hooks | None = None,
         only: str | None = None,
     ) -> None:
@@ -49,6 +52,7 @@ class Supervisor:
         self._executor = executor
         self.hooks = hooks or Hooks()
         self._only = only
+        self._sender = sender
         self.workers: dict[str, TenantWorker] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -91,6 +95,10 @@ class Supervisor:
     async def _start(self, name: str, url: str) -> None:
         try:
             store = await self._open(url)
+            if isinstance(store, RecordStore) and self.catalog.models:
+                # a handle serves only the models it installed (DDL runs only when missing)
+                await store.record_install(list(self.catalog.models.values()))
+            contexts = Contexts(store=store, catalog=self.catalog, tenant=name, sender=self._sender)
         except KetError as error:
             log.error("tenant %s: cannot open its database: %s; retrying later", name, error)
             return
@@ -101,6 +109,7 @@ class Supervisor:
             worker_id=self._worker_id,
             executor=self._executor,
             hooks=self.hooks,
+            contexts=contexts,
         )
         worker.start()
         self.workers[name] = worker

@@ -17,11 +17,11 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from ket.catalog import Catalog, JobSpec
-from ket.context import AbortSignal, ContextLog, JobContext, JobInfo, Jobs, ScheduleInfo
+from ket.context import AbortSignal
 from ket.errors import KetError
+from ket.runtime.contexts import Contexts
 from ket.runtime.events import Event, Hooks, Kind
 from ket.runtime.execute import Result, run_attempt
 from ket.runtime.sweep import sweep
@@ -79,8 +79,8 @@ class TenantWorker:
         worker_id: str,
         executor: Executor,
         hooks: Hooks | None = None,
+        contexts: Contexts,
         retention_seconds: float = RETENTION_SECONDS,
-        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.store = store
         self.catalog = catalog
@@ -90,7 +90,7 @@ class TenantWorker:
         self._executor = executor
         self._config = catalog.worker
         self._retention = retention_seconds
-        self._clock = clock or _wall_clock
+        self._contexts = contexts
         self._running: dict[JobId, _Running] = {}
         self._outcomes: asyncio.Queue[Settle | None] = asyncio.Queue()
         self._queues = {q: _Queue(q, n) for q, n in self._config.queues.items()}
@@ -228,7 +228,9 @@ class TenantWorker:
             else:
                 if self.hooks.wanted("started"):
                     self._emit(_job_event("started", self.tenant, job))
-                result = await run_attempt(job, spec, entry.signal, self._context, self._executor)
+                result = await run_attempt(
+                    job, spec, entry.signal, self._contexts.for_job, self._executor
+                )
             if result.settle is not None:
                 self._outcomes.put_nowait(result.settle)
             self._report(job, result, started)
@@ -238,27 +240,6 @@ class TenantWorker:
             self._running.pop(job.id, None)
             queue.busy -= 1
             queue.freed.set()
-
-    def _context(self, job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> JobContext:
-        info = JobInfo(
-            id=job.id,
-            name=job.name,
-            key=job.unique_key,
-            queue=job.queue,
-            attempt=job.attempt,
-            max_attempts=job.max_attempts,
-            tenant=self.tenant,
-            company=job.company,
-        )
-        schedule = ScheduleInfo(tick=job.tick, skipped=job.ticks_skipped or 0) if job.tick else None
-        return JobContext(
-            job=info,
-            signal=signal,
-            jobs=Jobs(self.catalog, spec, self.store.job_insert),
-            log=ContextLog({"tenant": self.tenant, "job_id": job.id, "job": job.name}),
-            schedule=schedule,
-            clock=self._clock,
-        )
 
     def _report(self, job: ClaimedJob, result: Result, started: float) -> None:
         kind = _REPORTED[result.kind]
@@ -373,10 +354,6 @@ class TenantWorker:
 
     def _emit(self, event: Event) -> None:
         self.hooks.emit(event)
-
-
-def _wall_clock() -> datetime:
-    return datetime.now(UTC)
 
 
 def _info(reason: str) -> ErrorInfo:

@@ -5,6 +5,8 @@ from ket.store.contract import (
     JobStore,
     PushStore,
     QueryableStore,
+    Records,
+    RecordStore,
     StoreTransaction,
     TransactionalStore,
 )
@@ -27,6 +29,7 @@ from ket.store.types import (
     JobState,
     JobStats,
     Lease,
+    ModelTable,
     NewJob,
     Prune,
     Rescued,
@@ -36,6 +39,7 @@ from ket.store.types import (
     StateChange,
     TickClaim,
     TickResult,
+    Where,
 )
 
 __all__ = [
@@ -60,10 +64,13 @@ __all__ = [
     "JobStore",
     "Lease",
     "ManualClock",
+    "ModelTable",
     "NewJob",
     "Prune",
     "PushStore",
     "QueryableStore",
+    "RecordStore",
+    "Records",
     "Rescued",
     "ScheduleState",
     "Settle",
@@ -74,4 +81,5 @@ __all__ = [
     "TickClaim",
     "TickResult",
     "TransactionalStore",
+    "Where",
 ]

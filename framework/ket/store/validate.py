@@ -25,6 +25,8 @@ from ket.store.types import (
 MAX_PAYLOAD_BYTES = 1_048_576
 MAX_NAME_LENGTH = 200
 MAX_KEY_LENGTH = 500
+# a century: any longer staleness means "never", and would overflow date arithmetic
+MAX_STALE_SECONDS = 3_153_600_000
 OUTCOMES = ("completed", "retryable", "discarded", "snoozed", "cancelled")
 
 
@@ -117,6 +119,26 @@ def check_prune(prune: Prune) -> None:
     bad = [s for s in prune.states if s not in TERMINAL_STATES]
     if bad or not prune.states:
         raise JobRejected(f"prune removes terminal states only, got {prune.states!r}")
+
+
+def check_message_key(key: object) -> None:
+    """Refuse an idempotency key that is not a string of 1 to MAX_KEY_LENGTH characters."""
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
+        raise JobRejected(
+            f"message key must be a string of 1 to {MAX_KEY_LENGTH} characters, got {key!r}"
+        )
+
+
+def check_message_claim(key: object, stale_after_seconds: object) -> None:
+    """Refuse a bad key, or a staleness that is negative or not a finite number of seconds."""
+    check_message_key(key)
+    stale = stale_after_seconds
+    if isinstance(stale, bool) or not isinstance(stale, int | float):
+        raise JobRejected(f"stale_after_seconds must be a number of seconds, got {stale!r}")
+    if not math.isfinite(stale) or not 0 <= stale <= MAX_STALE_SECONDS:
+        raise JobRejected(
+            f"stale_after_seconds must be from 0 to {MAX_STALE_SECONDS}, got {stale!r}"
+        )
 
 
 def _text(job: NewJob, field: str, value: object, *, required: bool) -> None:

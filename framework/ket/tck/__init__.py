@@ -10,7 +10,7 @@ A store joins by defining one pytest fixture, `ket_store_factory`, and importing
         return MyStoreFactory(tmp_path / "jobs.db")
 
 One area of docs/stores.md per module. A capability the store lacks (PushStore, QueryableStore,
-TransactionalStore) skips the tests that need it, with the reason shown.
+TransactionalStore, SentLedger, RecordStore) skips the tests that need it, with the reason shown.
 """
 
 # ruff: noqa: E402, F403
@@ -32,6 +32,8 @@ AREAS = (
     "push",
     "transaction",
     "concurrency",
+    "ledger",
+    "records",
 )
 
 # The kit's plain asserts explain their failures only if pytest rewrites them when imported.
@@ -44,9 +46,11 @@ from ket.tck import (
     concurrency,
     heartbeat,
     insert,
+    ledger,
     prune,
     push,
     query,
+    records,
     rescue,
     schedule,
     settle,
@@ -59,9 +63,11 @@ from ket.tck.concurrency import *
 from ket.tck.harness import StoreFactory, Tck, tck_test
 from ket.tck.heartbeat import *
 from ket.tck.insert import *
+from ket.tck.ledger import *
 from ket.tck.prune import *
 from ket.tck.push import *
 from ket.tck.query import *
+from ket.tck.records import *
 from ket.tck.rescue import *
 from ket.tck.schedule import *
 from ket.tck.settle import *
@@ -84,4 +90,6 @@ __all__ = [
     *push.__all__,
     *transaction.__all__,
     *concurrency.__all__,
+    *ledger.__all__,
+    *records.__all__,
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -14,10 +15,12 @@ from pydantic import ValidationError
 from ket import Discard, Retry, define_deployment, define_job, define_module
 from ket.catalog import Catalog
 from ket.errors import JobRejected
+from ket.runtime.contexts import Contexts
 from ket.runtime.events import Event, Hooks
 from ket.runtime.worker import TenantWorker
 from ket.store import JobQuery, JobRecord, NewJob
 from ket.store.memory import MemoryStore
+from ket.transport import CaptureSender
 
 FAST = {
     "queues": {"default": 4, "slow": 2},
@@ -106,6 +109,13 @@ def run(scenario: Scenario) -> None:
         events: list[Event] = []
         hooks.subscribe(events.append)
         with ThreadPoolExecutor(4) as executor:
+            contexts = Contexts(
+                store=store,
+                catalog=CATALOG,
+                tenant="default",
+                sender=CaptureSender(),
+                storage_root=tempfile.mkdtemp(prefix="ket-test-"),
+            )
             worker = TenantWorker(
                 store=store,
                 catalog=CATALOG,
@@ -113,6 +123,7 @@ def run(scenario: Scenario) -> None:
                 worker_id="w1",
                 executor=executor,
                 hooks=hooks,
+                contexts=contexts,
             )
             worker.start()
             try:

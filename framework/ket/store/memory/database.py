@@ -6,7 +6,9 @@ import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from ket.store.memory.ledger import SentMessages
 from ket.store.memory.ready import ReadyQueue
+from ket.store.memory.records import RecordTables
 from ket.store.memory.row import JobRow
 from ket.store.types import (
     ACTIVE_STATES,
@@ -34,6 +36,8 @@ class MemoryDatabase:
         self.schedules: dict[str, ScheduleState] = {}
         self.fires: dict[str, list[Fire]] = {}
         self.wakeups = Wakeups()
+        self.sent = SentMessages()
+        self.records = RecordTables()  # model rows (RecordStore)
         self._last_id: JobId = 0
         # The partial unique index: (name, unique_key) -> the one active job holding it.
         self._unique: dict[tuple[str, str], JobId] = {}

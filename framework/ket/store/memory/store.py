@@ -6,14 +6,18 @@ import heapq
 import math
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from typing import Any
 
 from ket.errors import JobRejected, StoreError
+from ket.store import validate
 from ket.store.clock import Clock, SystemClock
 from ket.store.memory import transition
 from ket.store.memory.database import MemoryDatabase
+from ket.store.memory.records import MemoryRecords
 from ket.store.memory.transaction import MemoryTransaction
 from ket.store.types import (
     RUNNABLE_STATES,
@@ -27,6 +31,7 @@ from ket.store.types import (
     JobQuery,
     JobRecord,
     JobStats,
+    ModelTable,
     NewJob,
     Prune,
     Rescued,
@@ -36,6 +41,7 @@ from ket.store.types import (
     StateChange,
     TickClaim,
     TickResult,
+    Where,
 )
 from ket.store.validate import (
     check_claim,
@@ -54,7 +60,7 @@ class MemoryStore:
 
     Limitation: the memory store has no isolation. Jobs inserted in an open `transaction()` are
     visible to (and claimable by) every handle at once, and vanish if the transaction rolls back;
-    only the wake-ups wait for the commit.
+    only the wake-ups wait for the commit. Model rows written in it behave the same way.
 
         store = MemoryStore(clock=ManualClock(start))
         [inserted] = await store.job_insert([NewJob(name="send_receipt", payload={"order": 7})])
@@ -289,13 +295,66 @@ class MemoryStore:
     async def transaction(self) -> AsyncIterator[MemoryTransaction]:
         """Insert jobs that are undone if the block raises; wake-ups wait for the commit."""
         self._check_open()
-        transaction = MemoryTransaction(self.database, self._insert)
+        transaction = MemoryTransaction(self.database, self._insert, self._rows.in_transaction())
         try:
             yield transaction
         except BaseException:
             transaction.rollback()
             raise
         transaction.commit()
+
+    # -- SentLedger -------------------------------------------------------------------------
+
+    async def message_claim(self, key: str, *, stale_after_seconds: float) -> bool:
+        """Claim `key`; False if it was sent, or claimed less than `stale_after_seconds` ago."""
+        validate.check_message_claim(key, stale_after_seconds)
+        with self._locked():
+            return self.database.sent.claim(key, self._now(), stale_after_seconds)
+
+    async def message_confirm(self, key: str) -> None:
+        """Record that the message with `key` was sent."""
+        validate.check_message_key(key)
+        with self._locked():
+            self.database.sent.confirm(key, self._now())
+
+    async def message_release(self, key: str) -> None:
+        """Give up a claim that did not end in a send (a sent message stays recorded)."""
+        validate.check_message_key(key)
+        with self._locked():
+            self.database.sent.release(key)
+
+    # -- RecordStore (model rows; see records.py) --------------------------------------------
+
+    @cached_property
+    def _rows(self) -> MemoryRecords:
+        # this handle's installed models, over the rows every handle of the database shares
+        return MemoryRecords(self.database, self._check_open)
+
+    async def record_install(self, models: Sequence[ModelTable]) -> None:
+        """Create the tables of these models (idempotent; new fields read as None in old rows)."""
+        self._rows.install(models)
+
+    async def record_insert(self, model: str, values: Mapping[str, Any]) -> str:
+        """Insert a row; its new id."""
+        return await self._rows.record_insert(model, values)
+
+    async def record_get(self, model: str, record_id: str) -> dict[str, Any] | None:
+        """The row with that id, or None."""
+        return await self._rows.record_get(model, record_id)
+
+    async def record_select(
+        self, model: str, where: Where | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Rows matching `where`, oldest first, at most `limit`."""
+        return await self._rows.record_select(model, where, limit)
+
+    async def record_update(self, model: str, where: Where, values: Mapping[str, Any]) -> int:
+        """Set `values` on the matching rows; how many matched."""
+        return await self._rows.record_update(model, where, values)
+
+    async def record_delete(self, model: str, where: Where) -> int:
+        """Delete the matching rows; how many."""
+        return await self._rows.record_delete(model, where)
 
     # -- inside -----------------------------------------------------------------------------
 

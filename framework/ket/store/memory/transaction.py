@@ -1,12 +1,14 @@
-"""A memory transaction: inserts apply at once and are deleted again on rollback."""
+"""A memory transaction: writes apply at once and are undone again on rollback."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ket.errors import StoreError
 from ket.store.memory.database import MemoryDatabase
-from ket.store.types import Inserted, JobId, NewJob
+from ket.store.memory.records import MemoryRecords
+from ket.store.types import Inserted, JobId, NewJob, Where
 
 # Inserts validated jobs; returns their results and the queues that got work due now.
 Insert = Callable[[Sequence[NewJob]], tuple[list[Inserted], set[str]]]
@@ -15,9 +17,10 @@ Insert = Callable[[Sequence[NewJob]], tuple[list[Inserted], set[str]]]
 class MemoryTransaction:
     """An open transaction of a MemoryStore (no isolation: see MemoryStore)."""
 
-    def __init__(self, database: MemoryDatabase, insert: Insert) -> None:
+    def __init__(self, database: MemoryDatabase, insert: Insert, records: MemoryRecords) -> None:
         self._database = database
         self._insert = insert
+        self._records = records
         self._inserted: list[JobId] = []
         self._queues: set[str] = set()
         self._open = True
@@ -42,7 +45,37 @@ class MemoryTransaction:
         self._database.wakeups.notify(self._queues)
 
     def rollback(self) -> None:
-        """Delete the jobs this transaction inserted; ids are not reused."""
+        """Delete the jobs this transaction inserted (ids are not reused); undo its row changes."""
         self._open = False
         with self._database.lock:
             self._database.delete(self._inserted)
+            self._records.rollback()
+
+    # -- model rows: applied at once, undone on rollback ------------------------------------
+
+    async def record_insert(self, model: str, values: Mapping[str, Any]) -> str:
+        """Insert a row that stays only if the transaction commits; its id."""
+        return await self._open_records().record_insert(model, values)
+
+    async def record_get(self, model: str, record_id: str) -> dict[str, Any] | None:
+        """The row with that id, or None."""
+        return await self._open_records().record_get(model, record_id)
+
+    async def record_select(
+        self, model: str, where: Where | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Rows matching `where`, oldest first, at most `limit`."""
+        return await self._open_records().record_select(model, where, limit)
+
+    async def record_update(self, model: str, where: Where, values: Mapping[str, Any]) -> int:
+        """Set `values` on the matching rows until a rollback; how many matched."""
+        return await self._open_records().record_update(model, where, values)
+
+    async def record_delete(self, model: str, where: Where) -> int:
+        """Delete the matching rows until a rollback; how many."""
+        return await self._open_records().record_delete(model, where)
+
+    def _open_records(self) -> MemoryRecords:
+        if not self._open:
+            raise StoreError("transaction is closed")
+        return self._records

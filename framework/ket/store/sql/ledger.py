@@ -12,14 +12,15 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from sqlalchemy import and_, bindparam, delete, func, literal_column
+from sqlalchemy import ColumnClause, and_, bindparam, delete, func, literal_column
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ket.store.sql.now import TimeSql
 from ket.store.sql.schema import sent_messages
 
-_CLAIMED = literal_column("'claimed'")
-_SENT = literal_column("'sent'")
+# literal SQL, like schema.py's state predicates: constants, not parameters
+_CLAIMED: ColumnClause[Any] = literal_column("'claimed'")
+_SENT: ColumnClause[Any] = literal_column("'sent'")
 
 
 @dataclass(frozen=True)

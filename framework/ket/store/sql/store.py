@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any, TypeVar
 
 from sqlalchemy import URL, Connection, select
@@ -22,6 +23,7 @@ from ket.store.sql.insert import insert_plan, run_async, run_sync, wake_queues
 from ket.store.sql.listener import Listener
 from ket.store.sql.migration import migrate
 from ket.store.sql.now import TimeSql, time_params
+from ket.store.sql.records import RecordCall, SqlRecords, install
 from ket.store.sql.schema import jobs
 from ket.store.types import (
     ClaimedJob,
@@ -35,6 +37,7 @@ from ket.store.types import (
     JobQuery,
     JobRecord,
     JobStats,
+    ModelTable,
     NewJob,
     Prune,
     Rescued,
@@ -44,6 +47,7 @@ from ket.store.types import (
     StateChange,
     TickClaim,
     TickResult,
+    Where,
 )
 from ket.store.wakeup import Wakeups, shared
 
@@ -433,6 +437,42 @@ class SqlStore:
             await self._listener.stop()
         await self._engine.dispose()
 
+    # -- model rows (RecordStore; statements in records.py) ---------------------------------
+
+    @cached_property
+    def _rows(self) -> SqlRecords:
+        return SqlRecords(self.dialect)
+
+    async def record_install(self, models: Sequence[ModelTable]) -> None:
+        """Create missing model tables and add missing columns; never drops anything."""
+        checked = self._rows.prepare_install(models)
+        await self._transact(lambda conn: conn.run_sync(install, checked))
+        self._rows.installed(checked)
+
+    async def record_insert(self, model: str, values: Mapping[str, Any]) -> str:
+        """Insert a row; returns its new id."""
+        return await self._transact(self._rows.insert(model, values).run, single=True)
+
+    async def record_get(self, model: str, record_id: str) -> dict[str, Any] | None:
+        """The row with that id, or None."""
+        return await self._transact(self._rows.get(model, record_id).run, single=True)
+
+    async def record_select(
+        self, model: str, where: Where | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Rows matching `where`, oldest first, at most `limit`."""
+        call = self._rows.select(model, where, limit)
+        return await self._transact(call.run, single=True)
+
+    async def record_update(self, model: str, where: Where, values: Mapping[str, Any]) -> int:
+        """Set `values` on the rows matching `where`; how many rows matched."""
+        call = self._rows.update(model, where, values)
+        return await self._transact(call.run, single=True)
+
+    async def record_delete(self, model: str, where: Where) -> int:
+        """Delete the rows matching `where`; how many."""
+        return await self._transact(self._rows.delete(model, where).run, single=True)
+
 
 def insert_on(
     connection: Connection,
@@ -478,6 +518,39 @@ class SqlTransaction:
         )
         self.pending.append((batch, now))
         return inserted
+
+    # -- model rows, on this transaction's connection ---------------------------------------
+
+    async def record_insert(self, model: str, values: Mapping[str, Any]) -> str:
+        """Insert a row that exists if and only if the transaction commits; its id."""
+        return await self._run(self._store._rows.insert(model, values))
+
+    async def record_get(self, model: str, record_id: str) -> dict[str, Any] | None:
+        """The row with that id as this transaction sees it, or None."""
+        return await self._run(self._store._rows.get(model, record_id))
+
+    async def record_select(
+        self, model: str, where: Where | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Rows matching `where` as this transaction sees them, oldest first."""
+        return await self._run(self._store._rows.select(model, where, limit))
+
+    async def record_update(self, model: str, where: Where, values: Mapping[str, Any]) -> int:
+        """Set `values` on the matching rows, in this transaction; how many matched."""
+        return await self._run(self._store._rows.update(model, where, values))
+
+    async def record_delete(self, model: str, where: Where) -> int:
+        """Delete the matching rows, in this transaction; how many."""
+        return await self._run(self._store._rows.delete(model, where))
+
+    async def _run(self, call: RecordCall[T]) -> T:
+        # no lock retry here: the transaction already holds SQLite's write lock (BEGIN IMMEDIATE)
+        if self.connection is None:
+            raise StoreError("the transaction is over")
+        try:
+            return await call.run(self.connection)
+        except DBAPIError as error:
+            raise StoreError(f"database error: {_reason(error)}") from error
 
 
 def _error_row(

@@ -1,0 +1,108 @@
+"""`ctx.db`: the deployment's model rows, within the running operation's declared effects.
+
+    order = await ctx.db.get("sales.Order", input.order_id)        # needs read:sales.Order
+    await ctx.db.update("sales.Order", {"id": order["id"]}, {"status": "confirmed"})
+                                                                  # needs write:sales.Order
+
+`write:<model>` also allows reading it. Every row has an `id` the store generates. A plain
+handler calls the same methods without `await`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from ket.catalog import OperationSpec
+from ket.errors import EffectError, StoreError
+from ket.store.contract import Records
+from ket.store.types import ModelTable, Where
+
+Access = Literal["read", "write"]
+
+
+class Database:
+    """Model rows as the running operation may touch them; an undeclared access is EffectError."""
+
+    __ket_api__ = True  # the Blocking adapter wraps it for plain handlers
+
+    def __init__(
+        self, records: Records, operation: OperationSpec, models: Mapping[str, ModelTable]
+    ) -> None:
+        self._records = records
+        self._operation = operation
+        self._models = models
+
+    async def insert(self, model: str, values: Mapping[str, Any]) -> str:
+        """Insert a row; returns the id ket generated for it."""
+        self._check("write", model)
+        return await self._records.record_insert(model, values)
+
+    async def get(self, model: str, id: str) -> dict[str, Any] | None:
+        """The row with that id as a dict (with `id`), or None."""
+        self._check("read", model)
+        return await self._records.record_get(model, id)
+
+    async def select(
+        self, model: str, where: Where | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Rows whose fields equal every value in `where`, oldest first, at most `limit`."""
+        self._check("read", model)
+        return await self._records.record_select(model, where, limit)
+
+    async def update(self, model: str, where: Where, values: Mapping[str, Any]) -> int:
+        """Set `values` on the rows matching `where`; returns how many rows matched."""
+        self._check("write", model)
+        return await self._records.record_update(model, where, values)
+
+    async def delete(self, model: str, where: Where) -> int:
+        """Delete the rows matching `where`; returns how many."""
+        self._check("write", model)
+        return await self._records.record_delete(model, where)
+
+    def _check(self, access: Access, model: str) -> None:
+        operation = self._operation
+        if model not in self._models:
+            known = ", ".join(sorted(self._models)) or "none"
+            raise StoreError(
+                f"{operation.name}: unknown model {model!r} (the deployment's models: {known})"
+            )
+        if not operation.allows(access, model):
+            raise EffectError(
+                f"{operation.name} may not {access} {model}: declare the effect '{access}:{model}'"
+            )
+
+
+class NoRecords:
+    """The Records of a store that keeps no model rows: every call says so (StoreError).
+
+    `ctx.db` exists for every handler; on such a store, using it is the error, not building it.
+    """
+
+    def __init__(self, store: object) -> None:
+        self._store = type(store).__name__
+
+    async def record_insert(self, model: str, values: Mapping[str, Any]) -> str:
+        raise self._refused()
+
+    async def record_get(self, model: str, record_id: str) -> dict[str, Any] | None:
+        raise self._refused()
+
+    async def record_select(
+        self, model: str, where: Where | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        raise self._refused()
+
+    async def record_update(self, model: str, where: Where, values: Mapping[str, Any]) -> int:
+        raise self._refused()
+
+    async def record_delete(self, model: str, where: Where) -> int:
+        raise self._refused()
+
+    def _refused(self) -> StoreError:
+        return StoreError(f"store {self._store} keeps no model rows (it is not a RecordStore)")
+
+
+def records_of(source: object) -> Records:
+    """`source` (a store or a store transaction) as Records, or NoRecords when it keeps none."""
+    return source if isinstance(source, Records) else NoRecords(source)

@@ -1,0 +1,132 @@
+"""`ctx.transport`: outbound messages; a repeated idempotency key is not sent twice in a tenant.
+
+A send claims the message's key in the tenant's sent ledger, delivers it through the configured
+sender, then confirms the key. A key that is sent, or claimed by a send in flight, is not sent
+again (`send` returns False). A send that fails releases its key, so a retry sends it. A send
+whose outcome is unknown (a crash, or an abort or cancel the sender did not finish within
+`abort_grace_seconds`) keeps its claim until it is `stale_after_seconds` old; only a send after
+that may deliver the message again, so each such crash costs at most one duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from ket.catalog import OperationSpec
+from ket.context.signal import AbortSignal
+from ket.errors import Aborted, EffectError
+from ket.store.contract import SentLedger
+from ket.transport.message import Message, parse_message
+from ket.transport.sender import Sender
+
+# Longer than any sender needs (the SMTP sender times out after 30 s per step), so a claim only
+# goes stale when its sender is gone.
+STALE_AFTER_SECONDS = 15 * 60.0
+# How long a send aborted midway may still finish, so that its key is confirmed or released
+# rather than left claimed; shorter than the worker's grace before it cancels the handler.
+ABORT_GRACE_SECONDS = 1.0
+
+
+class Transport:
+    """Send messages as the running operation; needs the effect `transport:send`::
+
+    await ctx.transport.send(
+        {
+            "idempotency_key": f"sales.confirmation:{order['id']}",
+            "from": {"address": "orders@example.com", "name": "Orders"},
+            "to": [{"address": order["email"]}],
+            "subject": f"Order {order['number']}",
+            "text": f"Your order {order['number']} is confirmed.",
+        },
+        signal=ctx.signal,
+    )
+    """
+
+    __ket_api__ = True
+
+    def __init__(
+        self,
+        sender: Sender,
+        ledger: SentLedger,
+        operation: OperationSpec,
+        tenant: str,
+        *,
+        stale_after_seconds: float = STALE_AFTER_SECONDS,
+        abort_grace_seconds: float = ABORT_GRACE_SECONDS,
+    ) -> None:
+        self._sender = sender
+        self._ledger = ledger
+        self._operation = operation
+        self._tenant = tenant
+        self._stale_after = stale_after_seconds
+        self._abort_grace = abort_grace_seconds
+
+    async def send(self, message: Mapping[str, Any], *, signal: AbortSignal | None = None) -> bool:
+        """Send `message` unless its key was sent (or is being sent); True if sent now.
+
+        Raises EffectError without `transport:send`, MessageRejected for a message without an
+        `idempotency_key` or of the wrong shape, Aborted when `signal` is aborted first, and
+        whatever the sender raised when it failed (the key is then free for a retry).
+        """
+        operation = self._operation
+        if not operation.allows("transport", "send"):
+            raise EffectError(
+                f"{operation.name} may not send messages: declare the effect 'transport:send'"
+            )
+        checked = parse_message(message)
+        key = checked.idempotency_key
+        if signal is not None:
+            signal.throw_if_aborted()
+        if not await self._ledger.message_claim(key, stale_after_seconds=self._stale_after):
+            return False
+        if signal is not None and signal.aborted:  # aborted while claiming: nothing went out
+            await self._release(key)
+            signal.throw_if_aborted()
+        await self._deliver(checked, signal)
+        await self._ledger.message_confirm(key)
+        return True
+
+    async def _deliver(self, message: Message, signal: AbortSignal | None) -> None:
+        """Send; release the key if the sender failed, keep it if the outcome is unknown."""
+        sending = asyncio.ensure_future(self._sender.send(message, tenant=self._tenant))
+        finished = False
+        try:
+            if signal is None:
+                await asyncio.wait([sending])
+            else:
+                await _until_aborted(sending, signal)
+                if not sending.done():  # aborted mid-send: a moment to learn how it ended
+                    await asyncio.wait([sending], timeout=self._abort_grace)
+            finished = sending.done()
+        finally:
+            if not sending.done():
+                # The message may be out already (a sender's thread cannot be stopped), so the
+                # claim stays: no resend until it goes stale.
+                sending.cancel()
+        if not finished:
+            assert signal is not None and signal.reason is not None
+            raise Aborted(signal.reason)
+        if sending.cancelled() or sending.exception() is not None:
+            await self._release(message.idempotency_key)
+        sending.result()  # the sender's error, if any
+
+    async def _release(self, key: str) -> None:
+        # The sender's error (or Aborted) is the one to report; a claim left behind by a failed
+        # release only delays a resend until it goes stale.
+        with contextlib.suppress(Exception):
+            await self._ledger.message_release(key)
+
+    def __repr__(self) -> str:
+        return f"Transport({self._sender!r}, tenant={self._tenant!r})"
+
+
+async def _until_aborted(work: asyncio.Future[Any], signal: AbortSignal) -> None:
+    """Wait until `work` is done or `signal` is aborted, whichever comes first."""
+    aborted: asyncio.Future[Any] = asyncio.ensure_future(signal.wait())
+    try:
+        await asyncio.wait([work, aborted], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        aborted.cancel()

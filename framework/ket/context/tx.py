@@ -1,0 +1,115 @@
+"""`ctx.tx(fn)`: model rows and enqueued jobs in one transaction of the tenant database.
+
+    async def confirm(tx):
+        await tx.db.update("sales.Order", {"id": order_id}, {"status": "confirmed"})
+        await tx.jobs.enqueue("sales.send_confirmation", {"order_id": order_id})
+
+    await ctx.tx(confirm)          # in a plain handler: ctx.tx(confirm) with a plain `confirm`
+
+The rows and the jobs exist if and only if `fn` returns; an exception rolls everything back and
+reaches the caller. Wake-ups for the jobs go out only after the commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ket.catalog import Catalog, OperationSpec
+from ket.context.blocking import Blocking
+from ket.context.db import Database, records_of
+from ket.context.jobs import Jobs
+from ket.errors import StoreError
+from ket.store.contract import TransactionalStore
+
+Transact = Callable[[Callable[[Any], Any]], Awaitable[Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TxContext:
+    """What `fn` receives: `db` and `jobs`, both bound to the one open transaction."""
+
+    db: Database
+    jobs: Jobs
+
+
+class Transactor:
+    """Runs `fn(tx)` inside one store transaction: commit on return, rollback on exception.
+
+    `executor` runs plain `fn`s; None means ket's own pool for them. Neither the pool plain
+    handlers run in nor the loop's default executor will do: a handler waiting in `ctx.tx` holds
+    a thread of the first, and storage and transport I/O (which a plain `fn` may call) run in the
+    second, so a full pool would wait on itself.
+    """
+
+    def __init__(
+        self,
+        store: object,
+        catalog: Catalog,
+        operation: OperationSpec,
+        executor: Executor | None = None,
+    ) -> None:
+        self._store = store
+        self._catalog = catalog
+        self._operation = operation
+        self._executor = executor
+
+    async def run(self, fn: Callable[[Any], Any]) -> Any:
+        """`fn(tx)` in one transaction; its result. An `async def fn` is awaited; a plain one
+        runs off the event loop and calls `tx` without `await`, as a plain handler does."""
+        if not callable(fn):
+            raise TypeError(f"ctx.tx takes a function of one argument, tx; got {fn!r}")
+        store = self._store
+        if not isinstance(store, TransactionalStore):
+            raise StoreError(
+                f"{self._operation.name}: store {type(store).__name__} cannot run ctx.tx "
+                "(it is not a TransactionalStore)"
+            )
+        async with store.transaction() as transaction:
+            tx = TxContext(
+                db=Database(records_of(transaction), self._operation, self._catalog.models),
+                jobs=Jobs(self._catalog, self._operation, transaction.job_insert),
+            )
+            if _is_async(fn):
+                return await fn(tx)
+            loop = asyncio.get_running_loop()
+            executor = self._executor or _plain_fn_pool()
+            result = await loop.run_in_executor(executor, fn, Blocking(tx, loop))
+            if inspect.isawaitable(result):
+                _close(result)
+                raise TypeError(
+                    f"ctx.tx ran {fn!r} as a plain function, but it returned an awaitable; "
+                    "pass the async function itself (not a lambda or wrapper around it)"
+                )
+            return result
+
+
+def build_db_and_tx(
+    store: object, catalog: Catalog, operation: OperationSpec, executor: Executor | None = None
+) -> tuple[Database, Transact]:
+    """`ctx.db` and `ctx.tx` for one run of `operation` against `store` (the catalog's models)."""
+    db = Database(records_of(store), operation, catalog.models)
+    return db, Transactor(store, catalog, operation, executor).run
+
+
+@functools.cache
+def _plain_fn_pool() -> ThreadPoolExecutor:
+    """The threads plain `fn`s run in, made on first use; they wait only on the event loop."""
+    return ThreadPoolExecutor(max_workers=32, thread_name_prefix="ket-tx")
+
+
+def _is_async(fn: Callable[[Any], Any]) -> bool:
+    # functions, methods and partials of them; or an object whose __call__ is async
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
+
+
+def _close(awaitable: object) -> None:
+    # never-awaited coroutines warn at garbage collection; this one was refused, so close it
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()

@@ -1,0 +1,131 @@
+"""Building the `ctx` of a job or a function, the same way for the worker, `ket call` and tests.
+
+The parts that depend only on the operation (its database view, storage and transport) are built
+once per operation and reused; the per-run parts (the job, its signal, the log fields) are cheap.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import Executor
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ket.catalog import Catalog, JobSpec, OperationSpec
+from ket.context import (
+    AbortSignal,
+    ContextLog,
+    FunctionContext,
+    JobContext,
+    JobInfo,
+    Jobs,
+    ScheduleInfo,
+    Storage,
+    Transport,
+    build_db_and_tx,
+)
+from ket.context.db import Database
+from ket.context.storage import DEFAULT_STORAGE_ROOT
+from ket.context.tx import Transact
+from ket.errors import StoreError
+from ket.store.contract import JobStore, SentLedger
+from ket.store.types import ClaimedJob
+from ket.transport import DEFAULT_TRANSPORT_URL, Sender, sender_from_url
+
+Clock = Callable[[], datetime]
+
+
+def wall_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def default_sender() -> Sender:
+    """The sender KET_TRANSPORT_URL names (`dev:` by default: `.eml` files under .ket/outbox)."""
+    return sender_from_url(os.environ.get("KET_TRANSPORT_URL") or DEFAULT_TRANSPORT_URL)
+
+
+class Contexts:
+    """Makes contexts for one tenant's store."""
+
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        catalog: Catalog,
+        tenant: str,
+        sender: Sender,
+        storage_root: str | os.PathLike[str] = DEFAULT_STORAGE_ROOT,
+        clock: Clock = wall_clock,
+        tx_executor: Executor | None = None,
+    ) -> None:
+        if not isinstance(store, SentLedger):
+            raise StoreError(f"store {type(store).__name__} keeps no sent ledger for ctx.transport")
+        self._store = store
+        self._ledger: SentLedger = store
+        self._catalog = catalog
+        self._tenant = tenant
+        self._sender = sender
+        self._root = Path(storage_root)
+        self._clock = clock
+        self._tx_executor = tx_executor
+        self._parts: dict[str, tuple[Database, Transact, Jobs, Storage, Transport]] = {}
+
+    def for_job(self, job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> JobContext:
+        """The context of one attempt of `job`."""
+        db, tx, jobs, storage, transport = self._operation(spec)
+        info = JobInfo(
+            id=job.id,
+            name=job.name,
+            key=job.unique_key,
+            queue=job.queue,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            tenant=self._tenant,
+            company=job.company,
+        )
+        tick = ScheduleInfo(tick=job.tick, skipped=job.ticks_skipped or 0) if job.tick else None
+        return JobContext(
+            tenant=self._tenant,
+            company=job.company,
+            db=db,
+            tx=tx,
+            jobs=jobs,
+            storage=storage,
+            transport=transport,
+            log=ContextLog({"tenant": self._tenant, "job_id": job.id, "job": job.name}),
+            clock=self._clock,
+            job=info,
+            signal=signal,
+            schedule=tick,
+        )
+
+    def for_function(self, spec: OperationSpec, company: str | None = None) -> FunctionContext:
+        """The context of one call of a function."""
+        db, tx, jobs, storage, transport = self._operation(spec)
+        return FunctionContext(
+            tenant=self._tenant,
+            company=company,
+            db=db,
+            tx=tx,
+            jobs=jobs,
+            storage=storage,
+            transport=transport,
+            log=ContextLog({"tenant": self._tenant, "function": spec.name}),
+            clock=self._clock,
+        )
+
+    def _operation(
+        self, spec: OperationSpec
+    ) -> tuple[Database, Transact, Jobs, Storage, Transport]:
+        parts = self._parts.get(spec.name)
+        if parts is None:
+            db, tx = build_db_and_tx(self._store, self._catalog, spec, self._tx_executor)
+            parts = self._parts[spec.name] = (
+                db,
+                tx,
+                Jobs(self._catalog, spec, self._store.job_insert),
+                Storage(spec, self._tenant, root=self._root),
+                Transport(self._sender, self._ledger, spec, self._tenant),
+            )
+        return parts

@@ -1,0 +1,200 @@
+"""Model rows: what every store accepts for a model table, checked the same way everywhere.
+
+A `RecordModel` is a `ModelTable` whose names and shorthand types were checked. It validates the
+values of an insert, an update and a filter (pydantic, lax as for job input) before a store
+writes anything, so every store refuses the same things with the same words. Unknown model and
+field names never reach SQL: a store only builds statements from a RecordModel's names.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from pydantic import AwareDatetime, Field, JsonValue, TypeAdapter, ValidationError
+
+from ket.errors import StoreError
+from ket.store.types import ModelTable, Where
+
+# The input shorthand of ket.declare.input.SHORTHAND_TYPES, restated: the store may not import
+# the declarations (tests/unit/test_layering.py), and a unit test keeps the two in step.
+FIELD_TYPES: Mapping[str, Any] = {
+    "id": Annotated[str, Field(min_length=1)],
+    "string": str,
+    "int": int,
+    "number": float,
+    "bool": bool,
+    "datetime": AwareDatetime,
+    "date": dt.date,
+    "json": JsonValue,
+}
+MODEL_NAME = re.compile(r"([a-z][a-z0-9_]*)\.([A-Za-z][A-Za-z0-9_]*)")
+FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+# PostgreSQL cuts longer identifiers silently, which could make two tables one.
+MAX_TABLE_NAME = 63
+
+
+def new_id() -> str:
+    """A fresh row id: 32 hex digits, unguessable and never repeated in practice."""
+    return uuid.uuid4().hex
+
+
+def table_name(model: str) -> str:
+    """`sales.Order` -> `m_sales_order`."""
+    module, _, name = model.partition(".")
+    return f"m_{module}_{name}".lower()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Column:
+    """One declared field: its name, shorthand type and whether it may be None."""
+
+    name: str
+    type: str
+    optional: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordModel:
+    """A checked model table: its name, table name, fields, and their validators."""
+
+    name: str
+    table: str
+    columns: tuple[Column, ...]
+    _adapters: Mapping[str, TypeAdapter[Any]] = field(compare=False, repr=False)
+
+    @classmethod
+    def of(cls, model: ModelTable) -> RecordModel:
+        """Check a ModelTable's names and types; StoreError names the first bad one."""
+        if not isinstance(model.name, str) or not MODEL_NAME.fullmatch(model.name):
+            raise StoreError(f"model name must be <module>.<Model>, got {model.name!r}")
+        table = table_name(model.name)
+        if len(table) > MAX_TABLE_NAME:
+            raise StoreError(
+                f"model {model.name!r}: table name {table!r} is longer than "
+                f"{MAX_TABLE_NAME} characters"
+            )
+        columns = tuple(_column(model.name, name, spec) for name, spec in model.fields.items())
+        folded = [c.name.lower() for c in columns]
+        if len(set(folded)) != len(folded):  # SQL column names ignore case
+            raise StoreError(f"model {model.name!r} has fields that differ only in case")
+        adapters: dict[str, TypeAdapter[Any]] = {"id": TypeAdapter(FIELD_TYPES["id"])}
+        for column in columns:
+            python_type = FIELD_TYPES[column.type]
+            nullable = python_type | None if column.optional else python_type
+            adapters[column.name] = TypeAdapter(nullable)
+        return cls(name=model.name, table=table, columns=columns, _adapters=adapters)
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def new_row(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Every field's value for an insert (an optional field left out is None)."""
+        given = self._known(values, "insert")
+        missing = [c.name for c in self.columns if not c.optional and c.name not in given]
+        if missing:
+            raise StoreError(f"{self.name}: required field {missing[0]!r} is missing")
+        return {c.name: self._value(c.name, given.get(c.name)) for c in self.columns}
+
+    def changes(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The fields an update sets, validated."""
+        given = self._known(values, "update")
+        return {name: self._value(name, value) for name, value in given.items()}
+
+    def where(self, where: Where | None) -> dict[str, Any]:
+        """A filter's values by field (`id` included), validated; None matches a null field."""
+        if where is None:
+            return {}
+        if not isinstance(where, Mapping):
+            raise StoreError(
+                f"{self.name}: where must be a mapping of field to value, got {where!r}"
+            )
+        checked: dict[str, Any] = {}
+        for name, value in where.items():
+            self._check_field(name, allow_id=True)
+            if name != "id" and self._column(name).type == "json":
+                raise StoreError(f"{self.name}.{name} is json and cannot be filtered on")
+            checked[name] = None if value is None else self._value(name, value)
+        return checked
+
+    def _known(self, values: Mapping[str, Any], what: str) -> dict[str, Any]:
+        if not isinstance(values, Mapping):
+            raise StoreError(
+                f"{self.name}: {what} values must be a mapping of field to value, got {values!r}"
+            )
+        for name in values:
+            if name == "id":
+                raise StoreError(f"{self.name}.id is generated by the store and cannot be set")
+            self._check_field(name)
+        return dict(values)
+
+    def _check_field(self, name: object, *, allow_id: bool = False) -> None:
+        if name == "id" and allow_id:
+            return
+        if not isinstance(name, str) or name not in self._adapters or name == "id":
+            known = ", ".join(self.field_names) or "none"
+            raise StoreError(f"{self.name} has no field {name!r} (fields: {known})")
+
+    def _column(self, name: str) -> Column:
+        return next(c for c in self.columns if c.name == name)
+
+    def _value(self, name: str, value: Any) -> Any:
+        try:
+            checked = self._adapters[name].validate_python(value)
+        except ValidationError as error:
+            problem = error.errors()[0]["msg"]
+            raise StoreError(f"{self.name}.{name}: {problem}, got {value!r}") from None
+        if isinstance(checked, dt.datetime):
+            return checked.astimezone(dt.UTC)
+        # a json value is the caller's object: keep none of it, so later changes cannot leak in
+        return copy.deepcopy(checked) if isinstance(checked, dict | list) else checked
+
+
+def checked_models(models: Sequence[ModelTable]) -> list[RecordModel]:
+    """RecordModels for an install, refusing two models that would share one table."""
+    checked = [RecordModel.of(model) for model in models]
+    tables: dict[str, str] = {}
+    for model in checked:
+        other = tables.setdefault(model.table, model.name)
+        if other != model.name:
+            raise StoreError(
+                f"models {other!r} and {model.name!r} would share table {model.table!r}"
+            )
+    return checked
+
+
+def check_limit(limit: object) -> None:
+    """A select's limit: None, or an integer of at least 0."""
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise StoreError(f"limit must be None or an integer of at least 0, got {limit!r}")
+
+
+def check_id(model: RecordModel, record_id: object) -> str:
+    """A row id to look up: a string."""
+    if not isinstance(record_id, str):
+        raise StoreError(f"{model.name}: an id is a string, got {record_id!r}")
+    return record_id
+
+
+def _column(model: str, name: object, spec: object) -> Column:
+    if not isinstance(name, str) or not FIELD_NAME.fullmatch(name):
+        raise StoreError(
+            f"model {model!r}: field name {name!r} must be an identifier starting with a letter"
+        )
+    if name == "id":
+        raise StoreError(f"model {model!r}: field 'id' is generated by the store")
+    if not isinstance(spec, str):
+        raise StoreError(f"model {model!r}: field {name!r} must have a type name, got {spec!r}")
+    base, optional = (spec[:-1], True) if spec.endswith("?") else (spec, False)
+    if base not in FIELD_TYPES:
+        known = ", ".join(FIELD_TYPES)
+        raise StoreError(
+            f"model {model!r}: field {name!r} has unknown type {spec!r}; known types: {known}"
+        )
+    return Column(name=name, type=base, optional=optional)

@@ -1,0 +1,32 @@
+"""Choosing a sender from configuration: `KET_TRANSPORT_URL`, `dev:` by default."""
+
+from __future__ import annotations
+
+from ket.errors import TransportError
+from ket.transport.capture import CaptureSender
+from ket.transport.dev import DEFAULT_OUTBOX, DevSender
+from ket.transport.sender import Sender
+from ket.transport.smtp import SmtpSender, redact
+
+DEFAULT_TRANSPORT_URL = "dev:"
+FORMS = "dev:, dev:<folder>, smtp://..., smtps://... or capture:"
+
+
+def sender_from_url(url: str) -> Sender:
+    """The sender a transport URL names::
+
+    dev:                    .eml files under .ket/outbox/<tenant>/
+    dev:/var/mail/outbox    .eml files under that folder, one subfolder per tenant
+    smtp://user:pw@host:587?starttls=1, smtps://user:pw@host
+    capture:                kept in memory (tests)
+    """
+    if not isinstance(url, str):
+        raise TransportError(f"a transport URL must be a string, got {url!r}; expected {FORMS}")
+    scheme, colon, rest = url.partition(":")
+    if colon and scheme == "dev":
+        return DevSender(rest or DEFAULT_OUTBOX)
+    if colon and scheme in ("smtp", "smtps"):
+        return SmtpSender(url)
+    if url == "capture:":
+        return CaptureSender()
+    raise TransportError(f"unknown transport URL {redact(url)!r}; expected {FORMS}")
