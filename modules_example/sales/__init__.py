@@ -1,7 +1,12 @@
 """Sales: orders, their confirmation mail and their invoice."""
 
 from ket import define_function, define_job, define_model, define_module
-from modules_example.sales.handlers import confirm_order, issue_invoice, send_confirmation
+from modules_example.sales.handlers import (
+    confirm_order,
+    issue_invoice,
+    place_order,
+    send_confirmation,
+)
 
 sales = define_module(
     name="sales",
@@ -10,6 +15,15 @@ sales = define_module(
         "Invoice": define_model({"order_id": "id", "number": "string"}),
     },
     functions={
+        "place_order": define_function(
+            input={"number": "string", "email": "string"},
+            effects=[
+                "write:sales.Order",
+                "enqueue:sales.send_confirmation",
+                "enqueue:sales.issue_invoice",
+            ],
+            handler=place_order,
+        ),
         "confirm_order": define_function(
             input={"order_id": "id"},
             effects=[

@@ -31,6 +31,27 @@ async def confirm_order(ctx: Any, input: Any) -> dict[str, Any]:
     return result
 
 
+async def place_order(ctx: Any, input: Any) -> dict[str, Any]:
+    """Create an order and confirm it: the row and its jobs commit together."""
+
+    async def place(tx: Any) -> str:
+        order_id: str = await tx.db.insert(
+            "sales.Order", {"number": input.number, "email": input.email, "status": "new"}
+        )
+        return order_id
+
+    order_id = await ctx.tx(place)
+    confirmed = await confirm_order(ctx, _OrderRef(order_id=order_id))
+    return {"order_id": order_id, **confirmed}
+
+
+class _OrderRef:
+    """The input confirm_order reads: just an order id."""
+
+    def __init__(self, order_id: str) -> None:
+        self.order_id = order_id
+
+
 async def send_confirmation(ctx: Any, input: Any) -> None:
     """Mail the customer; the idempotency key makes a retried attempt send nothing twice."""
     order = await ctx.db.get("sales.Order", input.order_id)

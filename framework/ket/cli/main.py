@@ -6,13 +6,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ket.cli import check, diff, jobs, manifest, migrate, tenants, worker
+from ket.cli import call, check, dev, diff, jobs, manifest, migrate, tenants, worker
 from ket.cli.options import workspace_parent
 from ket.cli.runtime import database_parent
 from ket.errors import CheckFailed, KetError
 
 DECLARING = [manifest, check, diff]
-RUNNING = [worker, migrate]
+RUNNING = [worker, dev, migrate, call]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ import sys
 from ket.catalog import Catalog
 from ket.cli.options import deployment_of
 from ket.cli.runtime import tenant_urls
+from ket.runtime.tenancy import ensure_sqlite_folder
 from ket.store.contract import RecordStore
 from ket.store.sql import SqlStore
 
@@ -30,11 +31,14 @@ def add_parser(
 def run(args: argparse.Namespace) -> int:
     catalog = Catalog.build(deployment_of(args))
     urls = tenant_urls(args)
-    return asyncio.run(_migrate(catalog, urls))
+    asyncio.run(migrate_all(catalog, urls))
+    return 0
 
 
-async def _migrate(catalog: Catalog, urls: dict[str, str]) -> int:
+async def migrate_all(catalog: Catalog, urls: dict[str, str]) -> None:
+    """Migrate every tenant database in `urls`, printing one line per tenant."""
     for name, url in urls.items():
+        ensure_sqlite_folder(url)
         store = await SqlStore.open(url)
         try:
             applied = await store.migrate()
@@ -44,4 +48,3 @@ async def _migrate(catalog: Catalog, urls: dict[str, str]) -> int:
             await store.close()
         done = f"applied migrations {applied}" if applied else "up to date"
         sys.stdout.write(f"tenant {name}: {done}\n")
-    return 0

@@ -1,0 +1,91 @@
+"""`ket dev`: run the app locally on the embedded default, with nothing else installed.
+
+Migrates the tenant databases (an embedded SQLite file under `.ket/` unless KET_DATABASE_URL says
+otherwise), then runs the worker with readable logs until Ctrl-C. `--call NAME JSON` calls a
+function once the worker is running, e.g. to place a first order and watch its jobs run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from ket.catalog import Catalog
+from ket.cli.call import parse_input
+from ket.cli.migrate import migrate_all
+from ket.cli.options import deployment_of
+from ket.cli.runtime import open_store, tenant_urls
+from ket.cli.worker import serve
+from ket.runtime.call import call_function
+from ket.runtime.contexts import Contexts, default_sender
+from ket.store.contract import RecordStore
+
+log = logging.getLogger("ket.dev")
+
+
+def add_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
+) -> None:
+    parser = commands.add_parser(
+        "dev",
+        parents=parents,
+        help="migrate and run the app locally (embedded SQLite by default)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--all", action="store_true", help="run every role this ket has (today: the worker)"
+    )
+    parser.add_argument(
+        "--call",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("NAME", "JSON"),
+        help="call a function once the worker runs (repeatable)",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+    )
+    logging.getLogger("ket.jobs").setLevel(min(logging.DEBUG, logging.getLevelName(args.log_level)))
+    catalog = Catalog.build(deployment_of(args))
+    calls = [(name, parse_input(text)) for name, text in args.call]
+    urls = tenant_urls(args)
+    asyncio.run(migrate_all(catalog, urls))
+    return asyncio.run(_dev(catalog, args.database_url, args.tenant, urls, calls))
+
+
+async def _dev(
+    catalog: Catalog,
+    database_url: str | None,
+    tenant: str | None,
+    urls: dict[str, str],
+    calls: list[tuple[str, dict[str, object]]],
+) -> int:
+    serving = asyncio.ensure_future(serve(catalog, database_url, tenant))
+    if calls:
+        await asyncio.sleep(0.5)
+        name, url = next(iter(urls.items()))
+        store = await open_store(url)
+        try:
+            if isinstance(store, RecordStore) and catalog.models:
+                await store.record_install(list(catalog.models.values()))
+            contexts = Contexts(store=store, catalog=catalog, tenant=name, sender=default_sender())
+            for function, payload in calls:
+                result = await call_function(catalog, contexts, function, payload)
+                log.info("called %s: %s", function, result)
+        except Exception as error:  # a failing demo call must not stop the worker
+            sys.stderr.write(f"ket dev: calling failed: {type(error).__name__}: {error}\n")
+        finally:
+            await store.close()
+    return await serving
