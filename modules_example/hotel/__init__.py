@@ -6,8 +6,10 @@ from modules_example.hotel.handlers import catch_up, close_day, night_audit
 hotel = define_module(
     name="hotel",
     models={
-        "Booking": define_model({"room": "string", "status": "string", "nights": "int"}),
-        "DayClose": define_model({"business_date": "date", "nights": "int"}),
+        "Booking": define_model(
+            {"company": "id", "room": "string", "status": "string", "nights": "int"}
+        ),
+        "DayClose": define_model({"company": "id", "business_date": "date", "nights": "int"}),
     },
     jobs={
         "catch_up": define_job(

@@ -28,13 +28,12 @@ async def night_audit(ctx: Any, input: Any) -> None:
 
 def close_day(ctx: Any, input: Any) -> None:
     """Close one company's business day: record how many nights were sold (plain handler)."""
-    if ctx.db.select("hotel.DayClose", where={"business_date": input.business_date}, limit=1):
-        return
-    checked_in = ctx.db.select("hotel.Booking", where={"status": "checked_in"})
+    day = {"company": ctx.company, "business_date": input.business_date}
+    if ctx.db.select("hotel.DayClose", where=day, limit=1):
+        return  # already closed: running twice changes nothing
+    checked_in = ctx.db.select(
+        "hotel.Booking", where={"company": ctx.company, "status": "checked_in"}
+    )
     ctx.db.insert(
-        "hotel.DayClose",
-        {
-            "business_date": input.business_date,
-            "nights": sum(booking["nights"] for booking in checked_in),
-        },
+        "hotel.DayClose", {**day, "nights": sum(booking["nights"] for booking in checked_in)}
     )

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from concurrent.futures import Executor
 from typing import Any
 
+from pydantic import BaseModel
+
 from ket.catalog import Catalog, validate_input
 from ket.context.blocking import Blocking
 from ket.errors import JobRejected
@@ -18,7 +20,7 @@ async def call_function(
     catalog: Catalog,
     contexts: Contexts,
     name: str,
-    input: Mapping[str, Any] | None,
+    input: BaseModel | Mapping[str, Any] | None,
     *,
     executor: Executor | None = None,
     company: str | None = None,
