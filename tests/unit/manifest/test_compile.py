@@ -50,7 +50,7 @@ def test_example_manifest_lists_every_module_and_job() -> None:
         "sales.issue_invoice",
         "sales.send_confirmation",
     ]
-    assert sorted(manifest.functions()) == ["sales.confirm_order"]
+    assert sorted(manifest.functions()) == ["sales.confirm_order", "sales.place_order"]
     assert manifest.models()["sales.Order"].fields == {
         "number": "string",
         "email": "string",
