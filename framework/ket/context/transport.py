@@ -17,7 +17,7 @@ from typing import Any
 
 from ket.catalog import OperationSpec
 from ket.context.signal import AbortSignal
-from ket.errors import Aborted, EffectError
+from ket.errors import Aborted, EffectError, Retry
 from ket.store.contract import SentLedger
 from ket.transport.message import Message, parse_message
 from ket.transport.sender import Sender
@@ -81,7 +81,15 @@ class Transport:
         if signal is not None:
             signal.throw_if_aborted()
         if not await self._ledger.message_claim(key, stale_after_seconds=self._stale_after):
-            return False
+            if await self._ledger.message_sent(key):
+                return False  # sent before: never twice
+            # Another attempt holds the key: it is sending now, or it crashed mid-send. Come
+            # back when its claim goes stale rather than finish without the message going out.
+            raise Retry(
+                in_seconds=self._stale_after,
+                reason=f"message {key!r} is being sent by another attempt; retrying when "
+                "its claim goes stale",
+            )
         if signal is not None and signal.aborted:  # aborted while claiming: nothing went out
             await self._release(key)
             signal.throw_if_aborted()

@@ -180,6 +180,10 @@ class SentLedger(Protocol):
         """Give up a claim that did not end in a send."""
         ...
 
+    async def message_sent(self, key: str) -> bool:
+        """Whether the message with `key` was confirmed sent (a mere claim is not)."""
+        ...
+
 
 class StoreTransaction(Protocol):
     """An open transaction: business writes on `connection`, jobs through `job_insert`."""

@@ -26,6 +26,7 @@ __all__ = [
     "test_keys_are_claimed_independently",
     "test_ledger_refuses_an_empty_key_and_a_negative_staleness",
     "test_on_the_store_own_clock_a_claim_goes_stale_after_its_staleness",
+    "test_only_a_confirmed_key_counts_as_sent",
     "test_release_never_forgets_a_sent_message",
     "test_replicas_racing_a_stale_claim_take_it_over_exactly_once",
     "test_replicas_racing_one_key_claim_it_exactly_once",
@@ -166,3 +167,17 @@ async def test_replicas_racing_a_stale_claim_take_it_over_exactly_once(t: Tck) -
     t.clock.advance(seconds=STALE + 1)
     results = await asyncio.gather(*[_claim(handle) for handle in handles])
     assert sorted(results) == [False] * 9 + [True]
+
+
+@tck_test
+async def test_only_a_confirmed_key_counts_as_sent(t: Tck) -> None:
+    ledger = _ledger(t)
+    replica = (await _replicas(t, 2))[1]
+    assert await ledger.message_sent("mail:order-1") is False  # unknown
+    assert await _claim(ledger) is True
+    assert await replica.message_sent("mail:order-1") is False  # claimed is not sent
+    await ledger.message_confirm("mail:order-1")
+    assert await replica.message_sent("mail:order-1") is True
+    await ledger.message_release("mail:order-1")
+    assert await ledger.message_sent("mail:order-1") is True  # a sent message stays sent
+    assert await ledger.message_sent("mail:order-2") is False

@@ -37,6 +37,11 @@ class SentMessages:
         entry.state = "sent"
         entry.sent_at = now
 
+    def was_sent(self, key: str) -> bool:
+        """Whether the key was confirmed sent."""
+        entry = self._entries.get(key)
+        return entry is not None and entry.state == "sent"
+
     def release(self, key: str) -> None:
         """Forget a claim that did not end in a send; a sent message is never forgotten."""
         entry = self._entries.get(key)

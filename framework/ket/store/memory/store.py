@@ -323,6 +323,12 @@ class MemoryStore:
         with self._locked():
             self.database.sent.release(key)
 
+    async def message_sent(self, key: str) -> bool:
+        """Whether the message with `key` was confirmed sent."""
+        validate.check_message_key(key)
+        with self._locked():
+            return self.database.sent.was_sent(key)
+
     # -- RecordStore (model rows; see records.py) --------------------------------------------
 
     @cached_property

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from sqlalchemy import ColumnClause, and_, bindparam, delete, func, literal_column
+from sqlalchemy import ColumnClause, and_, bindparam, delete, func, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ket.store.sql.now import TimeSql
@@ -30,6 +30,7 @@ class LedgerStatements:
     claim: Any  # RETURNING key when this caller claimed it; time parameter `stale`
     confirm: Any
     release: Any
+    sent: Any
 
 
 @cache
@@ -56,4 +57,5 @@ def statements(dialect: str) -> LedgerStatements:
     )
 
     release = delete(table).where(table.c.key == key, table.c.state == _CLAIMED)
-    return LedgerStatements(claim=claim, confirm=confirm, release=release)
+    was_sent = select(table.c.key).where(table.c.key == key, table.c.state == _SENT)
+    return LedgerStatements(claim=claim, confirm=confirm, release=release, sent=was_sent)

@@ -420,6 +420,15 @@ class SqlStore:
         statement = ledger.statements(self.dialect).release
         await self._transact(lambda conn: conn.execute(statement, {"p_key": key}), single=True)
 
+    async def message_sent(self, key: str) -> bool:
+        """Whether the message with `key` was confirmed sent."""
+        validate.check_message_key(key)
+        statement = ledger.statements(self.dialect).sent
+        rows = await self._transact(
+            lambda conn: fetch_all(conn, statement, {"p_key": key}), single=True
+        )
+        return bool(rows)
+
     # -- wake-ups and lifecycle -------------------------------------------------------------
 
     async def wait_for_jobs(self, queues: Collection[str], timeout: float) -> bool:
