@@ -218,3 +218,11 @@ def test_operator_commands_of_a_multi_tenant_app_require_a_tenant(project: Proje
     unknown = run_ket("jobs", "list", "--tenant", "initech", cwd=root)
     assert unknown.code == 2
     assert "tenant 'initech' is not registered" in unknown.err
+
+
+def test_worker_refuses_an_unknown_tenant(project: Project) -> None:
+    root = project({"app/workspace.py": APP})
+    assert run_ket("tenants", "add", "acme", cwd=root).code == 0
+    result = run_ket("worker", "--tenant", "initech", cwd=root)
+    assert result.code == 2
+    assert "tenant 'initech' is not registered" in result.err

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ket.catalog import Catalog
 from ket.cli.options import deployment_of
-from ket.cli.runtime import open_registry, open_store, worker_id
+from ket.cli.runtime import open_registry, open_store, tenant_urls, worker_id
 from ket.runtime.contexts import default_sender
 from ket.runtime.supervisor import Supervisor
 from ket.runtime.tenancy import database_template
@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     catalog = Catalog.build(deployment_of(args))
+    tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker
     return asyncio.run(serve(catalog, args.database_url, args.tenant))
 
 

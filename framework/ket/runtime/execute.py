@@ -70,14 +70,26 @@ async def _outcome(
         await asyncio.wait([work, aborted], return_when=asyncio.FIRST_COMPLETED)
     finally:
         aborted.cancel()
-    if not work.done():  # aborted first: give the handler a moment to notice
-        await asyncio.wait([work], timeout=ABORT_GRACE_SECONDS)
-        if not work.done():
-            work.cancel()
-            with contextlib.suppress(BaseException):
-                await asyncio.wait([work], timeout=0.1)
-            return _aborted(job, spec, signal)
-    if work.cancelled():
+    if work.done():
+        return _finished(job, spec, signal, work)
+    # aborted while running: give the handler a moment to notice, then cancel it
+    await asyncio.wait([work], timeout=ABORT_GRACE_SECONDS)
+    if not work.done():
+        work.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait([work], timeout=0.1)
+        return _aborted(job, spec, signal)
+    # a shutdown that the handler finished its work through completes it (handing it back
+    # would only run it again); a cancel or a timeout decides the outcome whatever it returned
+    return _finished(job, spec, signal, work)
+
+
+def _finished(
+    job: ClaimedJob, spec: JobSpec, signal: AbortSignal, work: asyncio.Future[Any]
+) -> Result:
+    """The outcome of a handler that ended (returned or raised)."""
+    if work.cancelled() or (signal.aborted and signal.reason != "shutdown"):
+        # a cancel or a timeout decides the outcome even if the handler returned as it fired
         return _aborted(job, spec, signal)
     error = work.exception()
     if error is None:

@@ -75,6 +75,14 @@ async def waits_for_abort(ctx: Any, input: Any) -> None:
     ctx.signal.throw_if_aborted()
 
 
+async def returns_after_abort(ctx: Any, input: Any) -> None:
+    await ctx.signal.wait()  # notices the abort, then returns as if all were well
+
+
+async def slightly_too_slow(ctx: Any, input: Any) -> None:
+    await asyncio.sleep(0.3)  # past its 0.1 s timeout, but within the abort grace
+
+
 module = define_module(
     name="t",
     jobs={
@@ -93,6 +101,12 @@ module = define_module(
         ),
         "undeclared": define_job(idempotent=True, handler=undeclared),
         "waits_for_abort": define_job(idempotent=True, queue="slow", handler=waits_for_abort),
+        "returns_after_abort": define_job(
+            idempotent=True, queue="slow", handler=returns_after_abort
+        ),
+        "slightly_too_slow": define_job(
+            idempotent=True, timeout_ms=100, max_attempts=1, handler=slightly_too_slow
+        ),
     },
 )
 CATALOG = Catalog.build(define_deployment(name="test", modules=[module], worker=FAST))
@@ -291,3 +305,22 @@ def test_the_catalog_refuses_unknown_jobs_and_invalid_input() -> None:
     with pytest.raises(ValidationError) as invalid:
         CATALOG.new_job("t.ok_sync", {"n": "x"})
     assert invalid.value.errors()[0]["loc"] == ("n",)
+
+
+def test_a_cancelled_handler_that_returns_normally_still_ends_cancelled() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        job_id = await enqueue(store, "t.returns_after_abort")
+        await settled(store, job_id, ("executing",))
+        await store.job_cancel(job_id)
+        assert (await settled(store, job_id)).state == "cancelled"
+
+    run(scenario)
+
+
+def test_a_handler_that_returns_after_its_timeout_fails_the_attempt() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        record = await settled(store, await enqueue(store, "t.slightly_too_slow"))
+        assert record.state == "discarded"
+        assert record.errors[0].error == "timed out after 0.1s (attempt 1 of 1: giving up)"
+
+    run(scenario)
