@@ -16,6 +16,7 @@ hotel = define_module(
             idempotent=True,
             effects=["read:hotel.Booking"],
             schedule={"every": "15m"},
+            cross_company=True,  # it reconciles the bookings of every company
             handler=catch_up,
         ),
         "night_audit": define_job(

@@ -26,6 +26,8 @@ def test_night_audit_runs_at_three_in_ho_chi_minh_and_closes_each_company_day() 
         )
         assert {job.state for job in closes} == {"completed"}
         assert len(e2e.db.select("hotel.DayClose")) == 2
+        [catch_up] = e2e.jobs(name="hotel.catch_up")
+        assert (catch_up.state, catch_up.errors) == ("completed", ())
         [audit] = e2e.jobs(name="hotel.night_audit")
         assert audit.tick == datetime(2030, 1, 15, 20, 0, tzinfo=UTC)
 

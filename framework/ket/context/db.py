@@ -6,6 +6,11 @@
 
 `write:<model>` also allows reading it. Every row has an `id` the store generates. A plain
 handler calls the same methods without `await`.
+
+A model with a field named `company` is company-scoped. An operation that does not declare
+`cross_company` sees only its own company's rows: filters get `company` added, inserts get it
+filled in, and one that runs for no company may not touch such a model at all (that would read
+across companies).
 """
 
 from __future__ import annotations
@@ -27,20 +32,30 @@ class Database:
     __ket_api__ = True  # the Blocking adapter wraps it for plain handlers
 
     def __init__(
-        self, records: Records, operation: OperationSpec, models: Mapping[str, ModelTable]
+        self,
+        records: Records,
+        operation: OperationSpec,
+        models: Mapping[str, ModelTable],
+        company: str | None = None,
     ) -> None:
         self._records = records
         self._operation = operation
         self._models = models
+        self._company = company
 
     async def insert(self, model: str, values: Mapping[str, Any]) -> str:
         """Insert a row; returns the id ket generated for it."""
         self._check("write", model)
-        return await self._records.record_insert(model, values)
+        return await self._records.record_insert(model, self._scoped("write", model, values))
 
     async def get(self, model: str, id: str) -> dict[str, Any] | None:
         """The row with that id as a dict (with `id`), or None."""
         self._check("read", model)
+        if self._company_scoped(model):
+            rows = await self._records.record_select(
+                model, self._scoped("read", model, {"id": id}), 1
+            )
+            return rows[0] if rows else None
         return await self._records.record_get(model, id)
 
     async def select(
@@ -48,17 +63,42 @@ class Database:
     ) -> list[dict[str, Any]]:
         """Rows whose fields equal every value in `where`, oldest first, at most `limit`."""
         self._check("read", model)
-        return await self._records.record_select(model, where, limit)
+        return await self._records.record_select(
+            model, self._scoped("read", model, where or {}), limit
+        )
 
     async def update(self, model: str, where: Where, values: Mapping[str, Any]) -> int:
         """Set `values` on the rows matching `where`; returns how many rows matched."""
         self._check("write", model)
-        return await self._records.record_update(model, where, values)
+        if self._company_scoped(model) and "company" in values:
+            self._scoped("write", model, values)  # moving a row to another company is refused
+        return await self._records.record_update(model, self._scoped("write", model, where), values)
 
     async def delete(self, model: str, where: Where) -> int:
         """Delete the rows matching `where`; returns how many."""
         self._check("write", model)
-        return await self._records.record_delete(model, where)
+        return await self._records.record_delete(model, self._scoped("write", model, where))
+
+    def _company_scoped(self, model: str) -> bool:
+        return not self._operation.cross_company and "company" in self._models[model].fields
+
+    def _scoped(self, access: Access, model: str, where: Mapping[str, Any]) -> Mapping[str, Any]:
+        """`where` (or values) limited to the running company, for company-scoped models."""
+        if not self._company_scoped(model):
+            return where
+        operation = self._operation
+        if self._company is None:
+            raise EffectError(
+                f"{operation.name} may not {access} {model} across companies: it runs for no "
+                "company; declare cross_company=True, or enqueue it with company=..."
+            )
+        given = where.get("company", self._company)
+        if given != self._company:
+            raise EffectError(
+                f"{operation.name} runs for company {self._company!r} and may not {access} "
+                f"{model} rows of company {given!r}: declare cross_company=True"
+            )
+        return {**where, "company": self._company}
 
     def _check(self, access: Access, model: str) -> None:
         operation = self._operation

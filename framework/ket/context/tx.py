@@ -53,11 +53,13 @@ class Transactor:
         catalog: Catalog,
         operation: OperationSpec,
         executor: Executor | None = None,
+        company: str | None = None,
     ) -> None:
         self._store = store
         self._catalog = catalog
         self._operation = operation
         self._executor = executor
+        self._company = company
 
     async def run(self, fn: Callable[[Any], Any]) -> Any:
         """`fn(tx)` in one transaction; its result. An `async def fn` is awaited; a plain one
@@ -72,7 +74,9 @@ class Transactor:
             )
         async with store.transaction() as transaction:
             tx = TxContext(
-                db=Database(records_of(transaction), self._operation, self._catalog.models),
+                db=Database(
+                    records_of(transaction), self._operation, self._catalog.models, self._company
+                ),
                 jobs=Jobs(self._catalog, self._operation, transaction.job_insert),
             )
             if _is_async(fn):
@@ -90,11 +94,15 @@ class Transactor:
 
 
 def build_db_and_tx(
-    store: object, catalog: Catalog, operation: OperationSpec, executor: Executor | None = None
+    store: object,
+    catalog: Catalog,
+    operation: OperationSpec,
+    executor: Executor | None = None,
+    company: str | None = None,
 ) -> tuple[Database, Transact]:
-    """`ctx.db` and `ctx.tx` for one run of `operation` against `store` (the catalog's models)."""
-    db = Database(records_of(store), operation, catalog.models)
-    return db, Transactor(store, catalog, operation, executor).run
+    """`ctx.db` and `ctx.tx` for one run of `operation` for `company` against `store`."""
+    db = Database(records_of(store), operation, catalog.models, company)
+    return db, Transactor(store, catalog, operation, executor, company).run
 
 
 @functools.cache

@@ -25,9 +25,7 @@ from ket.context import (
     Transport,
     build_db_and_tx,
 )
-from ket.context.db import Database
 from ket.context.storage import DEFAULT_STORAGE_ROOT
-from ket.context.tx import Transact
 from ket.errors import StoreError
 from ket.store.contract import JobStore, SentLedger
 from ket.store.types import ClaimedJob
@@ -69,11 +67,12 @@ class Contexts:
         self._root = Path(storage_root)
         self._clock = clock
         self._tx_executor = tx_executor
-        self._parts: dict[str, tuple[Database, Transact, Jobs, Storage, Transport]] = {}
+        self._parts: dict[str, tuple[Jobs, Storage, Transport]] = {}
 
     def for_job(self, job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> JobContext:
         """The context of one attempt of `job`."""
-        db, tx, jobs, storage, transport = self._operation(spec)
+        jobs, storage, transport = self._operation(spec)
+        db, tx = build_db_and_tx(self._store, self._catalog, spec, self._tx_executor, job.company)
         info = JobInfo(
             id=job.id,
             name=job.name,
@@ -102,7 +101,8 @@ class Contexts:
 
     def for_function(self, spec: OperationSpec, company: str | None = None) -> FunctionContext:
         """The context of one call of a function."""
-        db, tx, jobs, storage, transport = self._operation(spec)
+        jobs, storage, transport = self._operation(spec)
+        db, tx = build_db_and_tx(self._store, self._catalog, spec, self._tx_executor, company)
         return FunctionContext(
             tenant=self._tenant,
             company=company,
@@ -115,15 +115,11 @@ class Contexts:
             clock=self._clock,
         )
 
-    def _operation(
-        self, spec: OperationSpec
-    ) -> tuple[Database, Transact, Jobs, Storage, Transport]:
+    def _operation(self, spec: OperationSpec) -> tuple[Jobs, Storage, Transport]:
+        """The parts that depend on the operation only (the db view depends on the company)."""
         parts = self._parts.get(spec.name)
         if parts is None:
-            db, tx = build_db_and_tx(self._store, self._catalog, spec, self._tx_executor)
             parts = self._parts[spec.name] = (
-                db,
-                tx,
                 Jobs(self._catalog, spec, self._store.job_insert),
                 Storage(spec, self._tenant, root=self._root),
                 Transport(self._sender, self._ledger, spec, self._tenant),
