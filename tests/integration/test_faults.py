@@ -126,3 +126,32 @@ def test_the_listener_reconnects_and_wakes_waiters_again(
         assert await waiter is True
 
     _run(postgres_url, postgres_schema, scenario)
+
+
+def test_handles_on_one_database_share_one_listen_connection(
+    postgres_url: str, postgres_schema: str
+) -> None:
+    def listeners() -> int:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            [(count,)] = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                "AND datname = current_database() AND query LIKE 'LISTEN%%'"
+            ).fetchall()
+        return int(count)
+
+    async def scenario(store: SqlStore, clock: ManualClock) -> None:
+        others = [
+            await SqlStore.open(
+                postgres_url, connect_args={"options": f"-c search_path={postgres_schema}"}
+            )
+            for _ in range(3)
+        ]
+        for handle in [store, *others]:
+            assert await handle.wait_for_jobs(["quiet"], 0.05) is False
+        assert listeners() == 1
+        for handle in others:
+            await handle.close()
+        assert listeners() == 1  # still in use by the first handle
+        assert await store.wait_for_jobs(["quiet"], 0.05) is False
+
+    _run(postgres_url, postgres_schema, scenario)

@@ -1,4 +1,9 @@
-"""PostgreSQL LISTEN: one connection per store that turns NOTIFY into wake-ups, reconnecting."""
+"""PostgreSQL LISTEN: one connection per database (and event loop) in a process, turning NOTIFY
+into wake-ups and reconnecting by itself.
+
+NOTIFY is scoped to a database, so a process serving several tenant databases holds one LISTEN
+connection for each; store handles on the same database share it.
+"""
 
 from __future__ import annotations
 
@@ -58,3 +63,30 @@ class Listener:
                 log.warning("job listener lost its connection: %s; retrying in %.1fs", error, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+
+_SHARED: dict[tuple[str, int], tuple[Listener, int]] = {}
+
+
+def acquire(dsn: str, wakeups: Wakeups) -> Listener:
+    """The process's listener for `dsn` on the running loop (one more user of it)."""
+    key = (dsn, id(asyncio.get_running_loop()))
+    listener, users = _SHARED.get(key, (None, 0))
+    if listener is None:
+        listener = Listener(dsn, wakeups)
+    _SHARED[key] = (listener, users + 1)
+    return listener
+
+
+async def release(dsn: str, listener: Listener) -> None:
+    """One user fewer; the last one stops the listener."""
+    key = (dsn, id(asyncio.get_running_loop()))
+    current, users = _SHARED.get(key, (None, 0))
+    if current is not listener:
+        await listener.stop()
+        return
+    if users <= 1:
+        del _SHARED[key]
+        await listener.stop()
+    else:
+        _SHARED[key] = (listener, users - 1)

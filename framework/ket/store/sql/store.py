@@ -17,10 +17,10 @@ from ket.errors import JobRejected, StoreError
 from ket.store import validate
 from ket.store.clock import Clock
 from ket.store.sql import command, ledger, query, schedule
+from ket.store.sql import listener as listening
 from ket.store.sql.engine import create_engine, libpq_dsn, parse_url
 from ket.store.sql.fetch import fetch_all, fetch_one
 from ket.store.sql.insert import insert_plan, run_async, run_sync, wake_queues
-from ket.store.sql.listener import Listener
 from ket.store.sql.migration import migrate
 from ket.store.sql.now import TimeSql, time_params
 from ket.store.sql.records import RecordCall, SqlRecords, install
@@ -78,9 +78,8 @@ class SqlStore:
         # handles of one database in this process share their wake-ups; PostgreSQL adds NOTIFY
         # for the other processes
         self._wakeups: Wakeups = shared(key)
-        self._listener = (
-            Listener(libpq_dsn(engine.url), self._wakeups) if self.dialect == "postgresql" else None
-        )
+        self._dsn = libpq_dsn(engine.url) if self.dialect == "postgresql" else None
+        self._listener: listening.Listener | None = None  # shared; taken on the first wait
         self._closed = False
 
     @classmethod
@@ -433,7 +432,9 @@ class SqlStore:
 
     async def wait_for_jobs(self, queues: Collection[str], timeout: float) -> bool:
         """Wait for a wake-up (NOTIFY on PostgreSQL, in-process on SQLite) or the timeout."""
-        if self._listener is not None:
+        if self._dsn is not None:
+            if self._listener is None:
+                self._listener = listening.acquire(self._dsn, self._wakeups)
             await self._listener.ready(timeout)
         return await self._wakeups.wait(queues, timeout)
 
@@ -442,8 +443,8 @@ class SqlStore:
         if self._closed:
             return
         self._closed = True
-        if self._listener is not None:
-            await self._listener.stop()
+        if self._listener is not None and self._dsn is not None:
+            await listening.release(self._dsn, self._listener)
         await self._engine.dispose()
 
     # -- model rows (RecordStore; statements in records.py) ---------------------------------
