@@ -7,7 +7,7 @@ once per operation and reused; the per-run parts (the job, its signal, the log f
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,8 +27,9 @@ from ket.context import (
 )
 from ket.context.storage import DEFAULT_STORAGE_ROOT
 from ket.errors import StoreError
+from ket.runtime.events import Event, Hooks
 from ket.store.contract import JobStore, SentLedger
-from ket.store.types import ClaimedJob
+from ket.store.types import ClaimedJob, Inserted, NewJob
 from ket.transport import DEFAULT_TRANSPORT_URL, Sender, sender_from_url
 
 Clock = Callable[[], datetime]
@@ -56,6 +57,7 @@ class Contexts:
         storage_root: str | os.PathLike[str] = DEFAULT_STORAGE_ROOT,
         clock: Clock = wall_clock,
         tx_executor: Executor | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         if not isinstance(store, SentLedger):
             raise StoreError(f"store {type(store).__name__} keeps no sent ledger for ctx.transport")
@@ -67,6 +69,7 @@ class Contexts:
         self._root = Path(storage_root)
         self._clock = clock
         self._tx_executor = tx_executor
+        self._hooks = hooks
         self._parts: dict[str, tuple[Jobs, Storage, Transport]] = {}
 
     def for_job(self, job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> JobContext:
@@ -120,8 +123,33 @@ class Contexts:
         parts = self._parts.get(spec.name)
         if parts is None:
             parts = self._parts[spec.name] = (
-                Jobs(self._catalog, spec, self._store.job_insert),
+                Jobs(self._catalog, spec, self._inserter()),
                 Storage(spec, self._tenant, root=self._root),
                 Transport(self._sender, self._ledger, spec, self._tenant),
             )
         return parts
+
+    def _inserter(self) -> Callable[[Sequence[NewJob]], Awaitable[list[Inserted]]]:
+        """The store's insert, reporting `enqueued` events when anyone listens."""
+        insert, hooks, tenant = self._store.job_insert, self._hooks, self._tenant
+        if hooks is None:
+            return insert
+
+        async def insert_and_report(jobs: Sequence[NewJob]) -> list[Inserted]:
+            inserted = await insert(jobs)
+            if hooks.wanted("enqueued"):
+                for job, result in zip(jobs, inserted, strict=True):
+                    detail = "coalesced" if result.coalesced else None
+                    hooks.emit(
+                        Event(
+                            kind="enqueued",
+                            tenant=tenant,
+                            job_id=result.id,
+                            name=job.name,
+                            queue=job.queue,
+                            detail=detail,
+                        )
+                    )
+            return inserted
+
+        return insert_and_report

@@ -81,3 +81,8 @@ class Hooks:
                 hook(event)
             except Exception:
                 log.exception("a lifecycle hook failed on %s", event.kind)
+
+
+hooks = Hooks()
+"""The process's default hooks: what `ket worker` and `ket dev` emit to. Subscribe from the
+workspace module, e.g. ``hooks.subscribe(lambda event: metrics.count(event.kind))``."""

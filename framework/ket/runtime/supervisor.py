@@ -17,6 +17,7 @@ from ket.catalog import Catalog
 from ket.errors import KetError
 from ket.runtime.contexts import Contexts
 from ket.runtime.events import Hooks
+from ket.runtime.events import hooks as default_hooks
 from ket.runtime.tenancy import DEFAULT_TENANT, tenant_database
 from ket.runtime.worker import TenantWorker
 from ket.store.contract import JobStore, RecordStore
@@ -50,7 +51,7 @@ class Supervisor:
         self._open = open_store
         self._worker_id = worker_id
         self._executor = executor
-        self.hooks = hooks or Hooks()
+        self.hooks = hooks or default_hooks
         self._only = only
         self._sender = sender
         self.workers: dict[str, TenantWorker] = {}
@@ -98,7 +99,13 @@ class Supervisor:
             if isinstance(store, RecordStore) and self.catalog.models:
                 # a handle serves only the models it installed (DDL runs only when missing)
                 await store.record_install(list(self.catalog.models.values()))
-            contexts = Contexts(store=store, catalog=self.catalog, tenant=name, sender=self._sender)
+            contexts = Contexts(
+                store=store,
+                catalog=self.catalog,
+                tenant=name,
+                sender=self._sender,
+                hooks=self.hooks,
+            )
         except KetError as error:
             log.error("tenant %s: cannot open its database: %s; retrying later", name, error)
             return

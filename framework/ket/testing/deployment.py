@@ -113,6 +113,7 @@ class TestDeployment:
             sender=self.transport,
             storage_root=Path(self._folder.name) / "storage",
             clock=self.clock.now,
+            hooks=self.hooks,
         )
         self.client = TestClient(self)
         self.db = TestDatabase(self)

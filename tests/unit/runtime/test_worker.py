@@ -129,6 +129,7 @@ def run(scenario: Scenario) -> None:
                 tenant="default",
                 sender=CaptureSender(),
                 storage_root=tempfile.mkdtemp(prefix="ket-test-"),
+                hooks=hooks,
             )
             worker = TenantWorker(
                 store=store,
@@ -177,6 +178,8 @@ def test_async_and_plain_handlers_complete_and_plain_ones_enqueue_without_await(
         assert len(children) == 1
         assert (await settled(store, children[0].id)).state == "completed"
         assert calls == ["sync 7", "async 1"]
+        enqueued = [(e.kind, e.name, e.job_id) for e in events if e.kind == "enqueued"]
+        assert enqueued == [("enqueued", "t.ok_async", children[0].id)]
 
     run(scenario)
 
