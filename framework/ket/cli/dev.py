@@ -18,6 +18,7 @@ from ket.cli.migrate import migrate_all
 from ket.cli.options import deployment_of
 from ket.cli.runtime import open_store, tenant_urls
 from ket.cli.worker import serve
+from ket.errors import KetError
 from ket.runtime.call import call_function
 from ket.runtime.contexts import Contexts, default_sender
 from ket.store.contract import RecordStore
@@ -61,6 +62,11 @@ def run(args: argparse.Namespace) -> int:
     catalog = Catalog.build(deployment_of(args))
     calls = [(name, parse_input(text)) for name, text in args.call]
     urls = tenant_urls(args)
+    if calls and len(urls) > 1:
+        raise KetError(
+            f"--call needs one tenant and this app has several ({', '.join(urls)}); "
+            "choose one with --tenant"
+        )
     asyncio.run(migrate_all(catalog, urls))
     return asyncio.run(_dev(catalog, args.database_url, args.tenant, urls, calls))
 

@@ -48,7 +48,10 @@ def _add(args: argparse.Namespace) -> int:
         registry.add(name, args.tenant_database_url)
     finally:
         registry.close()
-    note = "created its database" if created else "its database exists"
+    if url.startswith("sqlite"):
+        note = "its database file is created by ket migrate"
+    else:
+        note = "created its database" if created else "its database exists"
     sys.stdout.write(f"tenant {name} added ({note}); run `ket migrate --tenant {name}` next\n")
     return 0
 

@@ -28,7 +28,15 @@ from ket.runtime.execute import run_attempt
 from ket.runtime.sweep import sweep
 from ket.store.clock import ManualClock
 from ket.store.sql import SqlStore
-from ket.store.types import Inserted, JobClaim, JobQuery, JobRecord, JobState
+from ket.store.types import (
+    ErrorInfo,
+    Inserted,
+    JobClaim,
+    JobQuery,
+    JobRecord,
+    JobState,
+    Settle,
+)
 from ket.testing.loop import LoopThread
 from ket.transport import CaptureSender
 
@@ -180,8 +188,13 @@ class TestDeployment:
 
     async def _run(self, job: Any) -> int:
         spec = self.catalog.jobs.get(job.name)
-        if spec is None:
-            raise RuntimeError(f"job {job.name!r} is queued but not declared")
+        if spec is None:  # as a worker does: rows of a job the deployment no longer ships
+            reason = f"no job {job.name!r} in deployment {self.catalog.deployment!r}"
+            discard = Settle(
+                id=job.id, fence=job.fence, outcome="discarded", error=ErrorInfo(error=reason)
+            )
+            await self.store.job_settle([discard])
+            return 0
         result = await run_attempt(job, spec, AbortSignal(), self._contexts.for_job, self._executor)
         if result.settle is not None:
             await self.store.job_settle([result.settle])

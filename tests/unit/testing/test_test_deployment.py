@@ -114,3 +114,16 @@ def test_database_url_runs_the_same_helpers_on_postgresql(
         e2e.clock.advance(minutes=1)
         assert e2e.drain_jobs() == 1
         assert [job.state for job in e2e.jobs()] == ["completed"]
+
+
+def test_drain_discards_rows_of_a_job_the_deployment_no_longer_declares() -> None:
+    from ket.store import NewJob
+
+    with create_test_deployment(_deployment("02:30")) as e2e:
+        e2e._loop.run(e2e.store.job_insert([NewJob(name="t.removed")]))
+        assert e2e.drain_jobs() == 0
+        [job] = e2e.jobs()
+        assert (job.state, [e.error for e in job.errors]) == (
+            "discarded",
+            ["no job 't.removed' in deployment 't'"],
+        )
