@@ -226,3 +226,10 @@ def test_worker_refuses_an_unknown_tenant(project: Project) -> None:
     result = run_ket("worker", "--tenant", "initech", cwd=root)
     assert result.code == 2
     assert "tenant 'initech' is not registered" in result.err
+
+
+def test_an_unmigrated_database_says_to_run_migrate(project: Project) -> None:
+    root = project({"app/workspace.py": APP})
+    result = run_ket("jobs", "list", cwd=root)
+    assert result.code == 2
+    assert "this database has no ket tables yet; run `ket migrate`" in result.err

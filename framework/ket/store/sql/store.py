@@ -581,7 +581,13 @@ def _locked(error: OperationalError) -> bool:
 
 
 def _reason(error: DBAPIError) -> str:
-    return str(error.orig).strip().splitlines()[0] if error.orig else str(error)
+    reason = str(error.orig).strip().splitlines()[0] if error.orig else str(error)
+    missing = ("no such table: ket_", 'relation "ket_')
+    if any(m in reason for m in missing) and (
+        "no such table" in reason or "does not exist" in reason
+    ):
+        return f"{reason}: this database has no ket tables yet; run `ket migrate`"
+    return reason
 
 
 __all__ = ["SqlStore", "SqlTransaction"]
