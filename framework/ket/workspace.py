@@ -154,13 +154,18 @@ def _describe(error: BaseException, shown: str) -> str:
     if isinstance(error, SyntaxError) and error.filename:
         where = f"{_relative(error.filename)}:{error.lineno}"
         return f"cannot import workspace {shown!r}: {where}: SyntaxError: {error.msg}"
+    where = where_in_user_code(error)
+    return f"cannot import workspace {shown!r}: {where}{type(error).__name__}: {error}"
+
+
+def where_in_user_code(error: BaseException) -> str:
+    """`path:line: ` of the innermost frame outside ket, or "" (for one-line error messages)."""
     frames = [
         f
         for f in traceback.extract_tb(error.__traceback__)
         if not f.filename.startswith(_KET_PACKAGE) and not f.filename.startswith("<frozen")
     ]
-    where = f"{_relative(frames[-1].filename)}:{frames[-1].lineno}: " if frames else ""
-    return f"cannot import workspace {shown!r}: {where}{type(error).__name__}: {error}"
+    return f"{_relative(frames[-1].filename)}:{frames[-1].lineno}: " if frames else ""
 
 
 def _relative(filename: str) -> str:

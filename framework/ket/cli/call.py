@@ -6,20 +6,17 @@ import argparse
 import asyncio
 import json
 import sys
-import traceback
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-import ket
 from ket.catalog import Catalog
 from ket.cli.options import deployment_of
-from ket.cli.runtime import open_store, tenant_urls
+from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
 from ket.runtime.call import call_function
-from ket.runtime.contexts import Contexts, default_sender
-from ket.store.contract import RecordStore
+from ket.runtime.contexts import Contexts, default_sender, install_models
+from ket.workspace import where_in_user_code
 
 
 def add_parser(
@@ -50,14 +47,9 @@ def parse_input(text: str) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     catalog = Catalog.build(deployment_of(args))
     payload = parse_input(args.input)
-    urls = tenant_urls(args)
-    if len(urls) > 1:
-        raise KetError(
-            f"this app has several tenants ({', '.join(urls)}); choose one with --tenant"
-        )
-    [(tenant, url)] = urls.items()
+    tenant, url = single_tenant(args)
     try:
-        result = asyncio.run(_call(catalog, tenant, url, args.name, payload))
+        [result] = asyncio.run(call_on_tenant(catalog, tenant, url, [(args.name, payload)]))
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
@@ -67,34 +59,21 @@ def run(args: argparse.Namespace) -> int:
         raise
     except Exception as error:  # the function's own failure: say where, without a traceback
         sys.stderr.write(
-            f"ket: {args.name} raised {_where(error)}{type(error).__name__}: {error}\n"
+            f"ket: {args.name} raised {where_in_user_code(error)}{type(error).__name__}: {error}\n"
         )
         return 1
     sys.stdout.write(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
     return 0
 
 
-def _where(error: BaseException) -> str:
-    package = str(Path(ket.__file__).resolve().parent)
-    frames = [
-        f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(package)
-    ]
-    if not frames:
-        return ""
-    frame = frames[-1]
-    try:
-        shown = str(Path(frame.filename).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        shown = frame.filename
-    return f"at {shown}:{frame.lineno}: "
-
-
-async def _call(catalog: Catalog, tenant: str, url: str, name: str, payload: dict[str, Any]) -> Any:
+async def call_on_tenant(
+    catalog: Catalog, tenant: str, url: str, calls: list[tuple[str, dict[str, Any]]]
+) -> list[Any]:
+    """Call functions in order against one tenant's database; their results."""
     store = await open_store(url)
     try:
-        if isinstance(store, RecordStore) and catalog.models:
-            await store.record_install(list(catalog.models.values()))
+        await install_models(store, catalog)
         contexts = Contexts(store=store, catalog=catalog, tenant=tenant, sender=default_sender())
-        return await call_function(catalog, contexts, name, payload)
+        return [await call_function(catalog, contexts, name, payload) for name, payload in calls]
     finally:
         await store.close()

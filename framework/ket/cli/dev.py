@@ -13,15 +13,11 @@ import logging
 import sys
 
 from ket.catalog import Catalog
-from ket.cli.call import parse_input
+from ket.cli.call import call_on_tenant, parse_input
 from ket.cli.migrate import migrate_all
 from ket.cli.options import deployment_of
-from ket.cli.runtime import open_store, tenant_urls
+from ket.cli.runtime import single_tenant, tenant_urls
 from ket.cli.worker import serve
-from ket.errors import KetError
-from ket.runtime.call import call_function
-from ket.runtime.contexts import Contexts, default_sender
-from ket.store.contract import RecordStore
 
 log = logging.getLogger("ket.dev")
 
@@ -62,11 +58,8 @@ def run(args: argparse.Namespace) -> int:
     catalog = Catalog.build(deployment_of(args))
     calls = [(name, parse_input(text)) for name, text in args.call]
     urls = tenant_urls(args)
-    if calls and len(urls) > 1:
-        raise KetError(
-            f"--call needs one tenant and this app has several ({', '.join(urls)}); "
-            "choose one with --tenant"
-        )
+    if calls:
+        urls = dict([single_tenant(args)])  # --call needs one tenant
     asyncio.run(migrate_all(catalog, urls))
     return asyncio.run(_dev(catalog, args.database_url, args.tenant, urls, calls))
 
@@ -81,17 +74,12 @@ async def _dev(
     serving = asyncio.ensure_future(serve(catalog, database_url, tenant))
     if calls:
         await asyncio.sleep(0.5)
-        name, url = next(iter(urls.items()))
-        store = await open_store(url)
+        [(name, url)] = urls.items()
         try:
-            if isinstance(store, RecordStore) and catalog.models:
-                await store.record_install(list(catalog.models.values()))
-            contexts = Contexts(store=store, catalog=catalog, tenant=name, sender=default_sender())
-            for function, payload in calls:
-                result = await call_function(catalog, contexts, function, payload)
+            for (function, _), result in zip(
+                calls, await call_on_tenant(catalog, name, url, calls), strict=True
+            ):
                 log.info("called %s: %s", function, result)
         except Exception as error:  # a failing demo call must not stop the worker
             sys.stderr.write(f"ket dev: calling failed: {type(error).__name__}: {error}\n")
-        finally:
-            await store.close()
     return await serving

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any, TypeVar
 
-from ket.cli.runtime import open_store, tenant_urls
+from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
 from ket.store.contract import QueryableStore
 from ket.store.sql import SqlStore
@@ -73,12 +73,7 @@ def add_parser(
 
 
 def _with_store(args: argparse.Namespace, action: Callable[[SqlStore], Awaitable[T]]) -> T:
-    urls = tenant_urls(args)
-    if len(urls) > 1:
-        raise KetError(
-            f"this app has several tenants ({', '.join(urls)}); choose one with --tenant"
-        )
-    [url] = urls.values()
+    _, url = single_tenant(args)
 
     async def run() -> T:
         store = await open_store(url)

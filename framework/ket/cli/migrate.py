@@ -9,8 +9,8 @@ import sys
 from ket.catalog import Catalog
 from ket.cli.options import deployment_of
 from ket.cli.runtime import tenant_urls
+from ket.runtime.contexts import install_models
 from ket.runtime.tenancy import ensure_sqlite_folder
-from ket.store.contract import RecordStore
 from ket.store.sql import SqlStore
 
 
@@ -42,8 +42,7 @@ async def migrate_all(catalog: Catalog, urls: dict[str, str]) -> None:
         store = await SqlStore.open(url)
         try:
             applied = await store.migrate()
-            if isinstance(store, RecordStore) and catalog.models:
-                await store.record_install(list(catalog.models.values()))
+            await install_models(store, catalog)
         finally:
             await store.close()
         done = f"applied migrations {applied}" if applied else "up to date"

@@ -62,6 +62,17 @@ def tenant_urls(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
+def single_tenant(args: argparse.Namespace) -> tuple[str, str]:
+    """The one tenant a command acts on: --tenant, or the app's only one."""
+    urls = tenant_urls(args)
+    if len(urls) > 1:
+        raise KetError(
+            f"this app has several tenants ({', '.join(urls)}); choose one with --tenant"
+        )
+    [(name, url)] = urls.items()
+    return name, url
+
+
 async def open_store(url: str) -> SqlStore:
     """A store on a tenant database (not yet migrated: `ket migrate` does that)."""
     ensure_sqlite_folder(url)

@@ -28,11 +28,21 @@ from ket.context import (
 from ket.context.storage import DEFAULT_STORAGE_ROOT
 from ket.errors import StoreError
 from ket.runtime.events import Event, Hooks
-from ket.store.contract import JobStore, SentLedger
+from ket.store.contract import JobStore, RecordStore, SentLedger
 from ket.store.types import ClaimedJob, Inserted, NewJob
 from ket.transport import DEFAULT_TRANSPORT_URL, Sender, sender_from_url
 
 Clock = Callable[[], datetime]
+
+
+async def install_models(store: JobStore, catalog: Catalog) -> None:
+    """Let this store handle serve the deployment's models (`ctx.db`); runs DDL only if missing.
+
+    Every handle that runs handlers must do this once after opening: a RecordStore serves only
+    the models it installed.
+    """
+    if isinstance(store, RecordStore) and catalog.models:
+        await store.record_install(list(catalog.models.values()))
 
 
 def wall_clock() -> datetime:

@@ -15,12 +15,12 @@ from concurrent.futures import Executor
 
 from ket.catalog import Catalog
 from ket.errors import KetError
-from ket.runtime.contexts import Contexts
+from ket.runtime.contexts import Contexts, install_models
 from ket.runtime.events import Hooks
 from ket.runtime.events import hooks as default_hooks
 from ket.runtime.tenancy import DEFAULT_TENANT, tenant_database
 from ket.runtime.worker import TenantWorker
-from ket.store.contract import JobStore, RecordStore
+from ket.store.contract import JobStore
 from ket.transport import Sender
 
 log = logging.getLogger("ket.worker")
@@ -96,9 +96,7 @@ class Supervisor:
     async def _start(self, name: str, url: str) -> None:
         try:
             store = await self._open(url)
-            if isinstance(store, RecordStore) and self.catalog.models:
-                # a handle serves only the models it installed (DDL runs only when missing)
-                await store.record_install(list(self.catalog.models.values()))
+            await install_models(store, self.catalog)
             contexts = Contexts(
                 store=store,
                 catalog=self.catalog,

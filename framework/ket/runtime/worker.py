@@ -91,6 +91,8 @@ class TenantWorker:
         self._config = catalog.worker
         self._retention = retention_seconds
         self._contexts = contexts
+        # runtime_checkable isinstance is slow: decide once, not on every idle wait
+        self._push: PushStore | None = store if isinstance(store, PushStore) else None
         self._running: dict[JobId, _Running] = {}
         self._outcomes: asyncio.Queue[Settle | None] = asyncio.Queue()
         self._queues = {q: _Queue(q, n) for q, n in self._config.queues.items()}
@@ -148,16 +150,19 @@ class TenantWorker:
         poll_max = self._config.poll_max_ms / 1000
         idle = poll_min
         failures = 0
+        busy = False  # the last claim filled every free slot: work is flowing
         while not self._stopping.is_set():
             free = queue.slots - queue.busy
             if free <= 0:
                 queue.freed.clear()
                 await queue.freed.wait()
                 continue
-            # listen before claiming: a job committed while the claim is in flight must wake
-            # the wait that follows, not slip between the claim and the wait
-            watch = asyncio.ensure_future(self._wait_for_work(queue.name, idle))
-            await asyncio.sleep(0)  # let the watch register its waiter first
+            # When idle, listen before claiming: a job committed while the claim is in flight
+            # must wake the wait that follows, not slip between the claim and the wait. While
+            # work flows the claim is almost never short, so skip the extra tasks on that path.
+            watch = None if busy else self._watch(queue.name, idle)
+            if watch is not None:
+                await asyncio.sleep(0)  # let the watch register its waiter first
             try:
                 claimed = await self.store.job_claim(
                     JobClaim(
@@ -169,7 +174,8 @@ class TenantWorker:
                 )
                 failures = 0
             except KetError as error:
-                watch.cancel()
+                if watch is not None:
+                    watch.cancel()
                 failures += 1
                 self._emit(
                     Event(
@@ -180,21 +186,26 @@ class TenantWorker:
                 continue
             for job in claimed:
                 self._launch(queue, job)
-            if len(claimed) == free:
-                watch.cancel()
+            busy = len(claimed) == free
+            if busy:
+                if watch is not None:
+                    watch.cancel()
                 idle = poll_min
                 continue  # there may be more: claim again as soon as slots allow
             if claimed:
                 idle = poll_min
-            woken = await watch
+            woken = await (watch or self._watch(queue.name, idle))
             idle = poll_min if woken else min(idle * 2, poll_max)
+
+    def _watch(self, queue: str, timeout: float) -> asyncio.Task[bool]:
+        return asyncio.ensure_future(self._wait_for_work(queue, timeout))
 
     async def _wait_for_work(self, queue: str, timeout: float) -> bool:
         """True when woken for `queue`; False on timeout or stop (cancellable at any point)."""
-        if not isinstance(self.store, PushStore):
+        if self._push is None:
             await self._sleep(timeout)
             return False
-        waiting = asyncio.ensure_future(self.store.wait_for_jobs([queue], timeout))
+        waiting = asyncio.ensure_future(self._push.wait_for_jobs([queue], timeout))
         stopping = asyncio.ensure_future(self._stopping.wait())
         try:
             await asyncio.wait([waiting, stopping], return_when=asyncio.FIRST_COMPLETED)
@@ -220,7 +231,10 @@ class TenantWorker:
                 reason = f"no job {job.name!r} in deployment {self.catalog.deployment!r}"
                 result = Result(
                     settle=Settle(
-                        id=job.id, fence=job.fence, outcome="discarded", error=_info(reason)
+                        id=job.id,
+                        fence=job.fence,
+                        outcome="discarded",
+                        error=ErrorInfo(error=reason),
                     ),
                     kind="discarded",
                     error=reason,
@@ -354,10 +368,6 @@ class TenantWorker:
 
     def _emit(self, event: Event) -> None:
         self.hooks.emit(event)
-
-
-def _info(reason: str) -> ErrorInfo:
-    return ErrorInfo(error=reason)
 
 
 def _job_event(kind: Kind, tenant: str, job: ClaimedJob) -> Event:

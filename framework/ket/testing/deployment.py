@@ -22,7 +22,7 @@ from ket.catalog import Catalog
 from ket.context import AbortSignal
 from ket.declare.deployment import DeploymentDecl
 from ket.runtime.call import call_function
-from ket.runtime.contexts import Contexts
+from ket.runtime.contexts import Contexts, install_models
 from ket.runtime.events import Hooks
 from ket.runtime.execute import run_attempt
 from ket.runtime.sweep import sweep
@@ -128,8 +128,7 @@ class TestDeployment:
 
     async def _open(self, url: str) -> SqlStore:
         store = await SqlStore.open(url, clock=self.clock, migrate=True)
-        if self.catalog.models:
-            await store.record_install(list(self.catalog.models.values()))
+        await install_models(store, self.catalog)
         return store
 
     # -- producing and inspecting ---------------------------------------------------------
