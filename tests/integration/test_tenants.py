@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from ket import define_deployment, define_job, define_model, define_module
 from ket.catalog import Catalog
-from ket.runtime.supervisor import Supervisor
+from ket.runtime.fleet import Fleet
 from ket.store import JobQuery, NewJob
 from ket.store.sql import SqlStore
 from ket.transport import CaptureSender
@@ -62,9 +61,9 @@ async def _prepare(url: str, numbers: list[int]) -> None:
         await store.close()
 
 
-async def _serve_until(supervisor: Supervisor, done: Any, timeout: float = 30) -> None:
+async def _serve_until(fleet: Fleet, done: Any, timeout: float = 30) -> None:
     stop = asyncio.Event()
-    running = asyncio.ensure_future(supervisor.run(stop))
+    running = asyncio.ensure_future(fleet.run(stop))
     deadline = time.monotonic() + timeout
     while not await done():
         if time.monotonic() > deadline:
@@ -100,17 +99,15 @@ def test_two_tenants_with_identical_job_ids_never_see_each_other(
                 finished += len(records)
             return finished == 10
 
-        with ThreadPoolExecutor(4) as pool:
-            supervisor = Supervisor(
-                catalog=CATALOG,
-                template="unused",
-                list_tenants=tenants,
-                open_store=SqlStore.open,
-                worker_id="w",
-                executor=pool,
-                sender=sender,
-            )
-            await _serve_until(supervisor, done)
+        supervisor = Fleet(
+            catalog=CATALOG,
+            template="unused",
+            list_tenants=tenants,
+            open_store=SqlStore.open,
+            worker_id="w",
+            sender=sender,
+        )
+        await _serve_until(supervisor, done)
 
         for tenant, url, numbers in (
             ("acme", urls["acme"], {1, 2, 3, 4, 5}),
@@ -152,18 +149,16 @@ def test_an_unreachable_tenant_database_does_not_stop_the_other_tenants(tmp_path
             await store.close()
             return len(records) == 2
 
-        with ThreadPoolExecutor(2) as pool:
-            supervisor = Supervisor(
-                catalog=CATALOG,
-                template="unused",
-                list_tenants=tenants,
-                open_store=SqlStore.open,
-                worker_id="w",
-                executor=pool,
-                sender=CaptureSender(),
-            )
-            await _serve_until(supervisor, done)
-            assert "broken" not in supervisor.workers  # it failed to open and waits for a retry
+        supervisor = Fleet(
+            catalog=CATALOG,
+            template="unused",
+            list_tenants=tenants,
+            open_store=SqlStore.open,
+            worker_id="w",
+            sender=CaptureSender(),
+        )
+        await _serve_until(supervisor, done)
+        assert "broken" not in supervisor.workers  # it failed to open and waits for a retry
 
     asyncio.run(scenario())
     assert sorted(n for _, _, n in seen) == [7, 8]

@@ -73,10 +73,10 @@ def single_tenant(args: argparse.Namespace) -> tuple[str, str]:
     return name, url
 
 
-async def open_store(url: str) -> SqlStore:
+async def open_store(url: str, *, pool_size: int = 5) -> SqlStore:
     """A store on a tenant database (not yet migrated: `ket migrate` does that)."""
     ensure_sqlite_folder(url)
-    return await SqlStore.open(url)
+    return await SqlStore.open(url, pool_size=pool_size)
 
 
 def worker_id() -> str:

@@ -1,8 +1,8 @@
 """`ket worker`: run the deployment's jobs for every tenant (or one) until told to stop.
 
 SIGTERM or SIGINT stops claiming, lets running jobs finish within `shutdown_grace_ms`, aborts
-the rest (reason `shutdown`) and hands them back, then exits 0. A second signal exits at once;
-the jobs still running are then rescued when their leases expire.
+the rest (reason `shutdown`) and hands them back, then exits 0. A second signal hands back what
+it can within half a second and exits within a second, whatever handler threads are doing.
 """
 
 from __future__ import annotations
@@ -13,16 +13,22 @@ import logging
 import os
 import signal
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import threading
 
 from ket.catalog import Catalog
 from ket.cli.options import deployment_of
 from ket.cli.runtime import open_registry, open_store, tenant_urls, worker_id
 from ket.runtime.contexts import default_sender
-from ket.runtime.supervisor import Supervisor
+from ket.runtime.fleet import Fleet
 from ket.runtime.tenancy import database_template
+from ket.runtime.worker import connections_needed
+from ket.store.contract import JobStore
 
 log = logging.getLogger("ket.worker")
+
+# The second signal: how long handing back may take, and when the process is gone regardless.
+HAND_BACK_SECONDS = 0.5
+EXIT_SECONDS = 0.9
 
 
 def add_parser(
@@ -55,11 +61,17 @@ async def serve(catalog: Catalog, database_url: str | None, tenant: str | None) 
     """Serve until a signal; returns the exit code."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    fleet: Fleet | None = None
 
     def on_signal(number: int) -> None:
         if stop.is_set():
-            sys.stderr.write("ket worker: second signal, exiting now\n")
-            os._exit(1)
+            sys.stderr.write("ket worker: second signal: handing back running jobs and exiting\n")
+            # a stuck handler thread or a hung database call must not keep the process alive
+            threading.Timer(EXIT_SECONDS, os._exit, (1,)).start()
+            if fleet is not None:
+                task = loop.create_task(fleet.hand_back_now(HAND_BACK_SECONDS))
+                task.add_done_callback(lambda _: os._exit(1))
+            return
         log.info("received %s: finishing running jobs, then stopping", signal.Signals(number).name)
         stop.set()
 
@@ -71,23 +83,37 @@ async def serve(catalog: Catalog, database_url: str | None, tenant: str | None) 
         tenants = await asyncio.to_thread(registry.list)
         return {t.name: t.database_url for t in tenants}
 
-    slots = sum(catalog.worker.queues.values())
+    pool = connections_needed(catalog.worker)
+
+    async def open_tenant(url: str) -> JobStore:
+        return await open_store(url, pool_size=pool)
+
     identity = worker_id()
-    with ThreadPoolExecutor(max_workers=min(256, slots * 4), thread_name_prefix="ket-job") as pool:
-        supervisor = Supervisor(
-            catalog=catalog,
-            template=database_template(database_url),
-            list_tenants=list_tenants,
-            open_store=open_store,
-            worker_id=identity,
-            executor=pool,
-            sender=default_sender(),
-            only=tenant,
-        )
-        log.info("worker %s serving deployment %s", identity, catalog.deployment)
-        try:
-            await supervisor.run(stop)
-        finally:
-            registry.close()
+    fleet = Fleet(
+        catalog=catalog,
+        template=database_template(database_url),
+        list_tenants=list_tenants,
+        open_store=open_tenant,
+        worker_id=identity,
+        sender=default_sender(),
+        only=tenant,
+    )
+    log.info(
+        "worker %s serving deployment %s (up to %d database connections per tenant)",
+        identity,
+        catalog.deployment,
+        pool,
+    )
+    try:
+        await fleet.run(stop)
+    finally:
+        registry.close()
+    stuck = [t.name for t in threading.enumerate() if t.name.startswith("ket-") and t.is_alive()]
+    if stuck:
+        # handler threads that ignored their abort: their jobs were handed back and their
+        # effects are refused, and the interpreter would wait for them forever at exit
+        log.warning("exiting with %d handler threads still running: %s", len(stuck), stuck)
+        logging.shutdown()
+        os._exit(0)
     log.info("worker stopped")
     return 0

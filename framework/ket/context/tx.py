@@ -23,7 +23,9 @@ from typing import Any
 from ket.catalog import Catalog, OperationSpec
 from ket.context.blocking import Blocking
 from ket.context.db import Database, records_of
+from ket.context.fence import fence, fence_call
 from ket.context.jobs import Jobs
+from ket.context.signal import AbortSignal
 from ket.errors import StoreError
 from ket.store.contract import TransactionalStore
 
@@ -54,12 +56,14 @@ class Transactor:
         operation: OperationSpec,
         executor: Executor | None = None,
         company: str | None = None,
+        signal: AbortSignal | None = None,
     ) -> None:
         self._store = store
         self._catalog = catalog
         self._operation = operation
         self._executor = executor
         self._company = company
+        self._signal = signal
 
     async def run(self, fn: Callable[[Any], Any]) -> Any:
         """`fn(tx)` in one transaction; its result. An `async def fn` is awaited; a plain one
@@ -73,12 +77,13 @@ class Transactor:
                 "(it is not a TransactionalStore)"
             )
         async with store.transaction() as transaction:
-            tx = TxContext(
-                db=Database(
-                    records_of(transaction), self._operation, self._catalog.models, self._company
-                ),
-                jobs=Jobs(self._catalog, self._operation, transaction.job_insert),
+            db = Database(
+                records_of(transaction), self._operation, self._catalog.models, self._company
             )
+            jobs = Jobs(self._catalog, self._operation, transaction.job_insert)
+            if self._signal is not None:  # an aborted attempt writes nothing more
+                db, jobs = fence(db, self._signal), fence(jobs, self._signal)
+            tx = TxContext(db=db, jobs=jobs)
             if _is_async(fn):
                 return await fn(tx)
             loop = asyncio.get_running_loop()
@@ -99,10 +104,15 @@ def build_db_and_tx(
     operation: OperationSpec,
     executor: Executor | None = None,
     company: str | None = None,
+    signal: AbortSignal | None = None,
 ) -> tuple[Database, Transact]:
-    """`ctx.db` and `ctx.tx` for one run of `operation` for `company` against `store`."""
+    """`ctx.db` and `ctx.tx` for one run of `operation` for `company` against `store`; with a
+    `signal`, both refuse every call (Aborted) once it is aborted."""
     db = Database(records_of(store), operation, catalog.models, company)
-    return db, Transactor(store, catalog, operation, executor, company).run
+    tx = Transactor(store, catalog, operation, executor, company, signal).run
+    if signal is None:
+        return db, tx
+    return fence(db, signal), fence_call(tx, signal)
 
 
 @functools.cache

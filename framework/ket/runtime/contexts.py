@@ -25,6 +25,7 @@ from ket.context import (
     Transport,
     build_db_and_tx,
 )
+from ket.context.fence import fence
 from ket.context.storage import DEFAULT_STORAGE_ROOT
 from ket.errors import StoreError
 from ket.runtime.events import Event, Hooks
@@ -83,9 +84,12 @@ class Contexts:
         self._parts: dict[str, tuple[Jobs, Storage, Transport]] = {}
 
     def for_job(self, job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> JobContext:
-        """The context of one attempt of `job`."""
+        """The context of one attempt of `job`: every effect call raises Aborted once `signal`
+        is aborted, so an attempt that is over can change nothing."""
         jobs, storage, transport = self._operation(spec)
-        db, tx = build_db_and_tx(self._store, self._catalog, spec, self._tx_executor, job.company)
+        db, tx = build_db_and_tx(
+            self._store, self._catalog, spec, self._tx_executor, job.company, signal
+        )
         info = JobInfo(
             id=job.id,
             name=job.name,
@@ -102,9 +106,9 @@ class Contexts:
             company=job.company,
             db=db,
             tx=tx,
-            jobs=jobs,
-            storage=storage,
-            transport=transport,
+            jobs=fence(jobs, signal),
+            storage=fence(storage, signal),
+            transport=fence(transport, signal),
             log=ContextLog({"tenant": self._tenant, "job_id": job.id, "job": job.name}),
             clock=self._clock,
             job=info,

@@ -20,6 +20,8 @@ Kind = Literal[
     "failed",
     "discarded",
     "cancelled",
+    "handed_back",
+    "lease_lost",
     "rescued",
     "schedule_fired",
     "poll_failed",
@@ -31,6 +33,8 @@ LEVELS: dict[Kind, int] = {
     "failed": logging.INFO,
     "discarded": logging.WARNING,
     "cancelled": logging.INFO,
+    "handed_back": logging.INFO,
+    "lease_lost": logging.WARNING,
     "rescued": logging.WARNING,
     "schedule_fired": logging.INFO,
     "poll_failed": logging.ERROR,
@@ -70,9 +74,11 @@ class Hooks:
         """Whether an event of this kind would reach anyone (skip building it otherwise)."""
         return bool(self._hooks) or log.isEnabledFor(LEVELS[kind])
 
-    def emit(self, event: Event) -> None:
+    def emit(self, event: Event, *, logged: bool = True) -> None:
+        """Log `event` (unless `logged` is False: the caller logs it its own way) and hand it
+        to every hook."""
         level = LEVELS[event.kind]
-        if log.isEnabledFor(level):
+        if logged and log.isEnabledFor(level):
             fields = {k: v for k, v in asdict(event).items() if v is not None}
             text = " ".join(f"{k}={v}" for k, v in fields.items() if k != "kind")
             log.log(level, f"{event.kind} {text}", extra={"ket": fields})

@@ -1,8 +1,17 @@
-"""Serving every tenant: one TenantWorker per tenant database, the list refreshed periodically.
+"""The one supervisor every background loop of a worker runs under.
 
-Each tenant gets the deployment's queue concurrency of its own, so a busy tenant cannot take
-another tenant's slots. A tenant whose database cannot be reached only affects itself: its
-worker logs, backs off and retries while the others run.
+A service is a small object with a `name`, an `interval` and an async `tick()` (a test calls
+`tick()` directly, with the manual clock); a long-running loop (a queue's claim loop, the settler)
+is an async function that should never return while the worker runs. The supervisor owns the
+error policy, so no service has one of its own:
+
+- any `Exception` is caught and logged with the service and tenant; the same failure repeated
+  within a minute is counted, not logged, and a summary line ("N more in the last minute") follows;
+- after a failure the service backs off (doubling, capped, with jitter) and goes on; a recovery
+  is logged once;
+- a tick that hangs (a half-open database connection) is abandoned after its timeout, logged, and
+  the next tick runs;
+- a loop that returns or raises while the worker runs is logged at once and restarted.
 """
 
 from __future__ import annotations
@@ -10,117 +19,222 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
+import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Protocol
 
-from ket.catalog import Catalog
 from ket.errors import KetError
-from ket.runtime.contexts import Contexts, install_models
-from ket.runtime.events import Hooks
-from ket.runtime.events import hooks as default_hooks
-from ket.runtime.tenancy import DEFAULT_TENANT, tenant_database
-from ket.runtime.worker import TenantWorker
-from ket.store.contract import JobStore
-from ket.transport import Sender
 
 log = logging.getLogger("ket.worker")
 
-OpenStore = Callable[[str], Awaitable[JobStore]]
-ListTenants = Callable[[], Awaitable[dict[str, str | None]]]
+REPEAT_WINDOW_SECONDS = 60.0
+MAX_BACKOFF_SECONDS = 30.0
+
+
+class Service(Protocol):
+    """A periodic background service: `tick()` every `interval` seconds."""
+
+    name: str
+    interval: float
+
+    async def tick(self) -> None:
+        """Do one round of the service's work; raise on failure (the supervisor handles it)."""
+        ...
+
+
+class TickTimeout(Exception):
+    """A tick did not finish in time; it was abandoned."""
+
+
+@dataclass(eq=False)
+class _Seen:
+    since: float
+    suppressed: int = 0
+
+
+class Repeats:
+    """Logs failures so that a repeating one costs a line a minute, not a line a tick."""
+
+    def __init__(
+        self,
+        logger: logging.Logger = log,
+        *,
+        window: float = REPEAT_WINDOW_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._log = logger
+        self._window = window
+        self._clock = clock
+        self._seen: dict[tuple[str, str], _Seen] = {}
+
+    def failure(self, where: str, error: BaseException, *, level: int = logging.ERROR) -> bool:
+        """Log `error` of `where` unless the same one was logged within the window; True if
+        it was logged."""
+        key = (where, _signature(error))
+        now = self._clock()
+        seen = self._seen.get(key)
+        if seen is not None and now - seen.since < self._window:
+            seen.suppressed += 1
+            return False
+        if seen is not None and seen.suppressed:
+            self._summary(where, seen.suppressed)
+        self._seen[key] = _Seen(since=now)
+        self._log.log(level, "%s failed: %s", where, _text(error), exc_info=_unexpected(error))
+        return True
+
+    def recovered(self, where: str) -> None:
+        """`where` works again: say so once, with what was not logged meanwhile."""
+        mine = [key for key in self._seen if key[0] == where]
+        if not mine:
+            return
+        suppressed = sum(self._seen.pop(key).suppressed for key in mine)
+        if suppressed:
+            self._summary(where, suppressed)
+        self._log.info("%s works again", where)
+
+    def _summary(self, where: str, count: int) -> None:
+        self._log.warning(
+            "%s failed %d more time%s in the last minute", where, count, "" if count == 1 else "s"
+        )
 
 
 class Supervisor:
-    """Starts, refreshes and stops the tenant workers of one process."""
+    """Runs the services and loops of one tenant worker (or of the process) until stopped."""
 
     def __init__(
         self,
         *,
-        catalog: Catalog,
-        template: str,
-        list_tenants: ListTenants,
-        open_store: OpenStore,
-        worker_id: str,
-        executor: Executor,
-        sender: Sender,
-        hooks: Hooks | None = None,
-        only: str | None = None,
+        tenant: str | None,
+        stopping: asyncio.Event,
+        repeats: Repeats | None = None,
     ) -> None:
-        self.catalog = catalog
-        self._template = template
-        self._list = list_tenants
-        self._open = open_store
-        self._worker_id = worker_id
-        self._executor = executor
-        self.hooks = hooks or default_hooks
-        self._only = only
-        self._sender = sender
-        self.workers: dict[str, TenantWorker] = {}
+        self.tenant = tenant
+        self._stopping = stopping
+        self.repeats = repeats or Repeats()
+        self._tasks: list[asyncio.Task[None]] = []
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Serve until `stop` is set, then stop every tenant gracefully (concurrently)."""
-        refresh = self.catalog.worker.tenant_refresh_ms / 1000
-        while not stop.is_set():
-            await self.refresh()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), refresh)
-        await asyncio.gather(*[self._stop(name) for name in list(self.workers)])
+    def where(self, name: str) -> str:
+        """How logs name a service: `heartbeat (tenant acme)`."""
+        return name if self.tenant is None else f"{name} (tenant {self.tenant})"
 
-    async def refresh(self) -> None:
-        """Start workers for new tenants and stop those of removed ones."""
-        try:
-            wanted = await self._wanted()
-        except KetError as error:
-            log.error("could not read the tenant list: %s; keeping the current one", error)
+    def every(
+        self, service: Service, *, at_once: bool = False, timeout: float | None = None
+    ) -> None:
+        """Tick `service` every `service.interval` seconds (the first time at once, or after a
+        random part of one interval so replicas and tenants spread out)."""
+        bound = timeout if timeout is not None else max(service.interval, 5.0)
+        self._spawn(service.name, self._periodic(service, at_once, bound))
+
+    def keep(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run `loop()` for as long as the worker runs, restarting it if it ends."""
+        self._spawn(name, self._kept(name, loop))
+
+    async def stop(self) -> None:
+        """Cancel every service and loop and wait for them."""
+        self._stopping.set()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep, waking early when the worker stops."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    # -- the policy -------------------------------------------------------------------------
+
+    async def _periodic(self, service: Service, at_once: bool, timeout: float) -> None:
+        where = self.where(service.name)
+        if not at_once:
+            await self.sleep(service.interval * random.uniform(0.5, 1.0))
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                await bounded(service.tick(), timeout, service.name)
+            except Exception as error:
+                failures += 1
+                self.repeats.failure(where, error)
+                await self.sleep(backoff(service.interval, failures))
+                continue
+            if failures:
+                failures = 0
+                self.repeats.recovered(where)
+            await self.sleep(service.interval)
+
+    async def _kept(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+        where = self.where(name)
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                await loop()
+            except Exception as error:
+                failures += 1
+                self.repeats.failure(where, error)
+            else:
+                if self._stopping.is_set():
+                    return
+                failures += 1
+                log.error("%s ended unexpectedly; restarting it", where)
+            await self.sleep(backoff(1.0, failures))
+
+    def _spawn(self, name: str, body: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(body)
+        task.add_done_callback(lambda done: self._ended(name, done))
+        self._tasks.append(task)
+
+    def _ended(self, name: str, task: asyncio.Task[None]) -> None:
+        # the policy above never lets a service end; if one does anyway, say so now
+        if task.cancelled() or self._stopping.is_set():
             return
-        for name in sorted(set(self.workers) - set(wanted)):
-            log.info("tenant %s was removed; stopping its worker", name)
-            await self._stop(name)
-        for name, url in sorted(wanted.items()):
-            if name not in self.workers:
-                await self._start(name, url)
-
-    async def _wanted(self) -> dict[str, str]:
-        registered = await self._list()
-        if self._only is not None:
-            if registered and self._only not in registered:
-                raise KetError(f"tenant {self._only!r} is not registered")
-            registered = {self._only: registered.get(self._only)}
-        if not registered:
-            registered = {DEFAULT_TENANT: None}
-        count = len(registered)
-        return {
-            name: url or tenant_database(self._template, name, tenants=count)
-            for name, url in registered.items()
-        }
-
-    async def _start(self, name: str, url: str) -> None:
-        try:
-            store = await self._open(url)
-            await install_models(store, self.catalog)
-            contexts = Contexts(
-                store=store,
-                catalog=self.catalog,
-                tenant=name,
-                sender=self._sender,
-                hooks=self.hooks,
-            )
-        except KetError as error:
-            log.error("tenant %s: cannot open its database: %s; retrying later", name, error)
-            return
-        worker = TenantWorker(
-            store=store,
-            catalog=self.catalog,
-            tenant=name,
-            worker_id=self._worker_id,
-            executor=self._executor,
-            hooks=self.hooks,
-            contexts=contexts,
+        error = task.exception()
+        log.critical(
+            "%s stopped: %s",
+            self.where(name),
+            _text(error) if error else "it returned",
+            exc_info=error,
         )
-        worker.start()
-        self.workers[name] = worker
-        log.info("serving tenant %s", name)
 
-    async def _stop(self, name: str) -> None:
-        worker = self.workers.pop(name)
-        await worker.stop()
-        await worker.store.close()
+
+async def bounded(work: Awaitable[None], timeout: float, name: str) -> None:
+    """Await `work` for at most `timeout` seconds; past that, cancel it without waiting for it
+    (a call stuck on a dead connection may not even finish cancelling) and raise TickTimeout."""
+    task = asyncio.ensure_future(work)
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        task.add_done_callback(_quiet)
+        raise TickTimeout(f"{name} did not finish within {timeout:g}s; abandoned it")
+    task.result()
+
+
+def backoff(interval: float, failures: int) -> float:
+    """The pause after the `failures`-th failure in a row: doubling from `interval`, capped,
+    with jitter so that replicas and tenants do not retry in step."""
+    ceiling = max(interval, MAX_BACKOFF_SECONDS)
+    return min(interval * 2.0 ** (failures - 1), ceiling) * random.uniform(0.5, 1.0)
+
+
+def _quiet(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: an abandoned tick's late error is not news
+
+
+def _signature(error: BaseException) -> str:
+    return f"{type(error).__name__}:{_text(error)[:200]}"
+
+
+def _text(error: BaseException) -> str:
+    try:
+        return str(error) or type(error).__name__
+    except Exception:
+        return type(error).__name__
+
+
+def _unexpected(error: BaseException) -> bool:
+    """Whether a traceback helps: yes for bugs, no for ket's own errors (a database away)."""
+    return not isinstance(error, KetError | TickTimeout)

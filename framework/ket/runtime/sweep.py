@@ -63,3 +63,19 @@ def _claim(
         skipped=skipped,
         job=job,
     )
+
+
+class SweepService:
+    """Sweeps the deployment's schedules for one tenant every `schedule_sweep_ms`."""
+
+    name = "schedule sweep"
+
+    def __init__(self, store: JobStore, catalog: Catalog, hooks: Hooks, *, tenant: str) -> None:
+        self._store = store
+        self._catalog = catalog
+        self._hooks = hooks
+        self._tenant = tenant
+        self.interval = catalog.worker.schedule_sweep_ms / 1000
+
+    async def tick(self) -> None:
+        await sweep(self._store, self._catalog, tenant=self._tenant, hooks=self._hooks)

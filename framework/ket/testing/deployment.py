@@ -24,18 +24,19 @@ from ket.declare.deployment import DeploymentDecl
 from ket.runtime.call import call_function
 from ket.runtime.contexts import Contexts, install_models
 from ket.runtime.events import Hooks
-from ket.runtime.execute import run_attempt
+from ket.runtime.runner import JobRunner
+from ket.runtime.settler import record
+from ket.runtime.supervisor import Repeats
 from ket.runtime.sweep import sweep
 from ket.store.clock import ManualClock
 from ket.store.sql import SqlStore
 from ket.store.types import (
-    ErrorInfo,
+    ClaimedJob,
     Inserted,
     JobClaim,
     JobQuery,
     JobRecord,
     JobState,
-    Settle,
 )
 from ket.testing.loop import LoopThread
 from ket.transport import CaptureSender
@@ -123,6 +124,14 @@ class TestDeployment:
             clock=self.clock.now,
             hooks=self.hooks,
         )
+        self._runner = JobRunner(
+            catalog=self.catalog,
+            contexts=self._contexts,
+            executor=self._executor,
+            hooks=self.hooks,
+            tenant=tenant,
+        )
+        self._repeats = Repeats()
         self.client = TestClient(self)
         self.db = TestDatabase(self)
 
@@ -185,18 +194,12 @@ class TestDeployment:
                     )
                 completed += await self._run(job)
 
-    async def _run(self, job: Any) -> int:
-        spec = self.catalog.jobs.get(job.name)
-        if spec is None:  # as a worker does: rows of a job the deployment no longer ships
-            reason = f"no job {job.name!r} in deployment {self.catalog.deployment!r}"
-            discard = Settle(
-                id=job.id, fence=job.fence, outcome="discarded", error=ErrorInfo(error=reason)
-            )
-            await self.store.job_settle([discard])
-            return 0
-        result = await run_attempt(job, spec, AbortSignal(), self._contexts.for_job, self._executor)
-        if result.settle is not None:
-            await self.store.job_settle([result.settle])
+    async def _run(self, job: ClaimedJob) -> int:
+        """The worker's per-job step, then its recording, for one job."""
+        result = await self._runner.run(job, AbortSignal())
+        left = await record(self.store, [result], self._runner.report, self._repeats)
+        if left:
+            raise RuntimeError(f"drain_jobs could not record the outcome of job {job.id}")
         return 1 if result.kind == "completed" else 0
 
     def run_schedules(self) -> int:

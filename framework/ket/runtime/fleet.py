@@ -1,0 +1,150 @@
+"""Serving every tenant: one TenantWorker per tenant database, the list refreshed periodically.
+
+Each tenant gets the deployment's queue concurrency (and plain-handler threads) of its own, so a
+busy tenant cannot take another tenant's slots. A tenant whose database cannot be reached only
+affects itself: it is logged (once a minute at most) and retried on the next refresh while the
+others run. A registry that cannot be read keeps the current tenant list until it answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from ket.catalog import Catalog
+from ket.errors import KetError
+from ket.runtime.contexts import Contexts, install_models
+from ket.runtime.events import Hooks
+from ket.runtime.events import hooks as default_hooks
+from ket.runtime.supervisor import Repeats, Supervisor
+from ket.runtime.tenancy import DEFAULT_TENANT, tenant_database
+from ket.runtime.worker import TenantWorker
+from ket.store.contract import JobStore
+from ket.transport import Sender
+
+log = logging.getLogger("ket.worker")
+
+OpenStore = Callable[[str], Awaitable[JobStore]]
+ListTenants = Callable[[], Awaitable[dict[str, str | None]]]
+
+
+class TenantRefresh:
+    """The service that starts workers for new tenants and stops those of removed ones."""
+
+    name = "tenant refresh"
+
+    def __init__(self, fleet: Fleet) -> None:
+        self._fleet = fleet
+        self.interval = fleet.catalog.worker.tenant_refresh_ms / 1000
+
+    async def tick(self) -> None:
+        await self._fleet.refresh()
+
+
+class Fleet:
+    """Starts, refreshes and stops the tenant workers of one process."""
+
+    def __init__(
+        self,
+        *,
+        catalog: Catalog,
+        template: str,
+        list_tenants: ListTenants,
+        open_store: OpenStore,
+        worker_id: str,
+        sender: Sender,
+        hooks: Hooks | None = None,
+        only: str | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self._template = template
+        self._list = list_tenants
+        self._open = open_store
+        self._worker_id = worker_id
+        self.hooks = hooks or default_hooks
+        self._only = only
+        self._sender = sender
+        self._repeats = Repeats()
+        self.workers: dict[str, TenantWorker] = {}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until `stop` is set, then stop every tenant gracefully (concurrently)."""
+        supervisor = Supervisor(tenant=None, stopping=asyncio.Event(), repeats=self._repeats)
+        supervisor.every(TenantRefresh(self), at_once=True, timeout=60.0)
+        try:
+            await stop.wait()
+        finally:
+            await supervisor.stop()
+            await asyncio.gather(*[self._stop(name) for name in list(self.workers)])
+
+    async def refresh(self) -> None:
+        """Start workers for new tenants and stop those of removed ones; raises (keeping the
+        current tenants) when the registry cannot be read."""
+        wanted = await self._wanted()
+        for name in sorted(set(self.workers) - set(wanted)):
+            log.info("tenant %s was removed; stopping its worker", name)
+            await self._stop(name)
+        for name, url in sorted(wanted.items()):
+            if name not in self.workers:
+                await self._start(name, url)
+
+    async def hand_back_now(self, timeout: float) -> None:
+        """The second signal: every tenant hands back its running jobs within `timeout`."""
+        await asyncio.gather(*[w.hand_back_now(timeout) for w in self.workers.values()])
+
+    async def _wanted(self) -> dict[str, str]:
+        registered = await self._list()
+        if self._only is not None:
+            if registered and self._only not in registered:
+                raise KetError(f"tenant {self._only!r} is not registered")
+            registered = {self._only: registered.get(self._only)}
+        if not registered:
+            registered = {DEFAULT_TENANT: None}
+        count = len(registered)
+        return {
+            name: url or tenant_database(self._template, name, tenants=count)
+            for name, url in registered.items()
+        }
+
+    async def _start(self, name: str, url: str) -> None:
+        where = f"opening the database of tenant {name}"
+        try:
+            store = await self._open(url)
+        except Exception as error:
+            self._repeats.failure(where, error)
+            return
+        try:
+            await install_models(store, self.catalog)
+            contexts = Contexts(
+                store=store,
+                catalog=self.catalog,
+                tenant=name,
+                sender=self._sender,
+                hooks=self.hooks,
+            )
+        except Exception as error:
+            self._repeats.failure(where, error)
+            await store.close()
+            return
+        self._repeats.recovered(where)
+        worker = TenantWorker(
+            store=store,
+            catalog=self.catalog,
+            tenant=name,
+            worker_id=self._worker_id,
+            hooks=self.hooks,
+            contexts=contexts,
+            repeats=self._repeats,
+        )
+        worker.start()
+        self.workers[name] = worker
+        log.info("serving tenant %s", name)
+
+    async def _stop(self, name: str) -> None:
+        worker = self.workers[name]  # listed until stopped: a second signal hands its jobs back
+        try:
+            await worker.stop()
+        finally:
+            del self.workers[name]
+            await worker.store.close()

@@ -1,0 +1,137 @@
+"""Keeping leases, and giving attempts up before a lost lease lets another worker in.
+
+`Attempts` is the worker's table of running attempts, each with the time (on this process's
+monotonic clock) until which its lease is surely held: the claim's or last heartbeat's *send*
+time plus the lease, so a slow answer can only make the estimate early, never late.
+
+- `HeartbeatService` extends the leases of every running attempt every third of a lease, aborts
+  attempts whose lease was lost or whose job an operator cancelled, and, while the worker is
+  fenced off, probes the database until it answers.
+- `LeaseGuard` needs no database: when an attempt's lease is within LEASE_SAFETY_MARGIN of
+  running out (heartbeats have been failing), it aborts the attempt (reason `lease lost`) and
+  pauses claiming, so a worker cut off from the database stops its work before the rescuer on
+  another worker may hand the job to someone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from ket.context import AbortSignal
+from ket.store.contract import JobStore
+from ket.store.types import ClaimedJob, Heartbeat, JobId, Lease
+
+log = logging.getLogger("ket.worker")
+
+# An attempt is aborted when less than this share of its lease is left unconfirmed: with the
+# default 30 s lease, 7.5 s before it could expire (two heartbeats have failed by then).
+LEASE_SAFETY_MARGIN = 0.25
+
+
+@dataclass(eq=False)
+class Attempt:
+    """One running attempt: its job, its signal, and until when its lease is surely held."""
+
+    job: ClaimedJob
+    signal: AbortSignal
+    held_until: float
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass(eq=False)
+class Attempts:
+    """The running attempts of one tenant worker, by job id."""
+
+    lease_seconds: float
+    clock: Callable[[], float] = time.monotonic
+    running: dict[JobId, Attempt] = field(default_factory=dict)
+    # cleared while heartbeats fail and attempts were given up: queue loops wait on it
+    reachable: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.reachable.set()
+
+    def add(self, job: ClaimedJob, sent: float) -> Attempt:
+        attempt = Attempt(job=job, signal=AbortSignal(), held_until=sent + self.lease_seconds)
+        self.running[job.id] = attempt
+        return attempt
+
+    def remove(self, job_id: JobId) -> None:
+        self.running.pop(job_id, None)
+
+    def __iter__(self) -> Iterator[Attempt]:
+        return iter(list(self.running.values()))
+
+    def __len__(self) -> int:
+        return len(self.running)
+
+    def abort(self, job_id: JobId, reason: str) -> None:
+        if (attempt := self.running.get(job_id)) is not None:
+            attempt.signal.abort(reason)  # type: ignore[arg-type]
+
+
+class HeartbeatService:
+    """Extends the leases of running attempts; aborts the lost and the cancelled."""
+
+    name = "heartbeat"
+
+    def __init__(self, store: JobStore, attempts: Attempts) -> None:
+        self._store = store
+        self._attempts = attempts
+        self.interval = attempts.lease_seconds / 3
+
+    async def tick(self) -> None:
+        attempts = self._attempts
+        if not attempts.reachable.is_set():
+            await self._store.now()  # raises while the database is still away
+            log.warning("the database answers again; claiming resumes")
+            attempts.reachable.set()
+        held = [a for a in attempts if a.signal.reason != "lease lost"]
+        if not held:
+            return
+        sent = attempts.clock()
+        leases = [Lease(id=a.job.id, fence=a.job.fence) for a in held]
+        result = await self._store.job_heartbeat(
+            Heartbeat(leases=leases, lease_seconds=attempts.lease_seconds)
+        )
+        extended = set(result.extended)
+        for attempt in held:
+            if attempt.job.id in extended:
+                attempt.held_until = sent + attempts.lease_seconds
+        for job_id in result.lost:
+            attempts.abort(job_id, "lease lost")
+        for job_id in result.cancel_requested:
+            attempts.abort(job_id, "cancelled")
+
+
+class LeaseGuard:
+    """Aborts attempts whose lease may run out unconfirmed, and pauses claiming meanwhile."""
+
+    name = "lease guard"
+
+    def __init__(self, attempts: Attempts, *, tenant: str) -> None:
+        self._attempts = attempts
+        self._tenant = tenant
+        self.interval = min(1.0, attempts.lease_seconds / 10)
+
+    async def tick(self) -> None:
+        attempts = self._attempts
+        deadline = attempts.clock() + attempts.lease_seconds * LEASE_SAFETY_MARGIN
+        overdue = [a for a in attempts if a.held_until <= deadline and not a.signal.aborted]
+        if not overdue:
+            return
+        for attempt in overdue:
+            attempt.signal.abort("lease lost")
+        attempts.reachable.clear()
+        log.error(
+            "tenant %s: heartbeats are failing; aborted %d running attempt%s (%s) before their "
+            "leases run out, and paused claiming until the database answers",
+            self._tenant,
+            len(overdue),
+            "" if len(overdue) == 1 else "s",
+            ", ".join(f"job {a.job.id}" for a in overdue[:10]),
+        )

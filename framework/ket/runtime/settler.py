@@ -1,0 +1,163 @@
+"""Recording outcomes: in batches, row by row when a batch fails, never held up by one row.
+
+Outcomes arrive already made safe (runtime/outcome.py), so a batch normally writes in one
+statement. When one fails anyway, its rows are written one at a time: the good ones land, and a
+row that still cannot be written is discarded with the reason. When even that fails, the
+database is away: the rows wait and are retried with backoff (if it stays away, their leases
+expire, the jobs are rescued, and these late outcomes are then refused by their fences).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from ket.runtime.outcome import ERROR_TEXT_MAX, describe, safe_text
+from ket.runtime.runner import Result
+from ket.runtime.supervisor import Repeats, Supervisor, backoff
+from ket.store.contract import JobStore
+from ket.store.types import ErrorInfo, Settle
+
+log = logging.getLogger("ket.worker")
+
+SETTLE_BATCH = 500
+# At shutdown, how long the settler may go on trying before leaving what is left to the rescuers.
+SHUTDOWN_SECONDS = 10.0
+
+
+class Settler:
+    """Collects the outcomes of one tenant worker and records them (a supervised loop)."""
+
+    name = "settler"
+
+    def __init__(
+        self, store: JobStore, report: Callable[[Result, bool], None], supervisor: Supervisor
+    ) -> None:
+        self._store = store
+        self._report = report
+        self._supervisor = supervisor
+        self._queue: asyncio.Queue[Result | None] = asyncio.Queue()
+        self._waiting: list[Result] = []  # not written yet: the database was away
+        self._closing = False
+        self._done = asyncio.Event()
+
+    def put(self, result: Result) -> None:
+        """Record `result` soon."""
+        self._queue.put_nowait(result)
+
+    async def run(self) -> None:
+        """Record outcomes until `close()` was called and everything is recorded."""
+        failures = 0
+        while not (self._closing and not self._waiting and self._queue.empty()):
+            if not self._waiting:
+                first = await self._queue.get()
+                if first is not None:
+                    self._waiting.append(first)
+            self._gather()
+            if not self._waiting:
+                continue
+            batch, self._waiting = self._waiting, []
+            self._waiting = await record(self._store, batch, self._report, self._supervisor.repeats)
+            if self._waiting:
+                failures += 1
+                await asyncio.sleep(backoff(0.2, failures))
+            elif failures:
+                failures = 0
+                self._supervisor.repeats.recovered("recording outcomes")
+        self._done.set()
+
+    async def close(self, timeout: float = SHUTDOWN_SECONDS) -> None:
+        """Record everything queued (trying for `timeout` seconds at most), then stop."""
+        self._closing = True
+        self._queue.put_nowait(None)
+        try:
+            await asyncio.wait_for(self._done.wait(), timeout)
+        except TimeoutError:
+            left = len(self._waiting) + self._queue.qsize()
+            log.error(
+                "giving up recording %d outcomes at shutdown; their leases will expire and the "
+                "jobs will be rescued",
+                left,
+            )
+
+    def _gather(self) -> None:
+        while len(self._waiting) < SETTLE_BATCH and not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is not None:
+                self._waiting.append(item)
+
+
+async def record(
+    store: JobStore,
+    results: list[Result],
+    report: Callable[[Result, bool], None],
+    repeats: Repeats,
+) -> list[Result]:
+    """Record `results` and report each as recorded; returns those that could not be written
+    because the store is unreachable (to retry later)."""
+    pending = []
+    for result in results:
+        if result.settle is None:
+            report(result, False)
+        else:
+            pending.append(result)
+    if not pending:
+        return []
+    try:
+        outcome = await store.job_settle([r.settle for r in pending if r.settle is not None])
+    except Exception as error:
+        repeats.failure("recording outcomes", error, level=logging.WARNING)
+        return await _one_by_one(store, pending, report, repeats)
+    refused = set(outcome.refused)
+    for result in pending:
+        report(result, result.job.id not in refused)
+    return []
+
+
+async def _one_by_one(
+    store: JobStore,
+    results: list[Result],
+    report: Callable[[Result, bool], None],
+    repeats: Repeats,
+) -> list[Result]:
+    for index, result in enumerate(results):
+        assert result.settle is not None
+        try:
+            outcome = await store.job_settle([result.settle])
+        except Exception as error:
+            if not await _discard_instead(store, result, error, report):
+                repeats.failure("recording outcomes", error, level=logging.WARNING)
+                return results[index:]  # the store is away: keep the rest for later
+            continue
+        report(result, result.job.id not in outcome.refused)
+    return []
+
+
+async def _discard_instead(
+    store: JobStore, result: Result, error: Exception, report: Callable[[Result, bool], None]
+) -> bool:
+    """Discard a job whose outcome cannot be written, saying why; False if that fails too."""
+    settle = result.settle
+    assert settle is not None
+    reason = safe_text(
+        f"its {settle.outcome} outcome could not be recorded ({describe(error)}); discarded",
+        ERROR_TEXT_MAX,
+    )
+    discard = Settle(
+        id=settle.id, fence=settle.fence, outcome="discarded", error=ErrorInfo(error=reason)
+    )
+    try:
+        outcome = await store.job_settle([discard])
+    except Exception:
+        return False
+    log.error("job %s (%s): %s", result.job.id, result.job.name, reason)
+    replaced = Result(
+        job=result.job,
+        settle=discard,
+        kind="discarded",
+        error=reason,
+        duration_ms=result.duration_ms,
+    )
+    report(replaced, result.job.id not in outcome.refused)
+    return True
