@@ -1,14 +1,19 @@
-"""What every store refuses before writing anything: bad jobs and bad call params.
+"""What every store refuses before touching its data: bad jobs and bad call params.
 
-Shared by all stores so they refuse the same things with the same words.
+Shared by all stores so they refuse the same things with the same words (JobRejected, naming the
+value), and so no bad value reaches a database that would fail on it in its own way: a number
+past its column (PostgreSQL's "bigint out of range", Python's OverflowError on SQLite), a
+duration past the calendar, a NUL character (PostgreSQL text cannot hold one) or a lone
+surrogate (no UTF-8 for it). The conformance kit's `errors` area holds every store to this.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
+from typing import Any, TypeGuard
 
 from ket.errors import JobRejected
 from ket.store.types import (
@@ -17,16 +22,24 @@ from ket.store.types import (
     TERMINAL_STATES,
     Heartbeat,
     JobClaim,
+    JobQuery,
     NewJob,
     Prune,
     Settle,
+    TickClaim,
 )
 
 MAX_PAYLOAD_BYTES = 1_048_576
 MAX_NAME_LENGTH = 200
 MAX_KEY_LENGTH = 500
-# a century: any longer staleness means "never", and would overflow date arithmetic
-MAX_STALE_SECONDS = 3_153_600_000
+# A century: any longer lease, delay, retention or staleness means "never", and would overflow
+# date arithmetic (Python's datetime ends in the year 9999).
+MAX_SECONDS = 3_153_600_000
+# The columns: ids, fences and limits are 64-bit (BIGINT), counters 32-bit (INTEGER).
+MAX_BIGINT = 2**63 - 1
+MAX_INTEGER = 2**31 - 1
+# what "text" means in the messages below: what every database can store as a string
+_TEXT = " of UTF-8 text without NUL"
 OUTCOMES = ("completed", "retryable", "discarded", "snoozed", "cancelled")
 
 
@@ -41,8 +54,10 @@ def encode_payloads(jobs: Sequence[NewJob], *, limit: int = MAX_PAYLOAD_BYTES) -
 
 def check_new_job(job: NewJob) -> None:
     """Refuse a job whose fields are out of range, naming the job and the value."""
-    if not isinstance(job.name, str) or not job.name or len(job.name) > MAX_NAME_LENGTH:
-        raise JobRejected(f"job name must be 1 to {MAX_NAME_LENGTH} characters, got {job.name!r}")
+    if not _clean_text(job.name, MAX_NAME_LENGTH):
+        raise JobRejected(
+            f"job name must be 1 to {MAX_NAME_LENGTH} characters{_TEXT}, got {job.name!r}"
+        )
     _text(job, "queue", job.queue, required=True)
     _text(job, "unique_key", job.unique_key, required=False)
     _text(job, "company", job.company, required=False)
@@ -51,17 +66,12 @@ def check_new_job(job: NewJob) -> None:
             f"job {job.name!r}: priority must be an integer from {PRIORITY_MIN} to "
             f"{PRIORITY_MAX}, got {job.priority!r}"
         )
-    if not _int(job.max_attempts) or job.max_attempts < 1:
-        raise JobRejected(
-            f"job {job.name!r}: max_attempts must be a positive integer, got {job.max_attempts!r}"
-        )
-    if not _int(job.payload_version) or job.payload_version < 1:
-        raise JobRejected(
-            f"job {job.name!r}: payload_version must be a positive integer, "
-            f"got {job.payload_version!r}"
-        )
+    _counter(job, "max_attempts", job.max_attempts, minimum=1)
+    _counter(job, "payload_version", job.payload_version, minimum=1)
+    if job.ticks_skipped is not None:
+        _counter(job, "ticks_skipped", job.ticks_skipped, minimum=0)
     for field, value in (("run_at", job.run_at), ("tick", job.tick)):
-        if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
+        if value is not None and not _aware(value):
             raise JobRejected(
                 f"job {job.name!r}: {field} must be a timezone-aware datetime, got {value!r}"
             )
@@ -73,9 +83,13 @@ def encode_payload(job: NewJob, *, limit: int = MAX_PAYLOAD_BYTES) -> str:
         raise JobRejected(f"job {job.name!r}: payload must be a JSON object, got {job.payload!r}")
     try:
         text = json.dumps(job.payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as error:
+        size = len(text.encode("utf-8"))
+    except (TypeError, ValueError) as error:  # UnicodeEncodeError (a lone surrogate) included
         raise JobRejected(f"job {job.name!r}: payload is not JSON-serialisable: {error}") from None
-    size = len(text.encode("utf-8"))
+    # json.dumps writes NUL as the escape \u0000, which PostgreSQL's JSONB refuses; the substring
+    # test is cheap, and only a hit pays for the exact walk (the text could be an escaped "\\u0000")
+    if "\\u0000" in text and _holds_nul(job.payload):
+        raise JobRejected(f"job {job.name!r}: payload strings must not contain NUL characters")
     if size > limit:
         raise JobRejected(
             f"job {job.name!r}: payload is {size} bytes, over the limit of {limit} bytes; "
@@ -85,76 +99,205 @@ def encode_payload(job: NewJob, *, limit: int = MAX_PAYLOAD_BYTES) -> str:
 
 
 def check_claim(claim: JobClaim) -> None:
-    """Refuse a claim with a non-positive limit or lease."""
-    if not _int(claim.limit) or claim.limit < 1:
-        raise JobRejected(f"claim limit must be a positive integer, got {claim.limit!r}")
-    _positive("lease_seconds", claim.lease_seconds)
-    if not claim.queue or not claim.worker_id:
-        raise JobRejected(f"a claim needs a queue and a worker id, got {claim!r}")
+    """Refuse a claim with a bad limit, lease, queue or worker id."""
+    check_count("claim limit", claim.limit, minimum=1)
+    check_seconds("lease_seconds", claim.lease_seconds, positive=True)
+    for field, value in (("queue", claim.queue), ("worker_id", claim.worker_id)):
+        if not _clean_text(value, MAX_KEY_LENGTH):
+            raise JobRejected(
+                f"a claim's {field} must be 1 to {MAX_KEY_LENGTH} characters{_TEXT}, got {value!r}"
+            )
 
 
 def check_settlements(settlements: Sequence[Settle]) -> None:
-    """Refuse unknown outcomes and negative or infinite delays."""
+    """Refuse bad ids and fences, unknown outcomes, and delays that are not 0 to a century."""
     for settle in settlements:
+        check_job_id(settle.id)
+        _fence(settle.id, settle.fence)
         if settle.outcome not in OUTCOMES:
             raise JobRejected(f"job {settle.id}: unknown outcome {settle.outcome!r}")
-        delay = settle.delay_seconds
-        if not isinstance(delay, int | float) or not math.isfinite(delay) or delay < 0:
-            raise JobRejected(f"job {settle.id}: delay_seconds must not be negative, got {delay!r}")
+        check_seconds(f"job {settle.id}: delay_seconds", settle.delay_seconds, positive=False)
 
 
 def check_heartbeat(heartbeat: Heartbeat) -> None:
-    """Refuse a non-positive lease."""
-    _positive("lease_seconds", heartbeat.lease_seconds)
+    """Refuse a lease that is not a positive number of seconds, and bad ids or fences."""
+    check_seconds("lease_seconds", heartbeat.lease_seconds, positive=True)
+    for lease in heartbeat.leases:
+        check_job_id(lease.id)
+        _fence(lease.id, lease.fence)
 
 
 def check_prune(prune: Prune) -> None:
-    """Refuse negative retention, a non-positive limit, or states that are not terminal."""
-    if not isinstance(prune.older_than_seconds, int | float) or prune.older_than_seconds < 0:
-        raise JobRejected(
-            f"prune older_than_seconds must not be negative, got {prune.older_than_seconds!r}"
-        )
-    if not _int(prune.limit) or prune.limit < 1:
-        raise JobRejected(f"prune limit must be a positive integer, got {prune.limit!r}")
+    """Refuse a retention that is not 0 to a century, a bad limit, or states not terminal."""
+    check_seconds("prune older_than_seconds", prune.older_than_seconds, positive=False)
+    check_count("prune limit", prune.limit, minimum=1)
     bad = [s for s in prune.states if s not in TERMINAL_STATES]
     if bad or not prune.states:
         raise JobRejected(f"prune removes terminal states only, got {prune.states!r}")
 
 
+def check_job_id(job_id: object) -> None:
+    """Refuse a job id that is not an integer a store can hold (64 bits, signed).
+
+    Any such id may be unknown (the command then says "no such job"); a bigger one cannot even
+    be looked up, and a bool or float is a caller's mistake.
+    """
+    if not _bigint(job_id):
+        raise JobRejected(f"a job id must be a 64-bit integer, got {job_id!r}")
+
+
+def check_count(field: str, value: object, *, minimum: int) -> None:
+    """Refuse a limit or offset that is not an integer from `minimum` to 2**63 - 1."""
+    if not _int(value) or not minimum <= value <= MAX_BIGINT:
+        raise JobRejected(
+            f"{field} must be an integer from {minimum} to {MAX_BIGINT}, got {value!r}"
+        )
+
+
+def check_seconds(field: str, value: object, *, positive: bool) -> None:
+    """Refuse a duration that is not a finite number of seconds within a century."""
+    low = "a positive" if positive else "a non-negative"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (positive and value == 0)
+        or value > MAX_SECONDS
+    ):
+        raise JobRejected(
+            f"{field} must be {low} finite number of seconds, at most {MAX_SECONDS} "
+            f"(a century), got {value!r}"
+        )
+
+
+def check_timeout(timeout: object) -> None:
+    """Refuse a wait timeout that is negative or not a number (infinity waits for ever)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise JobRejected(f"timeout must be a number of seconds, at least 0, got {timeout!r}")
+
+
+def check_query(query: JobQuery) -> None:
+    """Refuse a listing page with a bad limit or offset, or filters no store can compare."""
+    check_count("job list limit", query.limit, minimum=0)
+    check_count("job list offset", query.offset, minimum=0)
+    for field, value in (("state", query.state), ("queue", query.queue), ("name", query.name)):
+        if value is not None and not _clean_text(value, None):
+            raise JobRejected(f"job list {field} must be a string{_TEXT}, got {value!r}")
+
+
+def check_schedule_ids(schedule_ids: Collection[object]) -> None:
+    """Refuse schedule ids that are not 1 to MAX_KEY_LENGTH characters without NUL."""
+    for schedule_id in schedule_ids:
+        if not _clean_text(schedule_id, MAX_KEY_LENGTH):
+            raise JobRejected(
+                f"a schedule id must be 1 to {MAX_KEY_LENGTH} characters{_TEXT}, "
+                f"got {schedule_id!r}"
+            )
+
+
+def check_tick_claim(claim: TickClaim) -> list[str]:
+    """Refuse a malformed tick claim; the encoded payload of its job (none, or one).
+
+    Installing a schedule never fires, so an install that carries a job is refused rather than
+    half-applied.
+    """
+    check_schedule_ids([claim.schedule_id])
+    if not _clean_text(claim.fingerprint, MAX_KEY_LENGTH):
+        raise JobRejected(
+            f"schedule {claim.schedule_id!r}: fingerprint must be 1 to {MAX_KEY_LENGTH} "
+            f"characters{_TEXT}, got {claim.fingerprint!r}"
+        )
+    ticks = [("tick", claim.tick)]
+    if claim.expected is not None:
+        ticks.append(("expected last_tick", claim.expected.last_tick))
+    for field, value in ticks:
+        if not _aware(value):
+            raise JobRejected(
+                f"schedule {claim.schedule_id!r}: {field} must be a timezone-aware datetime, "
+                f"got {value!r}"
+            )
+    if not _int(claim.skipped) or not 0 <= claim.skipped <= MAX_INTEGER:
+        raise JobRejected(
+            f"schedule {claim.schedule_id!r}: skipped must be an integer from 0 to "
+            f"{MAX_INTEGER}, got {claim.skipped!r}"
+        )
+    if claim.expected is None and claim.job is not None:
+        raise JobRejected(
+            f"schedule {claim.schedule_id!r}: installing a schedule never fires a job"
+        )
+    return encode_payloads([claim.job]) if claim.job is not None else []
+
+
 def check_message_key(key: object) -> None:
     """Refuse an idempotency key that is not a string of 1 to MAX_KEY_LENGTH characters."""
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
+    if not _clean_text(key, MAX_KEY_LENGTH):
         raise JobRejected(
-            f"message key must be a string of 1 to {MAX_KEY_LENGTH} characters, got {key!r}"
+            f"message key must be a string of 1 to {MAX_KEY_LENGTH} characters{_TEXT}, got {key!r}"
         )
 
 
 def check_message_claim(key: object, stale_after_seconds: object) -> None:
     """Refuse a bad key, or a staleness that is negative or not a finite number of seconds."""
     check_message_key(key)
-    stale = stale_after_seconds
-    if isinstance(stale, bool) or not isinstance(stale, int | float):
-        raise JobRejected(f"stale_after_seconds must be a number of seconds, got {stale!r}")
-    if not math.isfinite(stale) or not 0 <= stale <= MAX_STALE_SECONDS:
-        raise JobRejected(
-            f"stale_after_seconds must be from 0 to {MAX_STALE_SECONDS}, got {stale!r}"
-        )
+    check_seconds("stale_after_seconds", stale_after_seconds, positive=False)
 
 
 def _text(job: NewJob, field: str, value: object, *, required: bool) -> None:
     if value is None and not required:
         return
-    if not isinstance(value, str) or not value or len(value) > MAX_KEY_LENGTH:
+    if not _clean_text(value, MAX_KEY_LENGTH):
         raise JobRejected(
-            f"job {job.name!r}: {field} must be a string of 1 to {MAX_KEY_LENGTH} characters, "
+            f"job {job.name!r}: {field} must be a string of 1 to {MAX_KEY_LENGTH} characters "
+            f"(no NUL), got {value!r}"
+        )
+
+
+def _clean_text(value: object, longest: int | None) -> bool:
+    """A non-empty str every database can store: no NUL, valid UTF-8, at most `longest` long."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        return False
+    if longest is not None and len(value) > longest:
+        return False
+    if value.isascii():  # the common case, without encoding anything
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
+
+
+def _counter(job: NewJob, field: str, value: object, *, minimum: int) -> None:
+    if not _int(value) or not minimum <= value <= MAX_INTEGER:
+        raise JobRejected(
+            f"job {job.name!r}: {field} must be an integer from {minimum} to {MAX_INTEGER}, "
             f"got {value!r}"
         )
 
 
-def _positive(field: str, value: object) -> None:
-    if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise JobRejected(f"{field} must be a positive number of seconds, got {value!r}")
+def _fence(job_id: object, fence: object) -> None:
+    if not _bigint(fence):
+        raise JobRejected(f"job {job_id}: a fence must be a 64-bit integer, got {fence!r}")
 
 
-def _int(value: object) -> bool:
+def _aware(value: object) -> bool:
+    return isinstance(value, datetime) and value.utcoffset() is not None
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_nul(item) for item in value)
+    return False
+
+
+def _bigint(value: object) -> bool:
+    return _int(value) and -MAX_BIGINT - 1 <= value <= MAX_BIGINT
+
+
+def _int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)

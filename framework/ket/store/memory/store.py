@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import heapq
-import math
-import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
@@ -15,6 +13,7 @@ from typing import Any
 from ket.errors import JobRejected, StoreError
 from ket.store import validate
 from ket.store.clock import Clock, SystemClock
+from ket.store.failure import translated
 from ket.store.memory import transition
 from ket.store.memory.database import MemoryDatabase
 from ket.store.memory.records import MemoryRecords
@@ -45,9 +44,15 @@ from ket.store.types import (
 )
 from ket.store.validate import (
     check_claim,
+    check_count,
     check_heartbeat,
+    check_job_id,
     check_prune,
+    check_query,
+    check_schedule_ids,
     check_settlements,
+    check_tick_claim,
+    check_timeout,
     encode_payloads,
 )
 
@@ -95,6 +100,7 @@ class MemoryStore:
         check_settlements(settlements)
         applied: list[JobId] = []
         refused: list[JobId] = []
+        woken: set[str] = set()
         with self._locked():
             now = self._now()
             run_ats = [_later(now, s.delay_seconds, "delay_seconds") for s in settlements]
@@ -102,9 +108,12 @@ class MemoryStore:
                 row = self.database.rows.get(settle.id)
                 if row is None or row.state != "executing" or row.fence != settle.fence:
                     refused.append(settle.id)
-                else:
-                    transition.settle(self.database, row, settle, now, run_at)
-                    applied.append(settle.id)
+                    continue
+                transition.settle(self.database, row, settle, now, run_at)
+                applied.append(settle.id)
+                if settle.outcome in ("retryable", "snoozed") and settle.delay_seconds == 0:
+                    woken.add(row.queue)  # runnable again at once
+        self.database.wakeups.notify(woken)
         return SettleResult(applied=tuple(applied), refused=tuple(refused))
 
     async def job_heartbeat(self, heartbeat: Heartbeat) -> HeartbeatResult:
@@ -131,7 +140,7 @@ class MemoryStore:
 
     async def job_rescue(self, limit: int = 1_000) -> list[Rescued]:
         """Move executing jobs whose lease expired to retryable, discarded or cancelled."""
-        _check_limit("rescue limit", limit, minimum=1)
+        check_count("rescue limit", limit, minimum=1)
         with self._locked():
             now = self._now()
             expired = [
@@ -140,10 +149,14 @@ class MemoryStore:
                 if row.lease_until is not None and row.lease_until < now
             ]
             oldest = heapq.nsmallest(limit, expired, key=lambda row: (row.lease_until, row.id))
-            return [transition.rescue(self.database, row, now) for row in oldest]
+            rescued = [transition.rescue(self.database, row, now) for row in oldest]
+        # a job rescued to retryable is due now: wake its queue
+        self.database.wakeups.notify({r.queue for r in rescued if r.state == "retryable"})
+        return rescued
 
     async def job_cancel(self, job_id: JobId) -> StateChange:
         """Cancel runnable work now; mark executing work so its worker aborts it."""
+        check_job_id(job_id)
         with self._locked():
             row = self.database.rows.get(job_id)
             if row is None:
@@ -152,11 +165,15 @@ class MemoryStore:
 
     async def job_retry(self, job_id: JobId) -> StateChange:
         """Make retryable or discarded work available now, keeping its attempts and history."""
+        check_job_id(job_id)
         with self._locked():
             row = self.database.rows.get(job_id)
             if row is None:
                 return transition.unknown(job_id)
-            return transition.retry(self.database, row, self._now())
+            change = transition.retry(self.database, row, self._now())
+        if change.changed:
+            self.database.wakeups.notify([row.queue])
+        return change
 
     async def job_prune(self, prune: Prune) -> int:
         """Delete up to `prune.limit` terminal jobs past retention, oldest first."""
@@ -179,19 +196,15 @@ class MemoryStore:
 
     async def schedule_get(self, schedule_ids: Sequence[str]) -> dict[str, ScheduleState]:
         """The state rows of these schedules (absent: never installed)."""
+        check_schedule_ids(schedule_ids)
         with self._locked():
             states = self.database.schedules
             return {sid: states[sid] for sid in schedule_ids if sid in states}
 
     async def schedule_claim_tick(self, claim: TickClaim) -> TickResult:
         """Compare-and-set a schedule's row; the winner's job and ledger entry go in with it."""
-        if claim.tick.utcoffset() is None:
-            raise JobRejected(
-                f"schedule {claim.schedule_id!r}: tick must be a timezone-aware datetime, "
-                f"got {claim.tick!r}"
-            )
-        job = claim.job if claim.expected is not None else None  # installing never fires
-        payloads = encode_payloads([job]) if job is not None else []
+        payloads = check_tick_claim(claim)  # installing never fires: an install has no job
+        job = claim.job
         with self._locked():
             states = self.database.schedules
             current = states.get(claim.schedule_id)
@@ -232,9 +245,8 @@ class MemoryStore:
 
     async def wait_for_jobs(self, queues: Collection[str], timeout: float) -> bool:
         """Wait up to `timeout` seconds for a job made available in one of `queues`."""
+        check_timeout(timeout)
         self._check_open()
-        if not isinstance(timeout, int | float) or math.isnan(timeout) or timeout < 0:
-            raise JobRejected(f"timeout must not be negative, got {timeout!r}")
         woken = await self.database.wakeups.wait(queues, timeout)
         self._check_open()  # closed meanwhile: say so rather than report a wake-up
         return woken
@@ -243,14 +255,14 @@ class MemoryStore:
 
     async def job_get(self, job_id: JobId) -> JobRecord | None:
         """One job in full, or None."""
+        check_job_id(job_id)
         with self._locked():
             row = self.database.rows.get(job_id)
             return None if row is None else row.record()
 
     async def job_list(self, query: JobQuery) -> list[JobRecord]:
         """Jobs matching the query, newest first."""
-        _check_limit("job list limit", query.limit, minimum=0)
-        _check_limit("job list offset", query.offset, minimum=0)
+        check_query(query)
         with self._locked():
             matches = (
                 row
@@ -283,7 +295,8 @@ class MemoryStore:
 
     async def schedule_fires(self, schedule_id: str, limit: int = 50) -> list[Fire]:
         """The schedule's fire ledger, newest first."""
-        _check_limit("fire list limit", limit, minimum=0)
+        check_schedule_ids([schedule_id])
+        check_count("fire list limit", limit, minimum=0)
         with self._locked():
             ledger = self.database.fires.get(schedule_id, [])
             # Newest tick first, later entries first among equal ticks (a stable sort).
@@ -388,9 +401,12 @@ class MemoryStore:
         if self._closed:
             raise StoreError("store is closed")
 
-    def _locked(self) -> threading.Lock:
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the database's lock; anything but a StoreError escaping it is raised as one."""
         self._check_open()
-        return self.database.lock
+        with self.database.lock, translated():
+            yield
 
 
 def _later(now: datetime, seconds: float, field: str) -> datetime:
@@ -408,8 +424,3 @@ def _holds(current: ScheduleState | None, expected: ScheduleState | None) -> boo
     if expected is None or current is None:
         return expected is None and current is None
     return (current.fingerprint, current.last_tick) == (expected.fingerprint, expected.last_tick)
-
-
-def _check_limit(field: str, value: object, *, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise JobRejected(f"{field} must be an integer of at least {minimum}, got {value!r}")

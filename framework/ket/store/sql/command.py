@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
 from sqlalchemy import delete
@@ -14,6 +15,13 @@ from ket.store.sql.schema import job_errors, jobs
 from ket.store.types import JobId, JobState, Prune, StateChange
 
 _PENDING = ("available", "scheduled", "retryable")
+
+
+async def wake(conn: AsyncConnection, sql: Statements, queues: Collection[str]) -> None:
+    """NOTIFY each of `queues` once, delivered when the transaction commits (PostgreSQL only:
+    SQLite's waiters are all in-process, and the store wakes those after the commit)."""
+    if queues and sql.notify is not None:
+        await conn.execute(sql.notify, {"queues": sorted(queues)})
 
 
 def unchanged(job_id: JobId, state: JobState | None, reason: str) -> StateChange:
@@ -48,15 +56,18 @@ async def cancel(
 
 async def retry(
     conn: AsyncConnection, sql: Statements, now: datetime | None, job_id: JobId
-) -> StateChange:
-    """Make retryable or discarded work available now; one more attempt if it used them all."""
+) -> tuple[StateChange, str | None]:
+    """Make retryable or discarded work available now; one more attempt if it used them all.
+
+    Also returns the job's queue when the job became available (its waiters are to be woken).
+    """
     row = await fetch_one(conn, sql.lock_job, {"p_id": job_id})
     if row is None:
-        return unchanged(job_id, None, "no such job")
+        return unchanged(job_id, None, "no such job"), None
     if row.state not in ("retryable", "discarded"):
         return unchanged(
             job_id, row.state, f"only retryable or discarded jobs can be retried, not {row.state}"
-        )
+        ), None
     if row.unique_key is not None and row.state == "discarded":
         key = {"p_name": row.name, "p_unique_key": row.unique_key}
         holder = await fetch_one(conn, sql.active_holder, key)
@@ -65,10 +76,11 @@ async def retry(
                 job_id,
                 row.state,
                 f"unique key {row.unique_key!r} is held by active job {holder.id}",
-            )
+            ), None
     attempts = max(row.max_attempts, row.attempt + 1)
     await conn.execute(sql.make_available, {"p_id": job_id, "now": now, "p_max_attempts": attempts})
-    return StateChange(id=job_id, previous=row.state, state="available", changed=True)
+    change = StateChange(id=job_id, previous=row.state, state="available", changed=True)
+    return change, row.queue
 
 
 async def prune(conn: AsyncConnection, sql: Statements, now: datetime | None, params: Prune) -> int:

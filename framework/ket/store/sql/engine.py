@@ -58,7 +58,11 @@ def libpq_dsn(url: str | URL) -> str:
 
 
 def create_engine(url: str | URL, *, pool_size: int = 5, **options: Any) -> AsyncEngine:
-    """An async engine for the URL, with SQLite set up for concurrent workers."""
+    """An async engine for the URL, with SQLite set up for concurrent workers.
+
+    On PostgreSQL the pool may open `pool_size` more connections under load unless
+    `max_overflow` says otherwise; `pool_timeout` is how long a caller waits for a free one.
+    """
     target = async_url(url)
     if target.get_backend_name() == "sqlite":
         connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_S, "isolation_level": None}
@@ -68,7 +72,8 @@ def create_engine(url: str | URL, *, pool_size: int = 5, **options: Any) -> Asyn
         )
         sqlite_discipline(engine.sync_engine)
         return engine
-    return create_async_engine(target, pool_size=pool_size, max_overflow=pool_size, **options)
+    options.setdefault("max_overflow", pool_size)
+    return create_async_engine(target, pool_size=pool_size, **options)
 
 
 def sqlite_discipline(engine: Engine) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Float, bindparam, func, literal_column, type_coerce
 
+from ket.errors import JobRejected
 from ket.store.sql.column import Instant
 
 
@@ -22,8 +23,17 @@ def time_params(now: datetime | None, **offsets: float) -> dict[str, Any]:
     params: dict[str, Any] = {"now": now}
     for name, seconds in offsets.items():
         params[f"{name}_s"] = float(seconds)
-        params[f"{name}_at"] = None if now is None else now + timedelta(seconds=seconds)
+        params[f"{name}_at"] = None if now is None else _later(now, seconds, name)
     return params
+
+
+def _later(now: datetime, seconds: float, name: str) -> datetime:
+    try:
+        return now + timedelta(seconds=seconds)
+    except OverflowError:  # a test clock set near the end of the calendar
+        raise JobRejected(
+            f"{name} of {seconds!r} seconds from {now.isoformat()} leaves the calendar"
+        ) from None
 
 
 class TimeSql:

@@ -13,10 +13,11 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import bindparam, case, func, insert, select, tuple_, update
+from sqlalchemy import Text, bindparam, case, func, insert, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ket.store.sql.column import from_micros
+from ket.store.sql.insert import CHANNEL
 from ket.store.sql.now import TimeSql
 from ket.store.sql.schema import (
     ACTIVE,
@@ -71,6 +72,7 @@ class Statements:
     record_fire: Any
     counts: Any
     oldest: Any
+    notify: Any  # None where the database has no NOTIFY (SQLite)
 
 
 @cache
@@ -90,7 +92,7 @@ def statements(dialect: str) -> Statements:
             outcome: update(jobs)
             .where(*fenced, EXECUTING)
             .values(_settle_values(outcome, time))
-            .returning(jobs.c.id, jobs.c.attempt)
+            .returning(jobs.c.id, jobs.c.attempt, jobs.c.queue)
             for outcome in ("completed", "retryable", "discarded", "snoozed", "cancelled")
         },
         append_errors=insert(job_errors).values(
@@ -174,7 +176,15 @@ def statements(dialect: str) -> Statements:
             .scalar_subquery()
             .label("due"),
         ),
+        notify=_notify() if dialect == "postgresql" else None,
     )
+
+
+def _notify() -> Any:
+    """NOTIFY each queue in `queues` once; PostgreSQL delivers it when the transaction commits."""
+    queues = bindparam("queues", type_=postgresql.ARRAY(Text))
+    woken = func.unnest(queues).table_valued("queue").render_derived(name="woken")
+    return select(func.pg_notify(CHANNEL, woken.c.queue)).select_from(woken)
 
 
 def _claim(time: TimeSql) -> Any:

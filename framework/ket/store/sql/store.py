@@ -10,15 +10,17 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from sqlalchemy import URL, Connection, select
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ket.errors import JobRejected, StoreError
+from ket.errors import StoreError
 from ket.store import validate
 from ket.store.clock import Clock
+from ket.store.failure import Translate, translated
 from ket.store.sql import command, ledger, query, schedule
 from ket.store.sql import listener as listening
 from ket.store.sql.engine import create_engine, libpq_dsn, parse_url
+from ket.store.sql.failure import database_error, from_database, locked
 from ket.store.sql.fetch import fetch_all, fetch_one
 from ket.store.sql.insert import insert_plan, run_async, run_sync, wake_queues
 from ket.store.sql.migration import migrate
@@ -54,6 +56,8 @@ from ket.store.wakeup import Wakeups, shared
 T = TypeVar("T")
 _LOCKED_RETRIES = 8
 _RECORDS_ERROR = frozenset({"retryable", "discarded", "cancelled"})
+# outcomes that, with no delay, make the job claimable at once: its queue's waiters are woken
+_RUNNABLE_AGAIN = frozenset({"retryable", "snoozed"})
 
 
 class SqlStore:
@@ -81,6 +85,7 @@ class SqlStore:
         self._dsn = libpq_dsn(engine.url) if self.dialect == "postgresql" else None
         self._listener: listening.Listener | None = None  # shared; taken on the first wait
         self._closed = False
+        self._failure: Translate = lambda error: database_error(error, engine)
 
     @classmethod
     async def open(
@@ -94,7 +99,9 @@ class SqlStore:
     ) -> SqlStore:
         """A store on `url` (postgresql://... or sqlite:///file); `migrate` installs the schema."""
         parse_url(url)
-        store = cls(create_engine(url, pool_size=pool_size, **engine_options), clock=clock)
+        with translated():  # e.g. an engine option SQLAlchemy does not know
+            engine = create_engine(url, pool_size=pool_size, **engine_options)
+        store = cls(engine, clock=clock)
         if migrate:
             await store.migrate()
         return store
@@ -122,7 +129,8 @@ class SqlStore:
     ) -> T:
         """Run `body` in one transaction (`single`: one statement, autocommit where possible).
 
-        SQLite lock contention is retried; every database error becomes a StoreError.
+        SQLite lock contention is retried; any other failure is raised as a StoreError (from
+        ket.store.sql.failure), its cause the original: nothing else leaves the store.
         """
         if self._closed:
             raise StoreError("the store is closed")
@@ -134,13 +142,13 @@ class SqlStore:
                         return await body(connection)
                 async with self._engine.begin() as connection:
                     return await body(connection)
-            except OperationalError as error:
-                if not _locked(error) or attempt == _LOCKED_RETRIES - 1:
-                    raise StoreError(f"database error: {_reason(error)}") from error
+            except StoreError:
+                raise
+            except Exception as error:
+                if not locked(error) or attempt == _LOCKED_RETRIES - 1:
+                    raise self._failure(error) from error
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
-            except DBAPIError as error:
-                raise StoreError(f"database error: {_reason(error)}") from error
         raise AssertionError("unreachable")
 
     # -- insert -----------------------------------------------------------------------------
@@ -175,23 +183,36 @@ class SqlStore:
         if now is None and connection.dialect.name == "sqlite":
             now = datetime.now(UTC)
         plan = insert_plan(connection.dialect.name, now, batch, payloads, write_locked=False)
-        return await run_async(connection, plan)
+        with translated(lambda error: database_error(error, connection.engine)):
+            return await run_async(connection, plan)
 
     def _woken(self, batch: Sequence[NewJob], now: datetime | None) -> None:
         self._wakeups.notify(wake_queues(batch, now))
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlTransaction]:
-        """A transaction for the caller's statements and job inserts; wake-ups after commit."""
+        """A transaction for the caller's statements and job inserts; wake-ups after commit.
+
+        Failing to begin, commit or roll back raises StoreError, and so does a database error
+        raised in the block (its transaction is lost); the block's other exceptions pass as
+        they are.
+        """
         if self._closed:
             raise StoreError("the store is closed")
         tx = SqlTransaction(self)
+        in_block = False
         try:
             async with self._engine.begin() as connection:
                 tx.connection = connection
+                in_block = True
                 yield tx
-        except DBAPIError as error:
-            raise StoreError(f"database error: {_reason(error)}") from error
+                in_block = False
+        except StoreError:
+            raise
+        except Exception as error:
+            if in_block and not from_database(error):
+                raise
+            raise self._failure(error) from error
         finally:
             tx.connection = None
         for batch, now in tx.pending:
@@ -216,9 +237,11 @@ class SqlStore:
         if not settlements:
             return SettleResult(applied=(), refused=())
         now = self._now()
-        # a completion records no error, so every completion goes through the batched statement
+        # a completion records no error and wakes nobody, so every completion goes through the
+        # batched statement, and the hot path (completions only) is that one statement
         plain = [s for s in settlements if s.outcome == "completed"]
         others = [s for s in settlements if s.outcome != "completed"]
+        woken: set[str] = set()
 
         async def body(conn: AsyncConnection) -> set[JobId]:
             applied: set[JobId] = set()
@@ -235,12 +258,15 @@ class SqlStore:
                     applied.add(settle.id)
                     if settle.error is not None and settle.outcome in _RECORDS_ERROR:
                         errors.append(_error_row(settle.id, rows[0].attempt, settle.error, now))
+                    if settle.outcome in _RUNNABLE_AGAIN and settle.delay_seconds == 0:
+                        woken.add(rows[0].queue)
             if errors:
                 await conn.execute(self._sql.append_errors, errors)
+            await command.wake(conn, self._sql, woken)
             return applied
 
-        # the hot path, completions only, is one statement
         applied = await self._transact(body, single=not others)
+        self._wakeups.notify(woken)
         ids = [s.id for s in settlements]
         return SettleResult(
             applied=tuple(i for i in ids if i in applied),
@@ -267,8 +293,7 @@ class SqlStore:
 
     async def job_rescue(self, limit: int = 1_000) -> list[Rescued]:
         """Move executing jobs whose lease expired to retryable, discarded or cancelled."""
-        if limit < 1:
-            raise JobRejected(f"rescue limit must be a positive integer, got {limit!r}")
+        validate.check_count("rescue limit", limit, minimum=1)
         now = self._now()
 
         async def body(conn: AsyncConnection) -> list[Rescued]:
@@ -288,6 +313,8 @@ class SqlStore:
                         for row in rows
                     ],
                 )
+                # a job rescued to retryable is due now (run_at = now): wake its queue
+                await command.wake(conn, self._sql, _retryable_queues(rows))
             return [
                 Rescued(
                     id=row.id,
@@ -300,24 +327,38 @@ class SqlStore:
                 for row in rows
             ]
 
-        return await self._transact(body)
+        rescued = await self._transact(body)
+        self._wakeups.notify(_retryable_queues(rescued))
+        return rescued
 
     # -- operator commands ------------------------------------------------------------------
 
     async def job_cancel(self, job_id: JobId) -> StateChange:
         """Cancel pending work now; executing work gets a cancel request."""
+        validate.check_job_id(job_id)
         now = self._now()
         return await self._transact(lambda conn: command.cancel(conn, self._sql, now, job_id))
 
     async def job_retry(self, job_id: JobId) -> StateChange:
-        """Make retryable or discarded work available now, history kept."""
+        """Make retryable or discarded work available now, history kept; its queue is woken."""
+        validate.check_job_id(job_id)
         now = self._now()
+
+        async def body(conn: AsyncConnection) -> tuple[StateChange, str | None]:
+            change, queue = await command.retry(conn, self._sql, now, job_id)
+            if queue is not None:
+                await command.wake(conn, self._sql, [queue])
+            return change, queue
+
         try:
-            return await self._transact(lambda conn: command.retry(conn, self._sql, now, job_id))
+            change, queue = await self._transact(body)
         except StoreError as error:
             if isinstance(error.__cause__, IntegrityError):  # a racing insert took the key
                 return command.unchanged(job_id, None, "its unique key was taken; try again")
             raise
+        if queue is not None:
+            self._wakeups.notify([queue])
+        return change
 
     async def job_prune(self, prune: Prune) -> int:
         """Delete a bounded batch of terminal jobs past retention, oldest first."""
@@ -329,17 +370,14 @@ class SqlStore:
 
     async def schedule_get(self, schedule_ids: Sequence[str]) -> dict[str, ScheduleState]:
         """The state rows of these schedules."""
+        validate.check_schedule_ids(schedule_ids)
         if not schedule_ids:
             return {}
         return await self._transact(lambda conn: schedule.states(conn, schedule_ids))
 
     async def schedule_claim_tick(self, claim: TickClaim) -> TickResult:
         """Compare-and-set the schedule's row; the winner inserts its job and ledger entry."""
-        if claim.expected is None and claim.job is not None:
-            raise JobRejected(
-                f"schedule {claim.schedule_id!r}: installing a schedule never fires a job"
-            )
-        payloads = validate.encode_payloads([claim.job]) if claim.job else []
+        payloads = validate.check_tick_claim(claim)
         now = self._now()
         result = await self._transact(
             lambda conn: schedule.claim_tick(conn, self._sql, self.dialect, now, claim, payloads)
@@ -350,6 +388,8 @@ class SqlStore:
 
     async def schedule_fires(self, schedule_id: str, limit: int = 50) -> list[Fire]:
         """The schedule's fire ledger, newest first."""
+        validate.check_schedule_ids([schedule_id])
+        validate.check_count("fire list limit", limit, minimum=0)
         return await self._transact(lambda conn: schedule.fires(conn, schedule_id, limit))
 
     async def now(self) -> datetime:
@@ -368,11 +408,13 @@ class SqlStore:
 
     async def job_get(self, job_id: JobId) -> JobRecord | None:
         """One job in full, with its error history."""
+        validate.check_job_id(job_id)
         records = await self._records(select(jobs).where(jobs.c.id == job_id))
         return records[0] if records else None
 
     async def job_list(self, job_query: JobQuery) -> list[JobRecord]:
         """Jobs matching the query, newest first."""
+        validate.check_query(job_query)
         return await self._records(query.listing(job_query))
 
     async def _records(self, statement: Any) -> list[JobRecord]:
@@ -432,20 +474,26 @@ class SqlStore:
 
     async def wait_for_jobs(self, queues: Collection[str], timeout: float) -> bool:
         """Wait for a wake-up (NOTIFY on PostgreSQL, in-process on SQLite) or the timeout."""
-        if self._dsn is not None:
-            if self._listener is None:
-                self._listener = listening.acquire(self._dsn, self._wakeups)
-            await self._listener.ready(timeout)
-        return await self._wakeups.wait(queues, timeout)
+        validate.check_timeout(timeout)
+        if self._closed:
+            raise StoreError("the store is closed")
+        with translated(self._failure):
+            if self._dsn is not None:
+                if self._listener is None:
+                    self._listener = listening.acquire(self._dsn, self._wakeups)
+                await self._listener.ready(timeout)
+                timeout = self._listener.max_wait(timeout)  # poll-only while NOTIFY is deaf
+            return await self._wakeups.wait(queues, timeout)
 
     async def close(self) -> None:
         """Stop the listener and dispose of the connection pool."""
         if self._closed:
             return
         self._closed = True
-        if self._listener is not None and self._dsn is not None:
-            await listening.release(self._dsn, self._listener)
-        await self._engine.dispose()
+        with translated(self._failure):
+            if self._listener is not None and self._dsn is not None:
+                await listening.release(self._dsn, self._listener)
+            await self._engine.dispose()
 
     # -- model rows (RecordStore; statements in records.py) ---------------------------------
 
@@ -502,9 +550,9 @@ def insert_on(
     dialect = connection.dialect.name
     if now is None and dialect == "sqlite":
         now = datetime.now(UTC)
-    return run_sync(
-        connection, insert_plan(dialect, now, batch, payloads, write_locked=write_locked)
-    )
+    plan = insert_plan(dialect, now, batch, payloads, write_locked=write_locked)
+    with translated(lambda error: database_error(error, connection.engine)):
+        return run_sync(connection, plan)
 
 
 class SqlTransaction:
@@ -523,9 +571,9 @@ class SqlTransaction:
         if not batch:
             return []
         now = self._store._now()
-        inserted = await run_async(
-            self.connection, insert_plan(self._store.dialect, now, batch, payloads)
-        )
+        plan = insert_plan(self._store.dialect, now, batch, payloads)
+        with translated(self._store._failure):
+            inserted = await run_async(self.connection, plan)
         self.pending.append((batch, now))
         return inserted
 
@@ -557,10 +605,8 @@ class SqlTransaction:
         # no lock retry here: the transaction already holds SQLite's write lock (BEGIN IMMEDIATE)
         if self.connection is None:
             raise StoreError("the transaction is over")
-        try:
+        with translated(self._store._failure):
             return await call.run(self.connection)
-        except DBAPIError as error:
-            raise StoreError(f"database error: {_reason(error)}") from error
 
 
 def _error_row(
@@ -575,19 +621,9 @@ def _error_row(
     }
 
 
-def _locked(error: OperationalError) -> bool:
-    text = str(error.orig).lower()
-    return "database is locked" in text or "database is busy" in text
-
-
-def _reason(error: DBAPIError) -> str:
-    reason = str(error.orig).strip().splitlines()[0] if error.orig else str(error)
-    missing = ("no such table: ket_", 'relation "ket_')
-    if any(m in reason for m in missing) and (
-        "no such table" in reason or "does not exist" in reason
-    ):
-        return f"{reason}: this database has no ket tables yet; run `ket migrate`"
-    return reason
+def _retryable_queues(rows: Sequence[Any]) -> set[str]:
+    """The queues of rescued jobs that are retryable, hence due at once."""
+    return {row.queue for row in rows if row.state == "retryable"}
 
 
 __all__ = ["SqlStore", "SqlTransaction"]

@@ -1,0 +1,93 @@
+"""The SQL store's failures as StoreError: the database's words, never its password.
+
+Every way a SqlStore, its transactions and the tenant registry reach the database ends in
+`database_error`, so SQLAlchemy's and the drivers' exceptions (and asyncio's timeouts) never
+escape: a pool with no free connection says so with its size and timeout, a database without
+ket's tables says to run `ket migrate`, and anything else gives the driver's first line.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import URL
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import QueuePool
+
+from ket.errors import StoreError
+from ket.store.failure import describe
+
+# The drivers' own exceptions, met where ket uses a driver connection directly (COPY): by module,
+# so that this module does not import a driver a deployment may not use.
+_DRIVERS = frozenset({"psycopg", "psycopg_pool", "sqlite3", "aiosqlite"})
+_MISSING_TABLE = ("no such table: ket_", 'relation "ket_')
+
+
+def database_error(error: Exception, engine: AsyncEngine | Engine) -> StoreError:
+    """`error`, met while using `engine`, as the StoreError a caller sees."""
+    if isinstance(error, StoreError):
+        return error
+    if isinstance(error, PoolTimeout):
+        message = f"{_pool_exhausted(engine)}: {_first_line(str(error))}"
+    elif isinstance(error, DBAPIError):
+        message = f"database error: {reason(error)}"
+    elif isinstance(error, SQLAlchemyError):
+        message = f"database error: {_first_line(str(error))}"
+    elif isinstance(error, OSError):  # asyncio's TimeoutError and lost sockets included
+        message = f"database connection failed: {describe(error)}"
+    elif from_database(error):
+        message = f"database error: {describe(error)}"
+    else:
+        message = f"the store failed: {describe(error)}"
+    return StoreError(hide_password(message, engine.url))
+
+
+def from_database(error: BaseException) -> bool:
+    """Whether `error` came from SQLAlchemy or a database driver (not from a caller's code)."""
+    return isinstance(error, SQLAlchemyError) or type(error).__module__.split(".")[0] in _DRIVERS
+
+
+def locked(error: Exception) -> bool:
+    """SQLite met a write lock it could not take within its busy timeout: worth retrying."""
+    if not isinstance(error, OperationalError):
+        return False
+    text = str(error.orig).lower()
+    return "database is locked" in text or "database is busy" in text
+
+
+def reason(error: DBAPIError) -> str:
+    """The driver's first line, with the cure when ket's tables are missing."""
+    text = _first_line(str(error.orig)) if error.orig else _first_line(str(error))
+    if any(m in text for m in _MISSING_TABLE) and (
+        "no such table" in text or "does not exist" in text
+    ):
+        return f"{text}: this database has no ket tables yet; run `ket migrate`"
+    return text
+
+
+def hide_password(message: str, url: URL) -> str:
+    """`message` with the URL's password, wherever a driver quoted it, replaced by ***."""
+    password = url.password
+    if password:
+        return message.replace(str(password), "***")
+    return message
+
+
+def _pool_exhausted(engine: AsyncEngine | Engine) -> str:
+    pool = engine.pool
+    if not isinstance(pool, QueuePool):  # only a queue pool makes callers wait for a connection
+        return "no database connection free"
+    # the overflow allowed is private in SQLAlchemy; without it the message names the base size
+    limit = pool.size() + max(int(getattr(pool, "_max_overflow", 0)), 0)
+    return (
+        f"no database connection free within {pool.timeout():g} s (pool of {limit}); "
+        "every one is in use"
+    )
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    # SQLAlchemy appends "(Background on this error at: https://sqlalche.me/...)"
+    first = lines[0] if lines else ""
+    return first.split(" (Background on this error at:")[0]
