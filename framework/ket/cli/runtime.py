@@ -6,6 +6,7 @@ import argparse
 import os
 import socket
 import uuid
+from typing import Any
 
 from ket.errors import KetError
 from ket.runtime.tenancy import (
@@ -73,10 +74,10 @@ def single_tenant(args: argparse.Namespace) -> tuple[str, str]:
     return name, url
 
 
-async def open_store(url: str, *, pool_size: int = 5) -> SqlStore:
+async def open_store(url: str, *, pool_size: int = 5, **engine_options: Any) -> SqlStore:
     """A store on a tenant database (not yet migrated: `ket migrate` does that)."""
     ensure_sqlite_folder(url)
-    return await SqlStore.open(url, pool_size=pool_size)
+    return await SqlStore.open(url, pool_size=pool_size, **engine_options)
 
 
 def worker_id() -> str:

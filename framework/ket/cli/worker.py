@@ -14,17 +14,21 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from ket.catalog import Catalog
 from ket.cli.options import deployment_of
 from ket.cli.runtime import open_registry, open_store, tenant_urls, worker_id
+from ket.errors import KetError
 from ket.runtime.contexts import default_sender
 from ket.runtime.fleet import Fleet
 from ket.runtime.tenancy import database_template
-from ket.runtime.worker import connections_needed
+from ket.runtime.worker import SERVICE_CONNECTIONS, connections_needed
 from ket.store.contract import JobStore
 
 log = logging.getLogger("ket.worker")
+T = TypeVar("T")
 
 # The second signal: how long handing back may take, and when the process is gone regardless.
 HAND_BACK_SECONDS = 0.5
@@ -53,8 +57,38 @@ def run(args: argparse.Namespace) -> int:
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     catalog = Catalog.build(deployment_of(args))
+    pool_settings(catalog, os.environ)  # refuse a pool too small before serving anything
     tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker
     return asyncio.run(serve(catalog, args.database_url, args.tenant))
+
+
+def pool_settings(catalog: Catalog, environ: Mapping[str, str]) -> tuple[int, float]:
+    """Each tenant's connection pool: its size (KET_POOL_SIZE, at least what the declared
+    concurrency needs, which is the default) and how long work waits for a connection
+    (KET_POOL_TIMEOUT_S, default 30 s)."""
+    needed = connections_needed(catalog.worker)
+    size = _number(environ, "KET_POOL_SIZE", needed, int)
+    if size < needed:
+        slots = sum(catalog.worker.queues.values())
+        raise KetError(
+            f"KET_POOL_SIZE={size} is too small for this deployment: it needs {needed} "
+            f"connections per tenant ({slots} job slots + {len(catalog.worker.queues)} queue "
+            f"claim loops + {SERVICE_CONNECTIONS} services); raise it or unset it"
+        )
+    wait = _number(environ, "KET_POOL_TIMEOUT_S", 30.0, float)
+    if not 0 < wait < 86_400:
+        raise KetError(f"KET_POOL_TIMEOUT_S must be a number of seconds above 0, got {wait!r}")
+    return size, wait
+
+
+def _number(environ: Mapping[str, str], name: str, default: T, kind: Callable[[str], T]) -> T:
+    text = environ.get(name)
+    if not text:
+        return default
+    try:
+        return kind(text)
+    except ValueError:
+        raise KetError(f"{name} must be a number, got {text!r}") from None
 
 
 async def serve(catalog: Catalog, database_url: str | None, tenant: str | None) -> int:
@@ -83,10 +117,10 @@ async def serve(catalog: Catalog, database_url: str | None, tenant: str | None) 
         tenants = await asyncio.to_thread(registry.list)
         return {t.name: t.database_url for t in tenants}
 
-    pool = connections_needed(catalog.worker)
+    pool, wait = pool_settings(catalog, os.environ)
 
     async def open_tenant(url: str) -> JobStore:
-        return await open_store(url, pool_size=pool)
+        return await open_store(url, pool_size=pool, max_overflow=0, pool_timeout=wait)
 
     identity = worker_id()
     fleet = Fleet(
