@@ -13,6 +13,19 @@ from ket.errors import StoreError
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
+# Pooled PostgreSQL connections must fail, not hang, when the network under them goes (a dropped
+# route, a server gone without a reset): a statement would otherwise wait for TCP's own
+# retransmission limit, about 15 minutes. libpq's keepalives notice a silent peer while waiting
+# for an answer, tcp_user_timeout a request that is never acknowledged.
+POSTGRES_CONNECT_ARGS: dict[str, Any] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
+
 _ASYNC_DRIVERS = {"postgresql": "postgresql+psycopg", "sqlite": "sqlite+aiosqlite"}
 _SYNC_DRIVERS = {"postgresql": "postgresql+psycopg", "sqlite": "sqlite"}
 
@@ -73,7 +86,10 @@ def create_engine(url: str | URL, *, pool_size: int = 5, **options: Any) -> Asyn
         sqlite_discipline(engine.sync_engine)
         return engine
     options.setdefault("max_overflow", pool_size)
-    return create_async_engine(target, pool_size=pool_size, **options)
+    # the URL's own parameters (e.g. ?connect_timeout=3) win over these defaults
+    defaults = {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in target.query}
+    connect_args = {**defaults, **options.pop("connect_args", {})}
+    return create_async_engine(target, pool_size=pool_size, connect_args=connect_args, **options)
 
 
 def sqlite_discipline(engine: Engine) -> None:
