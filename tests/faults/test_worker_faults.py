@@ -43,6 +43,8 @@ def make_fleet(tmp_path: Path, postgres_url: str) -> Iterator[Make]:
     yield make
     for fleet, name in made:
         fleet.stop_all()
+        for log in fleet.logs:  # no error may go unreported, nor be reported as a stray task's
+            assert "exception was never retrieved" not in log.read_text(), log.read_text()
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute(
                 sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(name))
