@@ -128,14 +128,18 @@ async def bounded(
     makes the cancelled work end at once.
     """
     task = asyncio.ensure_future(work)
+    timed_out = False
     try:
         await asyncio.wait({task}, timeout=timeout)
     finally:
         if not task.done():
+            timed_out = True
             await connection.close()
             task.cancel()
             await asyncio.wait({task})
-    if task.cancelled():
+    if timed_out:
+        if not task.cancelled():
+            task.exception()  # "connection closed", most likely: the timeout is the news
         raise ProbeTimeout(f"{what} got no answer in {timeout:g} s")
     return task.result()
 
