@@ -40,6 +40,7 @@ class Attempt:
     signal: AbortSignal
     held_until: float
     task: asyncio.Task[None] | None = None
+    given_up: bool = False  # the lease guard gave its lease up (logged once)
 
 
 @dataclass(eq=False)
@@ -121,10 +122,13 @@ class LeaseGuard:
     async def tick(self) -> None:
         attempts = self._attempts
         deadline = attempts.clock() + attempts.lease_seconds * LEASE_SAFETY_MARGIN
-        overdue = [a for a in attempts if a.held_until <= deadline and not a.signal.aborted]
+        # an attempt aborted for another reason (a plain thread overrunning its timeout) still
+        # holds its lease: losing it pauses claiming too
+        overdue = [a for a in attempts if a.held_until <= deadline and not a.given_up]
         if not overdue:
             return
         for attempt in overdue:
+            attempt.given_up = True
             attempt.signal.abort("lease lost")
         attempts.reachable.clear()
         log.error(

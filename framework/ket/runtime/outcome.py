@@ -71,8 +71,13 @@ def checked_delay(seconds: object, source: str) -> float:
         raise BadDelay(f"{source} must be a number of seconds, got {seconds!r}")
     try:
         value = float(seconds)
-    except OverflowError:  # an int too large for a float
-        return MAX_DELAY_SECONDS
+    except OverflowError:  # an int too large for a float: as long as allowed, if positive
+        if seconds > 0:
+            return MAX_DELAY_SECONDS
+        raise BadDelay(
+            f"{source} must be a non-negative number of seconds, got a negative integer of "
+            f"{len(str(seconds)) - 1} digits"
+        ) from None
     if not math.isfinite(value) or value < 0:
         raise BadDelay(f"{source} must be a finite, non-negative number of seconds, got {value!r}")
     return min(value, MAX_DELAY_SECONDS)

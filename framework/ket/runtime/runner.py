@@ -166,6 +166,8 @@ class JobRunner:
                 blocking = Blocking(ctx, loop)
 
                 def in_thread() -> Any:
+                    # an attempt that ended while it waited for a thread must not start now
+                    signal.throw_if_aborted()
                     loop.call_soon_threadsafe(start_clock)  # the clock starts with the handler
                     return spec.handler(blocking, payload)
 

@@ -17,7 +17,7 @@ from ket.runtime.outcome import ERROR_TEXT_MAX, describe, safe_text
 from ket.runtime.runner import Result
 from ket.runtime.supervisor import Repeats, Supervisor, backoff
 from ket.store.contract import JobStore
-from ket.store.types import ErrorInfo, Settle
+from ket.store.types import ErrorInfo, Settle, SettleResult
 
 log = logging.getLogger("ket.worker")
 
@@ -40,6 +40,8 @@ class Settler:
         self._queue: asyncio.Queue[Result | None] = asyncio.Queue()
         self._waiting: list[Result] = []  # not written yet: the database was away
         self._closing = False
+        self._woken = False  # run() took the None that close() queued
+        self._in_flight = 0  # outcomes being written now
         self._done = asyncio.Event()
 
     def put(self, result: Result) -> None:
@@ -52,13 +54,17 @@ class Settler:
         while not (self._closing and not self._waiting and self._queue.empty()):
             if not self._waiting:
                 first = await self._queue.get()
-                if first is not None:
+                if first is None:
+                    self._woken = True
+                else:
                     self._waiting.append(first)
             self._gather()
             if not self._waiting:
                 continue
             batch, self._waiting = self._waiting, []
+            self._in_flight = len(batch)
             self._waiting = await record(self._store, batch, self._report, self._supervisor.repeats)
+            self._in_flight = 0
             if self._waiting:
                 failures += 1
                 await asyncio.sleep(backoff(0.2, failures))
@@ -74,7 +80,8 @@ class Settler:
         try:
             await asyncio.wait_for(self._done.wait(), timeout)
         except TimeoutError:
-            left = len(self._waiting) + self._queue.qsize()
+            queued = self._queue.qsize() - (0 if self._woken else 1)  # not the closing None
+            left = len(self._waiting) + self._in_flight + queued
             log.error(
                 "giving up recording %d outcomes at shutdown; their leases will expire and the "
                 "jobs will be rescued",
@@ -84,7 +91,9 @@ class Settler:
     def _gather(self) -> None:
         while len(self._waiting) < SETTLE_BATCH and not self._queue.empty():
             item = self._queue.get_nowait()
-            if item is not None:
+            if item is None:
+                self._woken = True
+            else:
                 self._waiting.append(item)
 
 
@@ -124,7 +133,7 @@ async def _one_by_one(
     for index, result in enumerate(results):
         assert result.settle is not None
         try:
-            outcome = await store.job_settle([result.settle])
+            outcome = await _settle_one(store, result.settle)
         except Exception as error:
             if not await _discard_instead(store, result, error, report):
                 repeats.failure("recording outcomes", error, level=logging.WARNING)
@@ -132,6 +141,16 @@ async def _one_by_one(
             continue
         report(result, result.job.id not in outcome.refused)
     return []
+
+
+async def _settle_one(store: JobStore, settle: Settle) -> SettleResult:
+    """One row, tried twice: a row is taken for poison only if it fails again a moment later
+    (a brief database error must not turn a completion into a discard)."""
+    try:
+        return await store.job_settle([settle])
+    except Exception:
+        await asyncio.sleep(0.1)
+    return await store.job_settle([settle])
 
 
 async def _discard_instead(

@@ -81,7 +81,8 @@ class Repeats:
         if seen is not None and seen.suppressed:
             self._summary(where, seen.suppressed)
         self._seen[key] = _Seen(since=now)
-        self._log.log(level, "%s failed: %s", where, _text(error), exc_info=_unexpected(error))
+        trace = error if _unexpected(error) else None  # the error's own, wherever we are called
+        self._log.log(level, "%s failed: %s", where, _text(error), exc_info=trace)
         return True
 
     def recovered(self, where: str) -> None:
@@ -170,9 +171,12 @@ class Supervisor:
         where = self.where(name)
         failures = 0
         while not self._stopping.is_set():
+            began = time.monotonic()
             try:
                 await loop()
             except Exception as error:
+                if time.monotonic() - began > REPEAT_WINDOW_SECONDS:
+                    failures = 0  # it ran well for a while: this is a new failure, not a streak
                 failures += 1
                 self.repeats.failure(where, error)
             else:
@@ -204,7 +208,12 @@ async def bounded(work: Awaitable[None], timeout: float, name: str) -> None:
     """Await `work` for at most `timeout` seconds; past that, cancel it without waiting for it
     (a call stuck on a dead connection may not even finish cancelling) and raise TickTimeout."""
     task = asyncio.ensure_future(work)
-    done, _ = await asyncio.wait({task}, timeout=timeout)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:  # the supervisor stops: the tick stops with it
+        task.cancel()
+        task.add_done_callback(_quiet)
+        raise
     if not done:
         task.cancel()
         task.add_done_callback(_quiet)
@@ -216,7 +225,8 @@ def backoff(interval: float, failures: int) -> float:
     """The pause after the `failures`-th failure in a row: doubling from `interval`, capped,
     with jitter so that replicas and tenants do not retry in step."""
     ceiling = max(interval, MAX_BACKOFF_SECONDS)
-    return min(interval * 2.0 ** (failures - 1), ceiling) * random.uniform(0.5, 1.0)
+    exponent = min(failures - 1, 32)  # 2**32 intervals is past any cap; more would overflow
+    return min(interval * 2.0**exponent, ceiling) * random.uniform(0.5, 1.0)
 
 
 def _quiet(task: asyncio.Task[None]) -> None:

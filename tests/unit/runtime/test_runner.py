@@ -347,12 +347,6 @@ def test_a_timed_out_plain_handler_cannot_write_and_the_attempt_waits_for_its_th
     run(scenario)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner.JobRunner._attempt: in_thread calls the plain handler without checking its "
-    "signal, so an attempt cancelled while its handler waited for a thread still runs the "
-    "handler once a thread frees up (its ctx is fenced, but anything else it does happens)",
-)
 def test_a_plain_handler_whose_attempt_ended_before_it_got_a_thread_never_runs(
     run: Callable[..., None], short_grace: None
 ) -> None:

@@ -299,11 +299,6 @@ def test_the_settler_gives_up_at_shutdown_when_the_store_stays_away(
     run(scenario)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="settler.Settler.close counts the None it queued to wake run() as an outcome: "
-    "closing while run() backs off logs 'giving up recording 2 outcomes' for one",
-)
 def test_the_settler_counts_only_outcomes_when_it_gives_up(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

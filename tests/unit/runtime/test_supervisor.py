@@ -157,12 +157,6 @@ def test_another_exception_is_logged_with_its_traceback(logs: pytest.LogCaptureF
     assert "Traceback" in logs.text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="supervisor.Repeats.failure passes exc_info=True, which logs sys.exc_info(): called "
-    "outside an except block (queue.QueueLoop._wait_for_work does) it logs 'NoneType: None' "
-    "instead of the error's traceback",
-)
 def test_an_exception_reported_outside_its_except_block_keeps_its_traceback(
     logs: pytest.LogCaptureFixture,
 ) -> None:
@@ -424,12 +418,6 @@ def test_stop_ends_every_service_and_loop(logs: pytest.LogCaptureFixture) -> Non
     assert not [r for r in logs.records if r.levelno >= logging.ERROR]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="supervisor.bounded: when its caller is cancelled (Supervisor.stop) while it waits "
-    "in asyncio.wait, the tick's own task is not cancelled and runs on after stop() returned "
-    "(e.g. a prune or rescue tick against a store being closed)",
-)
 def test_stop_cancels_a_tick_in_flight() -> None:
     state: list[str] = []
 
@@ -466,13 +454,6 @@ def test_sleep_wakes_early_when_the_worker_stops() -> None:
     assert asyncio.run(main()) < 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="supervisor.backoff computes interval * 2.0 ** (failures - 1) before capping: from "
-    "the 1025th failure in a row (about 6 hours of an outage at the 30 s cap) it raises "
-    "OverflowError, which escapes Supervisor._periodic's except block and ends the service "
-    "for good (heartbeat, rescue, sweep, prune, tenant refresh)",
-)
 def test_a_service_failing_over_a_thousand_times_in_a_row_keeps_being_ticked(
     monkeypatch: pytest.MonkeyPatch, logs: pytest.LogCaptureFixture
 ) -> None:
