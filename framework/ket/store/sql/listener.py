@@ -11,8 +11,8 @@ listener that silently stopped hearing would make every job wait for the next po
   RST) looks idle for ever. After `PROBE_EVERY_S` without a notification the listener repeats its
   `LISTEN` (a no-op round trip, like `SELECT 1`, that keeps `pg_stat_activity.query` saying
   `LISTEN ket_jobs`, so operators and tests can still find the connection); no answer within
-  `PROBE_TIMEOUT_S` closes the connection and reconnects with backoff. TCP keepalives and a
-  connect timeout bound the same failures at the socket level.
+  `PROBE_TIMEOUT_S` closes the connection and reconnects with backoff. The pool's TCP keepalives
+  and timeouts (engine.POSTGRES_CONNECT_ARGS) bound the same failures at the socket level.
 - **Delivery.** Behind a transaction-mode pooler (PgBouncer) LISTEN succeeds but NOTIFY never
   arrives. After each (re)connect the listener sends itself one probe notification from a separate
   connection; if it does not arrive within `NOTIFY_CHECK_S` it logs one warning and marks itself
@@ -41,6 +41,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError
 
+from ket.store.sql.engine import POSTGRES_CONNECT_ARGS
 from ket.store.sql.insert import CHANNEL
 from ket.store.wakeup import Wakeups
 
@@ -52,9 +53,6 @@ PROBE_TIMEOUT_S = 5.0  # how long that probe (and LISTEN itself) may take before
 NOTIFY_CHECK_S = 5.0  # how long the listener waits for its own probe NOTIFY after connecting
 DEAF_POLL_S = 0.25  # the longest a waiter waits while NOTIFY does not arrive (poll-only mode)
 CONNECT_TIMEOUT_S = 10  # libpq connect_timeout (libpq counts whole seconds, at least 2)
-KEEPALIVES_IDLE_S = 30  # TCP keepalives: first probe after 30 s idle, then every 10 s, and
-KEEPALIVES_INTERVAL_S = 10  # the kernel drops the connection after 3 unanswered ones
-KEEPALIVES_COUNT = 3
 BACKOFF_MIN_S = 0.1  # reconnect delays double from here up to BACKOFF_MAX_S, with jitter
 BACKOFF_MAX_S = 5.0
 REPEAT_WINDOW_S = 60.0  # the same failure is logged at most once per window
@@ -70,9 +68,6 @@ class Timing:
     notify_check: float = NOTIFY_CHECK_S
     deaf_poll: float = DEAF_POLL_S
     connect_timeout: int = CONNECT_TIMEOUT_S
-    keepalives_idle: int = KEEPALIVES_IDLE_S
-    keepalives_interval: int = KEEPALIVES_INTERVAL_S
-    keepalives_count: int = KEEPALIVES_COUNT
     backoff_min: float = BACKOFF_MIN_S
     backoff_max: float = BACKOFF_MAX_S
     repeat_window: float = REPEAT_WINDOW_S
@@ -83,16 +78,12 @@ class Timing:
             if value <= 0:
                 raise ValueError(f"{item.name} must be positive, got {value}")
 
-    def connect_options(self) -> dict[str, Any]:
-        """libpq parameters of the listener's connections."""
-        return {
-            "autocommit": True,
-            "connect_timeout": self.connect_timeout,
-            "keepalives": 1,
-            "keepalives_idle": self.keepalives_idle,
-            "keepalives_interval": self.keepalives_interval,
-            "keepalives_count": self.keepalives_count,
-        }
+    def connect_options(self, dsn: str) -> dict[str, Any]:
+        """psycopg options of the listener's connections to `dsn`: the pool's TCP keepalives and
+        timeouts, this connect timeout, and the DSN's own parameters winning over both."""
+        own = conninfo_to_dict(dsn)
+        tcp = {**POSTGRES_CONNECT_ARGS, "connect_timeout": self.connect_timeout}
+        return {"autocommit": True, **{k: v for k, v in tcp.items() if k not in own}}
 
     def backoff(self, failures: int) -> float:
         """The delay before reconnect number `failures`: doubling, capped, with jitter."""
@@ -146,7 +137,7 @@ async def bounded(
 
 async def send_probe(dsn: str, payload: str, timing: Timing) -> None:
     """NOTIFY `payload` on the jobs channel from a short-lived connection of its own."""
-    connection = await psycopg.AsyncConnection.connect(dsn, **timing.connect_options())
+    connection = await psycopg.AsyncConnection.connect(dsn, **timing.connect_options(dsn))
     try:
         sent = connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
         await bounded(connection, sent, timing.probe_timeout, "the NOTIFY probe")
@@ -273,7 +264,8 @@ class Listener:
     async def _listen(self) -> None:
         """One LISTEN connection, served until it fails."""
         timing = self._timing
-        connection = await psycopg.AsyncConnection.connect(self._dsn, **timing.connect_options())
+        options = timing.connect_options(self._dsn)
+        connection = await psycopg.AsyncConnection.connect(self._dsn, **options)
         try:
             listen = connection.execute(f"LISTEN {CHANNEL}")
             await bounded(connection, listen, timing.probe_timeout, "LISTEN")
