@@ -65,9 +65,18 @@ class Transactor:
         self._company = company
         self._signal = signal
 
-    async def run(self, fn: Callable[[Any], Any]) -> Any:
+    def fenced(self, signal: AbortSignal) -> Transact:
+        """`run`, for an attempt under `signal`: refused, and its `tx` too, once aborted."""
+
+        async def run(fn: Callable[[Any], Any]) -> Any:
+            return await self.run(fn, signal=signal)
+
+        return fence_call(run, signal)  # type: ignore[no-any-return]
+
+    async def run(self, fn: Callable[[Any], Any], *, signal: AbortSignal | None = None) -> Any:
         """`fn(tx)` in one transaction; its result. An `async def fn` is awaited; a plain one
         runs off the event loop and calls `tx` without `await`, as a plain handler does."""
+        signal = signal or self._signal
         if not callable(fn):
             raise TypeError(f"ctx.tx takes a function of one argument, tx; got {fn!r}")
         store = self._store
@@ -81,8 +90,8 @@ class Transactor:
                 records_of(transaction), self._operation, self._catalog.models, self._company
             )
             jobs = Jobs(self._catalog, self._operation, transaction.job_insert)
-            if self._signal is not None:  # an aborted attempt writes nothing more
-                db, jobs = fence(db, self._signal), fence(jobs, self._signal)
+            if signal is not None:  # an aborted attempt writes nothing more
+                db, jobs = fence(db, signal), fence(jobs, signal)
             tx = TxContext(db=db, jobs=jobs)
             if _is_async(fn):
                 return await fn(tx)

@@ -22,9 +22,11 @@ from ket.context import (
     Jobs,
     ScheduleInfo,
     Storage,
+    Transactor,
     Transport,
     build_db_and_tx,
 )
+from ket.context.db import Database, records_of
 from ket.context.fence import fence
 from ket.context.storage import DEFAULT_STORAGE_ROOT
 from ket.errors import StoreError
@@ -82,14 +84,13 @@ class Contexts:
         self._tx_executor = tx_executor
         self._hooks = hooks
         self._parts: dict[str, tuple[Jobs, Storage, Transport]] = {}
+        self._data_parts: dict[tuple[str, str | None], tuple[Database, Transactor]] = {}
 
     def for_job(self, job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> JobContext:
         """The context of one attempt of `job`: every effect call raises Aborted once `signal`
         is aborted, so an attempt that is over can change nothing."""
         jobs, storage, transport = self._operation(spec)
-        db, tx = build_db_and_tx(
-            self._store, self._catalog, spec, self._tx_executor, job.company, signal
-        )
+        db, transactor = self._data(spec, job.company)
         info = JobInfo(
             id=job.id,
             name=job.name,
@@ -104,8 +105,8 @@ class Contexts:
         return JobContext(
             tenant=self._tenant,
             company=job.company,
-            db=db,
-            tx=tx,
+            db=fence(db, signal),
+            tx=transactor.fenced(signal),
             jobs=fence(jobs, signal),
             storage=fence(storage, signal),
             transport=fence(transport, signal),
@@ -131,6 +132,19 @@ class Contexts:
             log=ContextLog({"tenant": self._tenant, "function": spec.name}),
             clock=self._clock,
         )
+
+    def _data(self, spec: OperationSpec, company: str | None) -> tuple[Database, Transactor]:
+        """`ctx.db` and the transactor of one operation for one company, built once: a job's
+        attempts only fence them (see for_job)."""
+        key = (spec.name, company)
+        data = self._data_parts.get(key)
+        if data is None:
+            if len(self._data_parts) >= 4_096:  # companies are many in some apps: stay bounded
+                self._data_parts.clear()
+            db = Database(records_of(self._store), spec, self._catalog.models, company)
+            transactor = Transactor(self._store, self._catalog, spec, self._tx_executor, company)
+            data = self._data_parts[key] = (db, transactor)
+        return data
 
     def _operation(self, spec: OperationSpec) -> tuple[Jobs, Storage, Transport]:
         """The parts that depend on the operation only (the db view depends on the company)."""
