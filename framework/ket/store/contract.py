@@ -3,6 +3,17 @@
 Any store that passes the conformance kit (`ket.tck`) is a valid backend. The core protocol is
 the minimum a store must get right to run jobs safely; observation, push wake-ups and enqueue in a
 caller's transaction are separate protocols that callers test for with isinstance().
+
+Errors: every operation raises StoreError or a subclass; nothing else escapes. A call the store
+refuses (a bad value, named in the message) raises JobRejected before anything is written, the
+same refusals on every store (`ket.store.validate`). A failure of the store itself (a database
+error, a lost connection, no free connection in the pool) raises a StoreError that is not a
+JobRejected, with the original exception as its `__cause__`. Only a `transaction()` block's own
+exceptions pass through as they are.
+
+Wake-ups: a PushStore wakes the waiters of a queue after every change that makes work claimable
+at once there (an insert due now, an operator retry, a zero-delay snooze or retry, a rescue to
+retryable), once the change is committed; a completion wakes nobody.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ A store joins by defining one pytest fixture, `ket_store_factory`, and importing
         return MyStoreFactory(tmp_path / "jobs.db")
 
 One area of docs/stores.md per module. A capability the store lacks (PushStore, QueryableStore,
-TransactionalStore, SentLedger, RecordStore) skips the tests that need it, with the reason shown.
+TransactionalStore, SentLedger, RecordStore) skips the tests that need it, with the reason shown;
+so does a factory that cannot make a handle fail on demand (FaultyStoreFactory, see harness).
 """
 
 # ruff: noqa: E402, F403
@@ -34,6 +35,7 @@ AREAS = (
     "concurrency",
     "ledger",
     "records",
+    "errors",
 )
 
 # The kit's plain asserts explain their failures only if pytest rewrites them when imported.
@@ -44,6 +46,7 @@ from ket.tck import (
     claim,
     clock_seam,
     concurrency,
+    errors,
     heartbeat,
     insert,
     ledger,
@@ -60,7 +63,8 @@ from ket.tck.cancel import *
 from ket.tck.claim import *
 from ket.tck.clock_seam import *
 from ket.tck.concurrency import *
-from ket.tck.harness import StoreFactory, Tck, tck_test
+from ket.tck.errors import *
+from ket.tck.harness import FaultyStoreFactory, Outage, StoreFactory, Tck, tck_test
 from ket.tck.heartbeat import *
 from ket.tck.insert import *
 from ket.tck.ledger import *
@@ -74,6 +78,8 @@ from ket.tck.settle import *
 from ket.tck.transaction import *
 
 __all__ = [
+    "FaultyStoreFactory",
+    "Outage",
     "StoreFactory",
     "Tck",
     "tck_test",
@@ -92,4 +98,5 @@ __all__ = [
     *concurrency.__all__,
     *ledger.__all__,
     *records.__all__,
+    *errors.__all__,
 ]

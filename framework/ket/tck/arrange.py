@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import uuid
 from collections.abc import Collection, Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,6 +35,9 @@ TAKEOVER_WORKER = "worker-2"
 UNKNOWN_ID: JobId = 987_654_321
 
 _queues = itertools.count(1)
+# Unique to this process: NOTIFY reaches every listener of a PostgreSQL database, so a kit run in
+# another process (on another schema of that database) must not use the same queue names.
+_RUN = uuid.uuid4().hex[:8]
 
 
 def new_job(name: str = "kit.job", **fields: Any) -> NewJob:
@@ -48,7 +52,7 @@ def after(t: Tck, seconds: float) -> datetime:
 
 def fresh_queue(label: str = "q") -> str:
     """A queue name no other job of the test uses."""
-    return f"kit-{label}-{next(_queues)}"
+    return f"kit-{label}-{_RUN}-{next(_queues)}"
 
 
 async def insert(store: JobStore, *jobs: NewJob) -> list[JobId]:

@@ -13,6 +13,9 @@ StoreFactory for a fresh, empty database (one per test), then importing the kit:
 
 Each kit test is an `async def` taking a Tck; the harness runs it on a fresh event loop, so the
 kit needs no pytest plugin.
+
+A factory that can also make a handle fail on demand (FaultyStoreFactory) lets the kit prove that
+a failing database reaches callers as StoreError; without it those tests skip visibly.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import pytest
 
@@ -46,6 +50,23 @@ class StoreFactory(Protocol):
         ...
 
 
+Outage = Callable[[], AbstractAsyncContextManager[object]]
+"""`async with outage():` makes one handle's database fail until the block ends."""
+
+
+@runtime_checkable
+class FaultyStoreFactory(Protocol):
+    """Capability of a factory: a handle whose database fails on demand, as a real one can."""
+
+    async def open_faulty(self, clock: Clock | None) -> tuple[JobStore, Outage]:
+        """Another handle on this test's database, and its outage.
+
+        While the outage is open every operation of that handle that needs the database fails
+        inside the store (say, no connection is free); afterwards the handle works again.
+        """
+        ...
+
+
 class Tck:
     """What a kit test sees: the store under test, its clock, and more replicas on demand."""
 
@@ -67,6 +88,15 @@ class Tck:
         handle = await self._factory.open(self._clock)
         self._handles.append(handle)
         return handle
+
+    async def faulty(self) -> tuple[JobStore, Outage]:
+        """A handle that fails on demand (closed by the harness), or skip the test visibly."""
+        if not isinstance(self._factory, FaultyStoreFactory):
+            name = type(self._factory).__name__
+            pytest.skip(f"store factory {name} lacks capability FaultyStoreFactory")
+        handle, outage = await self._factory.open_faulty(self._clock)
+        self._handles.append(handle)
+        return handle, outage
 
     def require(self, capability: type[C]) -> C:
         """The store as `capability`, or skip the test visibly when the store lacks it."""

@@ -1,22 +1,43 @@
-"""Wake-ups (capability PushStore): an insert wakes waiters on its queue; silence times out.
+"""Wake-ups (capability PushStore): whatever makes work claimable at once wakes waiters on its
+queue; silence, and work that ends, time out.
 
-Wake-ups are hints and may be spurious, so the kit never asserts that a waiter stays asleep after
-a given insert; it asserts that an insert wakes waiters promptly, and that with no insert at all a
-waiter times out (after at most a few spurious wake-ups, such as a listener's first connect).
+Work becomes claimable at once through an insert, an operator retry, a settlement that hands a
+job back (a snooze) or fails it (retryable) with no delay, and a rescue of an expired lease; each
+must wake idle workers promptly, or the job waits for their next poll.
+
+Wake-ups are hints and may be spurious (a listener's first connect wakes everyone once), so
+before each check the waiter is let `quiet` down. After that, a completion must not wake it: a
+store waking idle workers on every completion would make them claim in vain at the rate jobs
+finish. Every check uses queues of its own (`fresh_queue`), which no other test shares.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 
 from ket.store.contract import JobStore, PushStore
-from ket.tck.arrange import new_job, pushable, quiet
+from ket.tck.arrange import (
+    LEASE,
+    arrange,
+    claim_only,
+    fresh_queue,
+    insert_one,
+    new_job,
+    pushable,
+    quiet,
+    settle,
+)
 from ket.tck.harness import Tck, tck_test
 
 __all__ = [
+    "test_wait_for_jobs_is_not_woken_by_a_completion",
     "test_wait_for_jobs_times_out_with_false_when_nothing_is_inserted",
+    "test_wait_for_jobs_wakes_after_a_failure_retryable_at_once",
+    "test_wait_for_jobs_wakes_after_a_job_is_handed_back_with_a_zero_delay_snooze",
+    "test_wait_for_jobs_wakes_after_an_expired_lease_is_rescued",
+    "test_wait_for_jobs_wakes_after_an_operator_retry",
     "test_wait_for_jobs_wakes_every_waiting_replica",
     "test_wait_for_jobs_wakes_for_any_of_its_queues",
     "test_wait_for_jobs_wakes_promptly_after_an_insert_into_a_waited_queue",
@@ -28,30 +49,37 @@ PROMPT = 2.0  # how soon after the insert a wake-up must arrive
 # Real time for a waiter to start listening (a PostgreSQL LISTEN, say) before the insert: a
 # notification sent before anyone listens is lost by design, and polling covers it.
 SUBSCRIBE = 0.1
+ASLEEP = 0.5  # how long a waiter that nothing should wake is watched
+
+Action = Callable[[], Awaitable[object]]
 
 
-async def _woken(waiters: list[PushStore], queues: Collection[str], inserter: JobStore) -> None:
-    """Every waiter on `queues` returns True within PROMPT seconds of one insert by `inserter`."""
+async def _woken(waiters: list[PushStore], queues: Collection[str], action: Action) -> None:
+    """Every waiter on `queues` returns True within PROMPT seconds of `action`."""
     for waiter in waiters:  # listening, and past any wake-up of its own start
         await quiet(waiter, queues)
     tasks = [asyncio.create_task(w.wait_for_jobs(queues, WAIT)) for w in waiters]
     await asyncio.sleep(SUBSCRIBE)
     started = time.monotonic()
-    await inserter.job_insert([new_job(queue=sorted(queues)[-1])])
+    await action()
     results = await asyncio.gather(*tasks)
     elapsed = time.monotonic() - started
     assert results == [True] * len(waiters)
-    assert elapsed < PROMPT, f"woken {elapsed:.2f} s after the insert"
+    assert elapsed < PROMPT, f"woken {elapsed:.2f} s after the change"
+
+
+def _inserting(store: JobStore, queue: str) -> Action:
+    return lambda: store.job_insert([new_job(queue=queue)])
 
 
 @tck_test
 async def test_wait_for_jobs_wakes_promptly_after_an_insert_into_a_waited_queue(t: Tck) -> None:
-    await _woken([pushable(t)], ["mail"], t.store)
+    await _woken([pushable(t)], ["mail"], _inserting(t.store, "mail"))
 
 
 @tck_test
 async def test_wait_for_jobs_wakes_for_any_of_its_queues(t: Tck) -> None:
-    await _woken([pushable(t)], ["mail", "sms"], t.store)  # the insert goes to "sms"
+    await _woken([pushable(t)], ["mail", "sms"], _inserting(t.store, "sms"))
 
 
 @tck_test
@@ -59,7 +87,7 @@ async def test_wait_for_jobs_wakes_promptly_after_an_insert_through_another_repl
     t: Tck,
 ) -> None:
     waiter = pushable(t)
-    await _woken([waiter], ["mail"], await t.replica())
+    await _woken([waiter], ["mail"], _inserting(await t.replica(), "mail"))
 
 
 @tck_test
@@ -69,10 +97,69 @@ async def test_wait_for_jobs_wakes_every_waiting_replica(t: Tck) -> None:
         replica = await t.replica()
         assert isinstance(replica, PushStore), "a replica lacks the capability its store has"
         waiters.append(replica)
-    await _woken(waiters, ["mail"], t.store)
+    await _woken(waiters, ["mail"], _inserting(t.store, "mail"))
 
 
 @tck_test
 async def test_wait_for_jobs_times_out_with_false_when_nothing_is_inserted(t: Tck) -> None:
     elapsed = await quiet(pushable(t), ["mail"], wait=0.2)
     assert 0.15 <= elapsed < PROMPT, f"a 0.2 s wait took {elapsed:.2f} s"
+
+
+@tck_test
+async def test_wait_for_jobs_wakes_after_an_operator_retry(t: Tck) -> None:
+    waiter = pushable(t)
+    queue = fresh_queue("retried")
+    job_id = await arrange(t, "retryable", queue=queue)  # due in an hour
+
+    async def retry() -> None:
+        change = await t.store.job_retry(job_id)
+        assert change.state == "available", change
+
+    await _woken([waiter], [queue], retry)
+
+
+@tck_test
+async def test_wait_for_jobs_wakes_after_a_job_is_handed_back_with_a_zero_delay_snooze(
+    t: Tck,
+) -> None:
+    """A worker shutting down hands its unfinished jobs back so another worker takes them now."""
+    waiter = pushable(t)
+    queue = fresh_queue("handed-back")
+    claimed = await claim_only(t.store, await insert_one(t.store, new_job(queue=queue)), queue)
+    await _woken([waiter], [queue], lambda: settle(t.store, claimed, "snoozed", delay=0))
+
+
+@tck_test
+async def test_wait_for_jobs_wakes_after_a_failure_retryable_at_once(t: Tck) -> None:
+    waiter = pushable(t)
+    queue = fresh_queue("failed")
+    claimed = await claim_only(t.store, await insert_one(t.store, new_job(queue=queue)), queue)
+    await _woken([waiter], [queue], lambda: settle(t.store, claimed, "retryable", error="boom"))
+
+
+@tck_test
+async def test_wait_for_jobs_wakes_after_an_expired_lease_is_rescued(t: Tck) -> None:
+    waiter = pushable(t)
+    queue = fresh_queue("rescued")
+    job_id = await insert_one(t.store, new_job(queue=queue))
+    await claim_only(t.store, job_id, queue)
+    t.clock.advance(seconds=LEASE + 1)
+
+    async def rescue() -> None:
+        rescued = await t.store.job_rescue()
+        assert [(r.id, r.state) for r in rescued] == [(job_id, "retryable")], rescued
+
+    await _woken([waiter], [queue], rescue)
+
+
+@tck_test
+async def test_wait_for_jobs_is_not_woken_by_a_completion(t: Tck) -> None:
+    waiter = pushable(t)
+    queue = fresh_queue("completed")
+    claimed = await claim_only(t.store, await insert_one(t.store, new_job(queue=queue)), queue)
+    await quiet(waiter, [queue])
+    task = asyncio.create_task(waiter.wait_for_jobs([queue], ASLEEP))
+    await asyncio.sleep(SUBSCRIBE)
+    await settle(t.store, claimed, "completed")
+    assert await task is False, "a completion woke a waiter: nothing became claimable"

@@ -42,7 +42,8 @@ def test_every_test_of_an_area_is_in_its_all_and_in_the_kit(area: str) -> None:
 def test_the_kit_exports_each_test_once_plus_its_harness() -> None:
     tests = [name for area in _area_names() for name in _tests_of(area)]
     assert len(tests) == len(set(tests)), "two areas define a test of the same name"
-    assert sorted(ket.tck.__all__) == sorted([*tests, "StoreFactory", "Tck", "tck_test"])
+    harness = ["FaultyStoreFactory", "Outage", "StoreFactory", "Tck", "tck_test"]
+    assert sorted(ket.tck.__all__) == sorted([*tests, *harness])
     star: dict[str, object] = {}
     exec("from ket.tck import *", star)
     assert set(tests) <= set(star)
@@ -122,4 +123,15 @@ def test_a_missing_capability_skips_visibly_and_cleans_up(test_name: str, capabi
     factory = _BareFactory()
     with pytest.raises(pytest.skip.Exception, match=f"_BareStore lacks capability {capability}"):
         getattr(ket.tck, test_name)(factory)
+    assert (factory.store.closed, factory.cleaned) == (True, True)
+
+
+def test_a_factory_that_cannot_fail_on_demand_skips_the_fault_tests_visibly() -> None:
+    factory = _BareFactory()
+    name = "test_a_failing_database_raises_store_error_from_every_operation_and_the_handle_recovers"
+    test = getattr(ket.tck, name)
+    with pytest.raises(
+        pytest.skip.Exception, match="_BareFactory lacks capability FaultyStoreFactory"
+    ):
+        test(factory)
     assert (factory.store.closed, factory.cleaned) == (True, True)

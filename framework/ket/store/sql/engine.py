@@ -73,10 +73,11 @@ def libpq_dsn(url: str | URL) -> str:
 def create_engine(url: str | URL, *, pool_size: int = 5, **options: Any) -> AsyncEngine:
     """An async engine for the URL, with SQLite set up for concurrent workers.
 
-    On PostgreSQL the pool may open `pool_size` more connections under load unless
-    `max_overflow` says otherwise; `pool_timeout` is how long a caller waits for a free one.
+    The pool may open `pool_size` more connections under load unless `max_overflow` says
+    otherwise; `pool_timeout` is how long a caller waits for a free one.
     """
     target = async_url(url)
+    options.setdefault("max_overflow", pool_size)
     if target.get_backend_name() == "sqlite":
         connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_S, "isolation_level": None}
         connect_args.update(options.pop("connect_args", {}))

@@ -29,7 +29,7 @@ def database_error(error: Exception, engine: AsyncEngine | Engine) -> StoreError
     if isinstance(error, StoreError):
         return error
     if isinstance(error, PoolTimeout):
-        message = f"{_pool_exhausted(engine)}: {_first_line(str(error))}"
+        message = _pool_exhausted(engine)
     elif isinstance(error, DBAPIError):
         message = f"database error: {reason(error)}"
     elif isinstance(error, SQLAlchemyError):
@@ -76,14 +76,12 @@ def hide_password(message: str, url: URL) -> str:
 
 def _pool_exhausted(engine: AsyncEngine | Engine) -> str:
     pool = engine.pool
+    advice = "every connection is in use; hold them for less time, or raise pool_size"
     if not isinstance(pool, QueuePool):  # only a queue pool makes callers wait for a connection
-        return "no database connection free"
+        return f"no database connection free: {advice}"
     # the overflow allowed is private in SQLAlchemy; without it the message names the base size
     limit = pool.size() + max(int(getattr(pool, "_max_overflow", 0)), 0)
-    return (
-        f"no database connection free within {pool.timeout():g} s (pool of {limit}); "
-        "every one is in use"
-    )
+    return f"no database connection free within {pool.timeout():g} s (pool of {limit}): {advice}"
 
 
 def _first_line(text: str) -> str:

@@ -1,0 +1,130 @@
+"""The SQL store's failures in words: a full pool says so, a missing schema says to migrate,
+the driver's first line otherwise, and never a password; the registry keeps to it too."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError, StatementError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from ket.errors import StoreError
+from ket.store.sql import SqlStore
+from ket.store.sql.failure import database_error, from_database, locked
+from ket.store.sql.registry import TenantRegistry
+
+# building an engine connects to nothing, so the server need not exist
+ENGINE = create_engine(
+    "postgresql+psycopg://app:hunter2@db.invalid/erp", pool_size=3, max_overflow=2, pool_timeout=7
+)
+
+
+def test_a_pool_with_no_free_connection_says_so_with_its_size_and_timeout() -> None:
+    error = database_error(PoolTimeout("QueuePool limit of size 3 overflow 2 reached"), ENGINE)
+    assert error.message.startswith("no database connection free within 7 s (pool of 5): ")
+
+
+def test_a_database_error_gives_the_drivers_first_line() -> None:
+    cause = OperationalError("SELECT 1", {}, Exception("server closed the connection\nmore"))
+    assert database_error(cause, ENGINE).message == "database error: server closed the connection"
+
+
+def test_a_missing_table_of_ket_says_to_run_ket_migrate() -> None:
+    cause = ProgrammingError("SELECT", {}, Exception('relation "ket_jobs" does not exist'))
+    assert database_error(cause, ENGINE).message.endswith("run `ket migrate`")
+
+
+def test_a_password_the_driver_quoted_is_hidden() -> None:
+    cause = OperationalError("connect", {}, Exception("bad dsn app:hunter2@db.invalid"))
+    message = database_error(cause, ENGINE).message
+    assert "hunter2" not in message and "app:***@db.invalid" in message
+
+
+@pytest.mark.parametrize(
+    ("error", "start"),
+    [
+        (StatementError("instants must be timezone-aware", "SELECT", {}, None), "database error"),
+        (TimeoutError(), "database connection failed: TimeoutError"),
+        (ConnectionResetError("reset by peer"), "database connection failed: Connection"),
+        (sqlite3.OperationalError("disk I/O error"), "database error: OperationalError: disk"),
+        (ValueError("odd"), "the store failed: ValueError: odd"),
+    ],
+)
+def test_every_other_failure_becomes_a_store_error_too(error: Exception, start: str) -> None:
+    translated = database_error(error, ENGINE)
+    assert type(translated) is StoreError
+    assert translated.message.startswith(start), translated.message
+
+
+def test_only_sqlalchemy_and_driver_errors_count_as_the_databases() -> None:
+    assert from_database(OperationalError("s", {}, Exception("x")))
+    assert from_database(sqlite3.IntegrityError("x"))
+    assert not from_database(ValueError("the caller's own"))
+    assert not from_database(OSError("the caller's own file"))
+
+
+def test_only_a_locked_sqlite_database_is_worth_retrying() -> None:
+    assert locked(OperationalError("s", {}, sqlite3.OperationalError("database is locked")))
+    assert not locked(OperationalError("s", {}, sqlite3.OperationalError("disk I/O error")))
+    assert not locked(ValueError("database is locked"))
+
+
+def test_a_database_error_in_a_transaction_block_becomes_store_error(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = await SqlStore.open(f"sqlite:///{tmp_path / 'jobs.db'}", migrate=True)
+        try:
+            with pytest.raises(StoreError, match="no such table: nowhere") as caught:
+                async with store.transaction() as tx:
+                    assert tx.connection is not None
+                    await tx.connection.execute(text("SELECT * FROM nowhere"))
+            assert isinstance(caught.value.__cause__, SQLAlchemyError)
+            assert await store.job_insert([]) == []  # and the store goes on
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_a_pool_exhausted_by_a_transaction_fails_other_calls_with_store_error(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        url = f"sqlite:///{tmp_path / 'jobs.db'}"
+        store = await SqlStore.open(
+            url, migrate=True, pool_size=1, max_overflow=0, pool_timeout=0.05
+        )
+        try:
+            async with store.transaction():
+                with pytest.raises(StoreError, match=r"within 0.05 s \(pool of 1\)") as caught:
+                    await store.job_rescue()
+            assert isinstance(caught.value.__cause__, PoolTimeout)
+            assert await store.job_rescue() == []
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_the_registry_raises_store_error_when_its_table_is_gone_and_hides_passwords(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "registry.db"
+    registry = TenantRegistry(f"sqlite:///{path}")
+    try:
+        registry.add("acme")
+        with sqlite3.connect(path) as raw:
+            raw.execute("DROP TABLE ket_tenants")
+        with pytest.raises(StoreError, match="no such table: ket_tenants") as caught:
+            registry.list()
+        assert isinstance(caught.value.__cause__, SQLAlchemyError)
+        with pytest.raises(StoreError):
+            registry.remove("acme")
+    finally:
+        registry.close()
+    with pytest.raises(StoreError) as refused:
+        TenantRegistry("postgresql://app:hunter2@127.0.0.1:1/registry")
+    assert "hunter2" not in str(refused.value)
