@@ -170,7 +170,7 @@ class Supervisor:
     async def _kept(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
         where = self.where(name)
         failures = 0
-        while not self._stopping.is_set():
+        while True:  # at least once: a loop such as the settler outlives the stop signal
             began = time.monotonic()
             try:
                 await loop()
@@ -184,7 +184,11 @@ class Supervisor:
                     return
                 failures += 1
                 log.error("%s ended unexpectedly; restarting it", where)
+            if self._stopping.is_set():
+                return
             await self.sleep(backoff(1.0, failures))
+            if self._stopping.is_set():
+                return
 
     def _spawn(self, name: str, body: Awaitable[None]) -> None:
         task = asyncio.ensure_future(body)

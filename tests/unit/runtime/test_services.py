@@ -1,0 +1,168 @@
+"""The rescue, prune, schedule sweep and tenant refresh services, one `tick()` at a time on the
+memory store with the manual clock: no loop, no real sleep."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from ket import define_deployment, define_job, define_module
+from ket.catalog import Catalog
+from ket.errors import StoreError
+from ket.runtime.events import Event, Hooks
+from ket.runtime.fleet import Fleet, TenantRefresh
+from ket.runtime.prune import PruneService
+from ket.runtime.rescue import RescueService
+from ket.runtime.sweep import SweepService
+from ket.store import JobClaim, JobQuery, NewJob, Settle
+from ket.store.clock import ManualClock
+from ket.store.contract import JobStore
+from ket.store.memory import MemoryStore
+from ket.transport import CaptureSender
+
+
+async def noop(ctx: Any, input: Any) -> None:
+    return None
+
+
+MODULE = define_module(
+    name="t",
+    jobs={
+        "work": define_job(idempotent=True, handler=noop),
+        "tick": define_job(idempotent=True, schedule={"every": "1m"}, handler=noop),
+    },
+)
+CATALOG = Catalog.build(
+    define_deployment(name="t", modules=[MODULE], worker={"queues": {"default": 2}})
+)
+START = datetime(2026, 3, 1, 12, 0, 30, tzinfo=UTC)
+
+
+def run(scenario: Callable[[MemoryStore, ManualClock, list[Event]], Awaitable[None]]) -> None:
+    async def main() -> None:
+        clock = ManualClock(START)
+        store = MemoryStore(clock=clock)
+        hooks = Hooks()
+        events: list[Event] = []
+        hooks.subscribe(events.append)
+        try:
+            await scenario(store, clock, events)
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def hooks_of(events: list[Event]) -> Hooks:
+    hooks = Hooks()
+    hooks.subscribe(events.append)
+    return hooks
+
+
+def test_rescue_tick_moves_an_expired_lease_to_retryable_and_reports_it() -> None:
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        await store.job_insert([NewJob(name="t.work")])
+        [job] = await store.job_claim(
+            JobClaim(queue="default", limit=1, worker_id="gone", lease_seconds=30)
+        )
+        service = RescueService(store, hooks_of(events), tenant="acme", interval=30)
+        await service.tick()
+        assert (await store.job_get(job.id)).state == "executing"  # type: ignore[union-attr]
+        clock.advance(seconds=31)
+        await service.tick()
+        assert (await store.job_get(job.id)).state == "retryable"  # type: ignore[union-attr]
+        assert [(e.kind, e.job_id, e.tenant) for e in events] == [("rescued", job.id, "acme")]
+        assert "lease of gone expired" in (events[0].detail or "")
+
+    run(scenario)
+
+
+def test_prune_tick_deletes_finished_jobs_past_retention_only() -> None:
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        await store.job_insert([NewJob(name="t.work") for _ in range(3)])
+        claimed = await store.job_claim(
+            JobClaim(queue="default", limit=2, worker_id="w", lease_seconds=30)
+        )
+        await store.job_settle(
+            [Settle(id=j.id, fence=j.fence, outcome="completed") for j in claimed]
+        )
+        service = PruneService(store, retention_seconds=3_600)
+        clock.advance(seconds=3_599)
+        await service.tick()
+        assert len(await store.job_list(JobQuery())) == 3
+        clock.advance(seconds=2)
+        await service.tick()
+        left = await store.job_list(JobQuery())
+        assert [record.state for record in left] == ["available"]
+
+    run(scenario)
+
+
+def test_sweep_tick_installs_then_fires_each_tick_once() -> None:
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        service = SweepService(store, CATALOG, hooks_of(events), tenant="acme")
+        await service.tick()  # installed in this tick: does not fire for it
+        assert await store.job_list(JobQuery(name="t.tick")) == []
+        clock.advance(seconds=60)
+        await service.tick()
+        await service.tick()  # the same tick again: nothing more
+        [fired] = await store.job_list(JobQuery(name="t.tick"))
+        assert fired.state == "available"
+        assert [e.kind for e in events] == ["schedule_fired"]
+        assert service.interval == CATALOG.worker.schedule_sweep_ms / 1000
+
+    run(scenario)
+
+
+class _Registry:
+    def __init__(self) -> None:
+        self.tenants: dict[str, str | None] = {"acme": None, "globex": None}
+        self.broken = False
+
+    async def list(self) -> dict[str, str | None]:
+        if self.broken:
+            raise StoreError("database error: terminating connection due to administrator command")
+        return dict(self.tenants)
+
+
+def test_tenant_refresh_follows_the_registry_and_keeps_its_tenants_when_it_fails() -> None:
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        registry = _Registry()
+        opened: list[str] = []
+
+        async def open_store(url: str) -> JobStore:
+            opened.append(url)
+            return MemoryStore(clock=clock)
+
+        fleet = Fleet(
+            catalog=CATALOG,
+            template="memory://{tenant}",
+            list_tenants=registry.list,
+            open_store=open_store,
+            worker_id="w",
+            sender=CaptureSender(),
+            hooks=Hooks(),
+        )
+        refresh = TenantRefresh(fleet)
+        try:
+            await refresh.tick()
+            assert sorted(fleet.workers) == ["acme", "globex"]
+            registry.broken = True
+            with pytest.raises(StoreError):  # the supervisor logs it and ticks again later
+                await refresh.tick()
+            assert sorted(fleet.workers) == ["acme", "globex"]  # nobody stopped meanwhile
+            registry.broken = False
+            del registry.tenants["globex"]
+            await refresh.tick()
+            assert sorted(fleet.workers) == ["acme"]
+            assert opened == ["memory://acme", "memory://globex"]
+        finally:
+            for name in list(fleet.workers):
+                await fleet.workers[name].stop(grace_seconds=0)
+                del fleet.workers[name]
+
+    run(scenario)
