@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import math
 import re
 import uuid
 from collections.abc import Mapping, Sequence
@@ -37,6 +38,7 @@ MODEL_NAME = re.compile(r"([a-z][a-z0-9_]*)\.([A-Za-z][A-Za-z0-9_]*)")
 FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 # PostgreSQL cuts longer identifiers silently, which could make two tables one.
 MAX_TABLE_NAME = 63
+MAX_BIGINT = 2**63 - 1  # an `int` field is a BIGINT column
 
 
 def new_id() -> str:
@@ -150,6 +152,10 @@ class RecordModel:
         except ValidationError as error:
             problem = error.errors()[0]["msg"]
             raise StoreError(f"{self.name}.{name}: {problem}, got {value!r}") from None
+        in_json = name != "id" and self._column(name).type == "json"
+        unstorable = _json(checked) if in_json else _unstorable(checked)
+        if unstorable:
+            raise StoreError(f"{self.name}.{name}: {unstorable}, got {value!r}")
         if isinstance(checked, dt.datetime):
             return checked.astimezone(dt.UTC)
         # a json value is the caller's object: keep none of it, so later changes cannot leak in
@@ -170,16 +176,51 @@ def checked_models(models: Sequence[ModelTable]) -> list[RecordModel]:
 
 
 def check_limit(limit: object) -> None:
-    """A select's limit: None, or an integer of at least 0."""
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-        raise StoreError(f"limit must be None or an integer of at least 0, got {limit!r}")
+    """A select's limit: None, or an integer from 0 to 2**63 - 1."""
+    if limit is not None and (
+        not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= MAX_BIGINT
+    ):
+        raise StoreError(f"limit must be None or an integer from 0 to {MAX_BIGINT}, got {limit!r}")
 
 
 def check_id(model: RecordModel, record_id: object) -> str:
-    """A row id to look up: a string."""
-    if not isinstance(record_id, str):
-        raise StoreError(f"{model.name}: an id is a string, got {record_id!r}")
+    """A row id to look up: a string (without NUL: no database could hold such an id)."""
+    if not isinstance(record_id, str) or _unstorable(record_id):
+        raise StoreError(f"{model.name}: an id is a string of UTF-8 text, got {record_id!r}")
     return record_id
+
+
+def _unstorable(value: Any) -> str | None:
+    """Why no store could keep `value` as every store does (None: it can), so that the memory
+    store refuses what PostgreSQL and SQLite would fail on: NUL (PostgreSQL text and JSONB
+    refuse it), a lone surrogate (no UTF-8), an int past 64 bits, NaN or infinity inside JSON."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return "text must not contain NUL characters"
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return "text must be valid UTF-8 (no lone surrogates)"
+        return None
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return None if -MAX_BIGINT - 1 <= value <= MAX_BIGINT else "an int must fit 64 bits"
+    if isinstance(value, dict):
+        return next((p for k, v in value.items() for p in (_unstorable(k), _json(v)) if p), None)
+    if isinstance(value, list):
+        return next((p for item in value if (p := _json(item))), None)
+    return None
+
+
+def _json(value: Any) -> str | None:
+    """Inside a JSON document: as `_unstorable`, and no NaN or infinity (not JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "json cannot hold NaN or infinity"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None  # JSON numbers have no size limit
+    return _unstorable(value)
 
 
 def _column(model: str, name: object, spec: object) -> Column:

@@ -26,6 +26,7 @@ __all__ = [
     "test_records_types_round_trip",
     "test_records_unknown_model_or_field_is_refused_and_nothing_written",
     "test_records_update_sets_values_on_matching_rows_and_counts_them",
+    "test_records_values_no_database_can_store_are_refused_naming_the_field",
     "test_records_wrong_types_are_refused_naming_the_field",
 ]
 
@@ -211,6 +212,45 @@ async def test_records_wrong_types_are_refused_naming_the_field(t: Tck) -> None:
     assert await store.record_get("kit.Order", second) == {"id": second, **order("2", nights=4)}
     assert await numbers(store) == ["1", "2"]
     assert await store.record_get("kit.Order", first) == {"id": first, **order("1")}
+
+
+@tck_test
+async def test_records_values_no_database_can_store_are_refused_naming_the_field(t: Tck) -> None:
+    """NUL and lone surrogates (PostgreSQL stores neither), ints past 64 bits, NaN in JSON."""
+    store = await installed(t, ORDER, TYPED)
+    kept = await store.record_insert("kit.Order", order("1"))
+    for bad in ("nul\x00inside", "lone \ud800"):
+        with pytest.raises(StoreError, match="status"):
+            await store.record_insert("kit.Order", order("2", status=bad))
+        with pytest.raises(StoreError, match="status"):
+            await store.record_update("kit.Order", {"id": kept}, {"status": bad})
+        with pytest.raises(StoreError, match="status"):
+            await store.record_select("kit.Order", {"status": bad})
+        with pytest.raises(StoreError, match="id"):
+            await store.record_get("kit.Order", bad)
+    for nights in (2**63, -(2**63) - 1):
+        with pytest.raises(StoreError, match="nights"):
+            await store.record_insert("kit.Order", order("3", nights=nights))
+    for data in ({"note": "\x00"}, {"ratio": float("nan")}, [float("inf")], {"\x00": 1}):
+        with pytest.raises(StoreError, match="data"):
+            await store.record_update("kit.Typed", {}, {"data": data})
+    assert await store.record_select("kit.Order") == [{"id": kept, **order("1")}]
+    assert await store.record_select("kit.Typed") == []
+    # the edges themselves are stored: the largest int, and a JSON number past 64 bits
+    assert await store.record_update("kit.Order", {"id": kept}, {"nights": 2**63 - 1}) == 1
+    assert (await store.record_get("kit.Order", kept) or {}).get("nights") == 2**63 - 1
+    typed = {
+        "ref": "r",
+        "title": "t",
+        "count": 1,
+        "amount": 1.0,
+        "paid": True,
+        "at": datetime(2030, 1, 1, tzinfo=UTC),
+        "day": date(2030, 1, 1),
+        "data": {"big": 2**70},
+    }
+    row_id = await store.record_insert("kit.Typed", typed)
+    assert (await store.record_get("kit.Typed", row_id) or {}).get("data") == {"big": 2**70}
 
 
 @tck_test

@@ -86,7 +86,6 @@ def create_engine(url: str | URL, *, pool_size: int = 5, **options: Any) -> Asyn
         )
         sqlite_discipline(engine.sync_engine)
         return engine
-    options.setdefault("max_overflow", pool_size)
     # the URL's own parameters (e.g. ?connect_timeout=3) win over these defaults
     defaults = {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in target.query}
     connect_args = {**defaults, **options.pop("connect_args", {})}

@@ -6,7 +6,9 @@ import psycopg
 from psycopg import sql
 
 from ket.errors import StoreError
+from ket.store.failure import describe
 from ket.store.sql.engine import parse_url
+from ket.store.sql.failure import hide_password
 
 
 async def create_database(url: str) -> bool:
@@ -20,7 +22,8 @@ async def create_database(url: str) -> bool:
         return False
     name = parsed.database
     if not name:
-        raise StoreError(f"database URL {url!r} names no database")
+        shown = parsed.render_as_string(hide_password=True)
+        raise StoreError(f"database URL {shown!r} names no database")
     admin = parsed.set(drivername="postgresql", database="postgres")
     dsn = admin.render_as_string(hide_password=False)
     try:
@@ -32,5 +35,6 @@ async def create_database(url: str) -> bool:
                 return False
             await connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
             return True
-    except psycopg.Error as error:
-        raise StoreError(f"cannot create database {name!r}: {error}") from None
+    except (psycopg.Error, OSError) as error:  # OSError: asyncio's timeouts, lost sockets
+        reason = hide_password(describe(error), admin)
+        raise StoreError(f"cannot create database {name!r}: {reason}") from error
