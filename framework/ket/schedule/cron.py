@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
@@ -14,6 +14,10 @@ _DAILY_AT = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
 # Jenkins-style H (hashed) and R (random) fields pick a value per croniter instance or per
 # hash id, so tick_at and next_tick could disagree; no month or day name starts with H or R.
 _NONDETERMINISTIC_ITEM = re.compile(r"[HhRr](?:$|[(/])")
+
+# An hour field that says how often rather than at which hours: '*', or one step over '*', a
+# range or a start hour ('*/2', '1-23/3', '5/6'). The step is captured; '*' alone means 1.
+_FREQUENCY_HOURS = re.compile(r"\*|(?:\*|[0-9]+(?:-[0-9]+)?)/([0-9]+)")
 
 # Any fixed start works for the never-fires probe: with no year field, an expression that
 # fires at all fires within a few years of any date; fixed keeps parsing pure.
@@ -58,6 +62,22 @@ def cron_expression(text: str) -> str:
             problem="never_fires",
         ) from None
     return expression
+
+
+def frequency_period(expression: str) -> timedelta | None:
+    """The period of a frequency cron, or None for a cron of wall-clock times.
+
+    A cron whose hour field is `*` or a single step (`*/2`, `1-23/3`, `5/6`) says how often to
+    run, not at which hours: it is a frequency, and its period is its hour step (an hour for `*`;
+    a day for a step of 24 or more, which leaves one hour a day). Any other hour field names
+    wall-clock hours: a number, a range without a step (`1-5`), a list (`1,2`, even one holding a
+    step). The rule reads the expression as written (whitespace-normalised), never its
+    canonical_cron form, which expands `*/2` into the list of hours it stands for.
+    """
+    match = _FREQUENCY_HOURS.fullmatch(expression.split()[1])
+    if match is None:
+        return None
+    return timedelta(hours=min(int(match.group(1) or 1), 24))
 
 
 def _reason(expression: str) -> str:

@@ -45,6 +45,9 @@ def test_fingerprints_are_pinned_because_changing_them_churns_every_manifest() -
             {"cron": "0,15,30,45  *  *  *  *", "timezone": "UTC"},
         ),
         ({"cron": "0 3 * * 7", "timezone": "UTC"}, {"cron": "0 3 * * 0", "timezone": "UTC"}),
+        # Frequencies with the same hours and the same period.
+        ({"cron": "0 */1 * * *", "timezone": "UTC"}, {"cron": "0 * * * *", "timezone": "UTC"}),
+        ({"cron": "0 */2 * * *", "timezone": "UTC"}, {"cron": "0 0-23/2 * * *", "timezone": "UTC"}),
     ],
 )
 def test_semantically_equal_schedules_share_a_fingerprint(
@@ -71,6 +74,12 @@ def test_default_timezone_and_explicit_timezone_share_a_fingerprint() -> None:
         ({"cron": "0 3 * * 1-5", "timezone": "UTC"}, {"cron": "0 3 * * 1-6", "timezone": "UTC"}),
         # Restricting day-of-month switches cron to 'either day field matches'.
         ({"cron": "0 3 * * 1-5", "timezone": "UTC"}, {"cron": "0 3 1-31 * 1-5", "timezone": "UTC"}),
+        # The same hours, once as a frequency and once as wall times: they differ across DST.
+        ({"cron": "0 * * * *", "timezone": "UTC"}, {"cron": "0 0-23 * * *", "timezone": "UTC"}),
+        (
+            {"cron": "0 */12 * * *", "timezone": "UTC"},
+            {"cron": "0 0,12 * * *", "timezone": "UTC"},
+        ),
     ],
 )
 def test_different_schedules_have_different_fingerprints(

@@ -113,14 +113,14 @@ def test_wall_clock_count_ticks_rejects_naive_bounds() -> None:
         daily("03:00", "UTC").count_ticks(datetime(2025, 1, 1), utc(2025, 1, 2))
 
 
-def test_every_quarter_hour_across_new_york_spring_gap_fires_once_at_gap_end() -> None:
-    # 02:00, 02:15, 02:30, 02:45 and 03:00 on 2025-03-09 all land on 03:00 EDT = 07:00Z.
+def test_every_quarter_hour_across_new_york_spring_gap_goes_on_at_three() -> None:
+    # 02:00-02:45 on 2025-03-09 never happen; 03:00 EDT = 07:00Z follows 01:45 EST = 06:45Z.
     schedule = cron("*/15 * * * *", "America/New_York")
     assert schedule.next_tick(utc(2025, 3, 9, 6, 45)) == utc(2025, 3, 9, 7, 0)
     assert schedule.next_tick(utc(2025, 3, 9, 7, 0)) == utc(2025, 3, 9, 7, 15)
     assert schedule.tick_at(utc(2025, 3, 9, 7, 10)) == utc(2025, 3, 9, 7, 0)
     assert schedule.tick_at(utc(2025, 3, 9, 6, 59, 59)) == utc(2025, 3, 9, 6, 45)
-    # 06:45, 07:00, 07:15, 07:30, 07:45: the collapsed wall times count once.
+    # 06:45, 07:00, 07:15, 07:30, 07:45.
     assert schedule.count_ticks(utc(2025, 3, 9, 6, 30), utc(2025, 3, 9, 8, 0)) == 5
     assert schedule.count_ticks(utc(2025, 3, 9, 6, 45), utc(2025, 3, 9, 7, 15)) == 1
 
@@ -128,10 +128,11 @@ def test_every_quarter_hour_across_new_york_spring_gap_fires_once_at_gap_end() -
 @pytest.mark.parametrize(
     ("start", "end", "irregular"),
     [
-        # Spring: the gap's wall times collapse onto 07:00Z, leaving 15-minute steps throughout.
+        # Spring: 01:45 EST (06:45Z) is followed by 03:00 EDT (07:00Z), 15 minutes later.
         (utc(2025, 3, 8), utc(2025, 3, 11), []),
-        # Fall: 01:45 EDT (05:45Z) is followed by 02:00 EST (07:00Z); the repeated hour is skipped.
-        (utc(2025, 11, 1), utc(2025, 11, 4), [timedelta(minutes=75)]),
+        # Fall: a frequency fires in both folds, so 01:45 EDT (05:45Z) is followed by 01:00 EST
+        # (06:00Z), again 15 minutes later.
+        (utc(2025, 11, 1), utc(2025, 11, 4), []),
     ],
 )
 def test_next_tick_and_tick_at_agree_around_new_york_transitions(

@@ -262,26 +262,30 @@ def test_daily_at_on_ordinary_days_of_the_other_season_fires_at_its_wall_time(
     ("zone", "expression", "after", "before", "ticks"),
     [
         # Each row brackets one local transition day by the ticks just outside it (both
-        # excluded). Spring days lose a tick where two wall times share the gap end; fall days
-        # keep every wall time once even though the day is longer.
+        # excluded). These crons are frequencies: a spring day has one hour fewer to tick in,
+        # a fall day one more, whose repeated hour ticks in both folds.
         ("America/New_York", "0 * * * *", utc(2025, 3, 9, 4), utc(2025, 3, 10, 4), 23),
-        ("America/New_York", "0 * * * *", utc(2025, 11, 2, 3), utc(2025, 11, 3, 5), 24),
+        ("America/New_York", "0 * * * *", utc(2025, 11, 2, 3), utc(2025, 11, 3, 5), 25),
         ("Europe/London", "0 * * * *", utc(2025, 3, 29, 23), utc(2025, 3, 30, 23), 23),
-        ("Europe/London", "0 * * * *", utc(2025, 10, 25, 22), utc(2025, 10, 27, 0), 24),
-        ("Australia/Sydney", "0 * * * *", utc(2025, 4, 5, 12), utc(2025, 4, 6, 14), 24),
+        ("Europe/London", "0 * * * *", utc(2025, 10, 25, 22), utc(2025, 10, 27, 0), 25),
+        ("Australia/Sydney", "0 * * * *", utc(2025, 4, 5, 12), utc(2025, 4, 6, 14), 25),
         ("Australia/Sydney", "0 * * * *", utc(2025, 10, 4, 13), utc(2025, 10, 5, 13), 23),
+        # Lord Howe's days are half an hour longer or shorter: one half-hour tick more or less.
         (
             "Australia/Lord_Howe",
             "*/30 * * * *",
             utc(2025, 4, 5, 12, 30),
             utc(2025, 4, 6, 13, 30),
-            48,
+            49,
         ),
         ("Australia/Lord_Howe", "*/30 * * * *", utc(2025, 10, 4, 13), utc(2025, 10, 5, 13), 47),
         ("Africa/Cairo", "0 * * * *", utc(2025, 4, 24, 21), utc(2025, 4, 25, 21), 23),
-        ("Africa/Cairo", "0 * * * *", utc(2025, 10, 29, 20), utc(2025, 10, 30, 22), 24),
-        ("America/Santiago", "0 * * * *", utc(2025, 4, 5, 2), utc(2025, 4, 6, 4), 24),
+        ("Africa/Cairo", "0 * * * *", utc(2025, 10, 29, 20), utc(2025, 10, 30, 22), 25),
+        ("America/Santiago", "0 * * * *", utc(2025, 4, 5, 2), utc(2025, 4, 6, 4), 25),
         ("America/Santiago", "0 * * * *", utc(2025, 9, 7, 3), utc(2025, 9, 8, 3), 23),
+        # A fixed-hour cron names wall times: each fires once, so a fall day has 24 ticks.
+        ("America/New_York", "0 0-23 * * *", utc(2025, 11, 2, 3), utc(2025, 11, 3, 5), 24),
+        ("Africa/Cairo", "0 0-23 * * *", utc(2025, 10, 29, 20), utc(2025, 10, 30, 22), 24),
     ],
 )
 def test_cron_count_ticks_over_a_transition_day_counts_each_distinct_instant_once(
