@@ -112,6 +112,16 @@ class Fleet:
     def runs_of(self, prefix: str = "") -> list[str]:
         return sorted(p.name for p in self.runs.iterdir() if p.name.startswith(prefix))
 
+    def report(self) -> str:
+        """What a failed wait needs: the jobs by state, each worker's state and log tail."""
+        states = self.query("SELECT state, count(*) FROM ket_jobs GROUP BY state ORDER BY state")
+        lines = [f"jobs by state: {states}"]
+        for number, process in enumerate(self.processes):
+            log = (self.root / f"worker-{number}.log").read_text(errors="replace")
+            lines.append(f"worker {number} (pid {process.pid}, exit {process.poll()}):")
+            lines.append(log[-3_000:] or "(no output)")
+        return "\n".join(lines)
+
     def stop_all(self) -> None:
         for process in self.processes:
             if process.poll() is None:
@@ -168,13 +178,17 @@ def test_three_workers_run_each_of_a_thousand_jobs_exactly_once(
     ids = fleet.enqueue([NewJob(name="app.work", payload={"n": n}) for n in range(1_000)])
     for _ in range(3):
         fleet.start()
-    _until(
-        lambda: (
-            fleet.query("SELECT count(*) FROM ket_jobs WHERE state = 'completed'")[0][0] == 1_000
-        ),
-        120,
-        "1,000 completed jobs",
-    )
+    try:
+        _until(
+            lambda: (
+                fleet.query("SELECT count(*) FROM ket_jobs WHERE state = 'completed'")[0][0]
+                == 1_000
+            ),
+            120,
+            "1,000 completed jobs",
+        )
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{fleet.report()}") from None
     fleet.stop_all()
     assert [p.returncode for p in fleet.processes] == [0, 0, 0]
     runs = fleet.runs_of()
