@@ -11,7 +11,8 @@
     ├── StoreError            the job store failed
     │   └── JobRejected       a job or a store call was refused before anything was written
     ├── EffectError           an operation the running function or job did not declare
-    ├── StorageKeyError       a storage key that is not a safe relative path (also a ValueError)
+    ├── StorageKeyError       a storage key that is not a safe path, or crosses a link (a ValueError)
+    ├── BlobRejected          a blob over the storage size cap; nothing written (also a ValueError)
     └── TransportError        the outbound transport is misconfigured (e.g. an unknown URL)
         └── MessageRejected   a message refused before anything was sent (also a ValueError)
 
@@ -96,7 +97,11 @@ class EffectError(KetError):
 
 
 class StorageKeyError(KetError, ValueError):
-    """The storage key is not a safe relative path."""
+    """The storage key is not a safe relative path, or a symbolic link stands on its path."""
+
+
+class BlobRejected(KetError, ValueError):
+    """The blob is larger than the storage size cap; nothing was written."""
 
 
 class TransportError(KetError):

@@ -18,22 +18,26 @@ class Blocking:
     """A proxy of `target` whose coroutine methods block until done on `loop`."""
 
     def __init__(self, target: Any, loop: asyncio.AbstractEventLoop) -> None:
-        object.__setattr__(self, "_target", target)
-        object.__setattr__(self, "_loop", loop)
+        # mangled names: the wrapped part is not reachable as `ctx.db._target`
+        object.__setattr__(self, "_Blocking__target", target)
+        object.__setattr__(self, "_Blocking__loop", loop)
 
     def __getattr__(self, name: str) -> Any:
-        value = getattr(self._target, name)
+        value = getattr(self.__target, name)
         if inspect.iscoroutinefunction(value):
-            return functools.partial(_call, self._loop, value)
+            return functools.partial(_call, self.__loop, value)
         if getattr(value, "__ket_api__", False):  # a sub-API such as ctx.jobs
-            return Blocking(value, self._loop)
+            return Blocking(value, self.__loop)
         return value
+
+    def __dir__(self) -> list[str]:
+        return dir(self.__target)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"the handler context is read-only (tried to set {name!r})")
 
     def __repr__(self) -> str:
-        return f"Blocking({self._target!r})"
+        return f"Blocking({self.__target!r})"
 
 
 def _call(loop: asyncio.AbstractEventLoop, method: Any, *args: Any, **kwargs: Any) -> Any:

@@ -30,6 +30,9 @@ class Database:
     """Model rows as the running operation may touch them; an undeclared access is EffectError."""
 
     __ket_api__ = True  # the Blocking adapter wraps it for plain handlers
+    # The records and the operation are the context's business: mangled slots, off the
+    # documented surface (see __dir__). Effects are a contract checked here, not a sandbox.
+    __slots__ = ("__company", "__models", "__operation", "__records")
 
     def __init__(
         self,
@@ -38,72 +41,74 @@ class Database:
         models: Mapping[str, ModelTable],
         company: str | None = None,
     ) -> None:
-        self._records = records
-        self._operation = operation
-        self._models = models
-        self._company = company
+        self.__records = records
+        self.__operation = operation
+        self.__models = models
+        self.__company = company
 
     async def insert(self, model: str, values: Mapping[str, Any]) -> str:
         """Insert a row; returns the id ket generated for it."""
-        self._check("write", model)
-        return await self._records.record_insert(model, self._scoped("write", model, values))
+        self.__check("write", model)
+        return await self.__records.record_insert(model, self.__scoped("write", model, values))
 
     async def get(self, model: str, id: str) -> dict[str, Any] | None:
         """The row with that id as a dict (with `id`), or None."""
-        self._check("read", model)
-        if self._company_scoped(model):
-            rows = await self._records.record_select(
-                model, self._scoped("read", model, {"id": id}), 1
+        self.__check("read", model)
+        if self.__company_scoped(model):
+            rows = await self.__records.record_select(
+                model, self.__scoped("read", model, {"id": id}), 1
             )
             return rows[0] if rows else None
-        return await self._records.record_get(model, id)
+        return await self.__records.record_get(model, id)
 
     async def select(
         self, model: str, where: Where | None = None, limit: int | None = None
     ) -> list[dict[str, Any]]:
         """Rows whose fields equal every value in `where`, oldest first, at most `limit`."""
-        self._check("read", model)
-        return await self._records.record_select(
-            model, self._scoped("read", model, where or {}), limit
+        self.__check("read", model)
+        return await self.__records.record_select(
+            model, self.__scoped("read", model, where or {}), limit
         )
 
     async def update(self, model: str, where: Where, values: Mapping[str, Any]) -> int:
         """Set `values` on the rows matching `where`; returns how many rows matched."""
-        self._check("write", model)
-        if self._company_scoped(model) and "company" in values:
-            self._scoped("write", model, values)  # moving a row to another company is refused
-        return await self._records.record_update(model, self._scoped("write", model, where), values)
+        self.__check("write", model)
+        if self.__company_scoped(model) and "company" in values:
+            self.__scoped("write", model, values)  # moving a row to another company is refused
+        return await self.__records.record_update(
+            model, self.__scoped("write", model, where), values
+        )
 
     async def delete(self, model: str, where: Where) -> int:
         """Delete the rows matching `where`; returns how many."""
-        self._check("write", model)
-        return await self._records.record_delete(model, self._scoped("write", model, where))
+        self.__check("write", model)
+        return await self.__records.record_delete(model, self.__scoped("write", model, where))
 
-    def _company_scoped(self, model: str) -> bool:
-        return not self._operation.cross_company and "company" in self._models[model].fields
+    def __company_scoped(self, model: str) -> bool:
+        return not self.__operation.cross_company and "company" in self.__models[model].fields
 
-    def _scoped(self, access: Access, model: str, where: Mapping[str, Any]) -> Mapping[str, Any]:
+    def __scoped(self, access: Access, model: str, where: Mapping[str, Any]) -> Mapping[str, Any]:
         """`where` (or values) limited to the running company, for company-scoped models."""
-        if not self._company_scoped(model):
+        if not self.__company_scoped(model):
             return where
-        operation = self._operation
-        if self._company is None:
+        operation = self.__operation
+        if self.__company is None:
             raise EffectError(
                 f"{operation.name} may not {access} {model} across companies: it runs for no "
                 "company; declare cross_company=True, or enqueue it with company=..."
             )
-        given = where.get("company", self._company)
-        if given != self._company:
+        given = where.get("company", self.__company)
+        if given != self.__company:
             raise EffectError(
-                f"{operation.name} runs for company {self._company!r} and may not {access} "
+                f"{operation.name} runs for company {self.__company!r} and may not {access} "
                 f"{model} rows of company {given!r}: declare cross_company=True"
             )
-        return {**where, "company": self._company}
+        return {**where, "company": self.__company}
 
-    def _check(self, access: Access, model: str) -> None:
-        operation = self._operation
-        if model not in self._models:
-            known = ", ".join(sorted(self._models)) or "none"
+    def __check(self, access: Access, model: str) -> None:
+        operation = self.__operation
+        if model not in self.__models:
+            known = ", ".join(sorted(self.__models)) or "none"
             raise StoreError(
                 f"{operation.name}: unknown model {model!r} (the deployment's models: {known})"
             )
@@ -111,6 +116,12 @@ class Database:
             raise EffectError(
                 f"{operation.name} may not {access} {model}: declare the effect '{access}:{model}'"
             )
+
+    def __dir__(self) -> list[str]:
+        return ["delete", "get", "insert", "select", "update"]
+
+    def __repr__(self) -> str:
+        return f"Database({self.__operation.name})"
 
 
 class NoRecords:

@@ -21,22 +21,26 @@ class Fenced:
     """A proxy of a context part (`ctx.db`, `ctx.jobs`, ...) whose calls check `signal` first."""
 
     def __init__(self, target: Any, signal: AbortSignal) -> None:
-        object.__setattr__(self, "_target", target)
-        object.__setattr__(self, "_signal", signal)
+        # mangled names: the fenced part is not reachable as `ctx.db._target`
+        object.__setattr__(self, "_Fenced__target", target)
+        object.__setattr__(self, "_Fenced__signal", signal)
 
     def __getattr__(self, name: str) -> Any:
-        value = getattr(self._target, name)
+        value = getattr(self.__target, name)
         if inspect.iscoroutinefunction(value):
-            return _fenced_coroutine(value, self._signal)
+            return _fenced_coroutine(value, self.__signal)
         if getattr(value, "__ket_api__", False):
-            return Fenced(value, self._signal)
+            return Fenced(value, self.__signal)
         return value
+
+    def __dir__(self) -> list[str]:
+        return dir(self.__target)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"the handler context is read-only (tried to set {name!r})")
 
     def __repr__(self) -> str:
-        return repr(self._target)
+        return repr(self.__target)
 
     # the Blocking adapter asks whether a part is a sub-API to wrap
     __ket_api__ = True

@@ -20,11 +20,14 @@ class Jobs:
     """Enqueue jobs as the running operation; undeclared enqueues raise EffectError."""
 
     __ket_api__ = True
+    # the catalog and the store's insert are the context's business: mangled slots, off the
+    # documented surface (see __dir__)
+    __slots__ = ("__catalog", "__insert", "__operation")
 
     def __init__(self, catalog: Catalog, operation: OperationSpec, insert: Insert) -> None:
-        self._catalog = catalog
-        self._operation = operation
-        self._insert = insert
+        self.__catalog = catalog
+        self.__operation = operation
+        self.__insert = insert
 
     async def enqueue(
         self,
@@ -37,8 +40,8 @@ class Jobs:
         company: str | None = None,
     ) -> Inserted:
         """Enqueue one job; returns its id and whether it coalesced with an active one."""
-        job = self._build(name, input, run_at, priority, unique_key, company)
-        [inserted] = await self._insert([job])
+        job = self.__build(name, input, run_at, priority, unique_key, company)
+        [inserted] = await self.__insert([job])
         return inserted
 
     async def enqueue_many(self, items: Sequence[Item]) -> list[Inserted]:
@@ -48,7 +51,7 @@ class Jobs:
             name, input, *rest = item
             options = dict(rest[0]) if rest else {}
             jobs.append(
-                self._build(
+                self.__build(
                     name,
                     input,
                     options.pop("run_at", None),
@@ -59,9 +62,9 @@ class Jobs:
             )
             if options:
                 raise TypeError(f"unknown enqueue options {sorted(options)} for job {name!r}")
-        return await self._insert(jobs)
+        return await self.__insert(jobs)
 
-    def _build(
+    def __build(
         self,
         name: str,
         input: BaseModel | Mapping[str, Any] | None,
@@ -70,7 +73,7 @@ class Jobs:
         unique_key: str | None,
         company: str | None,
     ) -> NewJob:
-        operation = self._operation
+        operation = self.__operation
         if not operation.allows("enqueue", name):
             raise EffectError(
                 f"{operation.name} may not enqueue {name!r}: declare the effect 'enqueue:{name}'"
@@ -80,6 +83,9 @@ class Jobs:
                 f"{operation.name} may not enqueue for company {company!r}: "
                 "declare cross_company=True"
             )
-        return self._catalog.new_job(
+        return self.__catalog.new_job(
             name, input, run_at=run_at, priority=priority, unique_key=unique_key, company=company
         )
+
+    def __dir__(self) -> list[str]:
+        return ["enqueue", "enqueue_many"]

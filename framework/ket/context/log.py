@@ -12,26 +12,31 @@ logger = logging.getLogger("ket.handler")
 class ContextLog:
     """`ctx.log.info("order is gone", order_id=...)`: fields travel in `record.ket`."""
 
+    __slots__ = ("__base", "__logger")
+
     def __init__(self, base: Mapping[str, Any], target: logging.Logger = logger) -> None:
-        self._base = dict(base)
-        self._logger = target
+        self.__base = dict(base)
+        self.__logger = target
 
     def debug(self, message: str, **fields: Any) -> None:
-        self._log(logging.DEBUG, message, fields)
+        self.__log(logging.DEBUG, message, fields)
 
     def info(self, message: str, **fields: Any) -> None:
-        self._log(logging.INFO, message, fields)
+        self.__log(logging.INFO, message, fields)
 
     def warning(self, message: str, **fields: Any) -> None:
-        self._log(logging.WARNING, message, fields)
+        self.__log(logging.WARNING, message, fields)
 
     def error(self, message: str, **fields: Any) -> None:
-        self._log(logging.ERROR, message, fields)
+        self.__log(logging.ERROR, message, fields)
 
-    def _log(self, level: int, message: str, fields: dict[str, Any]) -> None:
-        if self._logger.isEnabledFor(level):  # build nothing for a record nobody keeps
-            structured = {**self._base, **fields}
+    def __log(self, level: int, message: str, fields: dict[str, Any]) -> None:
+        if self.__logger.isEnabledFor(level):  # build nothing for a record nobody keeps
+            structured = {**self.__base, **fields}
             text = " ".join(f"{k}={v}" for k, v in fields.items())
-            self._logger.log(
+            self.__logger.log(
                 level, f"{message} {text}".rstrip(), extra={"ket": structured}, stacklevel=3
             )
+
+    def __dir__(self) -> list[str]:
+        return ["debug", "error", "info", "warning"]

@@ -1,9 +1,11 @@
 """`ctx.storage`: the tenant's blobs, as files under `<root>/<tenant>/`, within declared effects.
 
 Keys are relative POSIX paths of plain segments (`invoices/INV-1001.txt`); one tenant's keys
-can never name another tenant's files. Writes are atomic (a temporary file renamed over the
-key), so a reader sees the old blob or the new one, never half of one. File I/O runs in a
-worker thread, off the event loop.
+can never name another tenant's files, and no symbolic link below the root is ever followed
+(ket.folder), so a planted link cannot lead there either. Writes are atomic (a temporary file
+renamed over the key), so a reader sees the old blob or the new one, never half of one; blobs are
+0600 files in 0700 folders, and none is larger than the size cap. File I/O runs in a worker
+thread, off the event loop.
 """
 
 from __future__ import annotations
@@ -11,18 +13,27 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
-import tempfile
+import re
+from collections.abc import Mapping
 from pathlib import Path
 
+from ket import folder
 from ket.catalog import OperationSpec
-from ket.errors import EffectError, StorageKeyError
+from ket.errors import BlobRejected, EffectError, KetError, StorageKeyError
 
 DEFAULT_STORAGE_ROOT = Path(".ket") / "storage"
+DEFAULT_MAX_BLOB_BYTES = 100 * 1024 * 1024
+MAX_BLOB_BYTES_VARIABLE = "KET_STORAGE_MAX_BYTES"
 # Temporary files of unfinished writes; no key may name one, and listings skip them.
-_TEMP_PREFIX = ".ket-tmp-"
+_TEMP_PREFIX = folder.TEMP_PREFIX
 _MAX_SEGMENT_BYTES = 255  # the usual file-name limit
 _MAX_KEY_LENGTH = 1_024
 _EXAMPLE = "use a relative path of plain names, e.g. 'invoices/INV-1001.txt'"
+# C0 and C1 controls, DEL and the Unicode line separators: nothing a file name should show.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")  # a name no file system can encode
+_NO_LINKS = "ket never follows links in storage"
+_OPERATIONS = ["delete", "get", "list", "put"]
 
 
 class Storage:
@@ -35,6 +46,9 @@ class Storage:
     """
 
     __ket_api__ = True
+    # The folder and the operation are the context's business, not the handler's: kept in
+    # mangled slots, off the documented surface (see __dir__).
+    __slots__ = ("__max_bytes", "__operation", "__root", "__tenant")
 
     def __init__(
         self,
@@ -42,58 +56,87 @@ class Storage:
         tenant: str,
         *,
         root: str | os.PathLike[str] = DEFAULT_STORAGE_ROOT,
+        max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES,
     ) -> None:
         if key_problem(tenant) or "/" in tenant or tenant.startswith("."):
             raise ValueError(f"tenant {tenant!r} cannot name a storage folder")
-        self._operation = operation
-        self.folder = Path(root) / tenant
+        if isinstance(max_blob_bytes, bool) or not isinstance(max_blob_bytes, int):
+            raise TypeError(f"max_blob_bytes must be an integer, got {max_blob_bytes!r}")
+        if max_blob_bytes < 1:
+            raise ValueError(f"max_blob_bytes must be positive, got {max_blob_bytes!r}")
+        self.__operation = operation
+        self.__root = Path(root)
+        self.__tenant = tenant
+        self.__max_bytes = max_blob_bytes
 
     async def put(self, key: str, data: bytes | str) -> None:
         """Store `data` (text is stored as UTF-8) under `key`, replacing any blob there."""
-        self._allow("write")
-        path = self._path(key)
+        self.__allow("write")
+        parts = self.__parts(key)
         if isinstance(data, str):
             blob = data.encode("utf-8")
         elif isinstance(data, bytes | bytearray | memoryview):
             blob = bytes(data)
         else:
             raise TypeError(f"storage data must be bytes or str, got {type(data).__name__}")
-        await asyncio.to_thread(_write, path, key, blob)
+        if len(blob) > self.__max_bytes:
+            raise BlobRejected(
+                f"storage key {key!r}: the blob is {len(blob)} bytes, more than the cap of "
+                f"{self.__max_bytes} ({MAX_BLOB_BYTES_VARIABLE}); nothing was written"
+            )
+        await asyncio.to_thread(_write, self.__root, self.__tenant, parts, key, blob)
 
     async def get(self, key: str) -> bytes | None:
         """The blob stored under `key`, or None."""
-        self._allow("read")
-        return await asyncio.to_thread(_read, self._path(key))
+        self.__allow("read")
+        parts = self.__parts(key)
+        return await asyncio.to_thread(_read, self.__root, self.__tenant, parts, key)
 
     async def delete(self, key: str) -> bool:
         """Delete the blob under `key`; False if there was none."""
-        self._allow("write")
-        return await asyncio.to_thread(_delete, self._path(key))
+        self.__allow("write")
+        parts = self.__parts(key)
+        return await asyncio.to_thread(_delete, self.__root, self.__tenant, parts, key)
 
     async def list(self, prefix: str = "") -> builtins.list[str]:
         """Every key that starts with `prefix`, sorted."""
-        self._allow("read")
+        self.__allow("read")
         if not isinstance(prefix, str) or prefix.startswith("/") or "\\" in prefix:
             raise StorageKeyError(f"storage prefix {prefix!r} is not allowed; {_EXAMPLE}")
-        folder, _, _ = prefix.rpartition("/")
-        start = self._path(folder, what="prefix") if folder else self.folder
-        return await asyncio.to_thread(_list, self.folder, start, prefix)
+        start, _, _ = prefix.rpartition("/")
+        parts = self.__parts(start, what="prefix") if start else []
+        return await asyncio.to_thread(_list, self.__root, self.__tenant, parts, prefix)
 
-    def _allow(self, access: str) -> None:
-        if not self._operation.allows("storage", access):
+    def __allow(self, access: str) -> None:
+        operation = self.__operation
+        if not operation.allows("storage", access):
             raise EffectError(
-                f"{self._operation.name} may not {access} storage: "
-                f"declare the effect 'storage:{access}'"
+                f"{operation.name} may not {access} storage: declare the effect 'storage:{access}'"
             )
 
-    def _path(self, key: str, *, what: str = "key") -> Path:
+    def __parts(self, key: str, *, what: str = "key") -> builtins.list[str]:
         problem = key_problem(key)
         if problem is not None:
             raise StorageKeyError(f"storage {what} {key!r} is not allowed: {problem}; {_EXAMPLE}")
-        return self.folder.joinpath(*key.split("/"))
+        return key.split("/")
+
+    def __dir__(self) -> builtins.list[str]:
+        return builtins.list(_OPERATIONS)
 
     def __repr__(self) -> str:
-        return f"Storage({str(self.folder)!r})"
+        return f"Storage(tenant={self.__tenant!r})"
+
+
+def max_blob_bytes_from(environ: Mapping[str, str] = os.environ) -> int:
+    """The blob size cap KET_STORAGE_MAX_BYTES sets (a whole number of bytes), else 100 MiB."""
+    given = environ.get(MAX_BLOB_BYTES_VARIABLE)
+    if given is None or given == "":
+        return DEFAULT_MAX_BLOB_BYTES
+    if not given.isascii() or not given.strip().isdigit() or int(given) < 1:
+        raise KetError(
+            f"{MAX_BLOB_BYTES_VARIABLE} must be a positive whole number of bytes, got {given!r}"
+        )
+    return int(given)
 
 
 def key_problem(key: object) -> str | None:
@@ -122,58 +165,76 @@ def _segment_problem(segment: str) -> str | None:
         return f"{segment!r} segments are refused"
     if segment.startswith(_TEMP_PREFIX):
         return f"names starting with {_TEMP_PREFIX!r} are reserved"
-    if any(ord(c) < 32 or c == "\x7f" for c in segment):
+    if _CONTROL.search(segment):
         return "control characters are refused"
+    if _SURROGATE.search(segment):
+        return "lone surrogates are refused"
     if len(segment.encode("utf-8")) > _MAX_SEGMENT_BYTES:
         return f"a segment is longer than {_MAX_SEGMENT_BYTES} bytes"
     return None
 
 
-def _write(path: Path, key: str, blob: bytes) -> None:
+def _write(root: Path, tenant: str, parts: list[str], key: str, blob: bytes) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise StorageKeyError(
-            f"storage key {key!r} cannot be written: part of its path is a stored blob"
-        ) from None
-    if path.is_dir():
-        raise StorageKeyError(f"storage key {key!r} cannot be written: it holds other keys")
-    fd, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(blob)
-            file.flush()
-            os.fsync(file.fileno())  # the rename must not land before the data does
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+        with folder.opened(root, [tenant, *parts[:-1]], create=True) as where:
+            assert where is not None  # created
+            folder.write(where, parts[-1], blob, len(parts))
+    except folder.Refused as refused:
+        if refused.kind == "folder":
+            raise StorageKeyError(
+                f"storage key {key!r} cannot be written: it holds other keys"
+            ) from None
+        if refused.kind != "link" and refused.depth < len(parts):
+            raise StorageKeyError(
+                f"storage key {key!r} cannot be written: part of its path is a stored blob"
+            ) from None
+        raise _refused(tenant, key, parts, refused) from None
 
 
-def _read(path: Path) -> bytes | None:
+def _read(root: Path, tenant: str, parts: list[str], key: str) -> bytes | None:
     try:
-        return path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return None
+        with folder.opened(root, [tenant, *parts[:-1]], create=False) as where:
+            return None if where is None else folder.read(where, parts[-1], len(parts))
+    except folder.Refused as refused:
+        if _no_such_key(refused, parts):
+            return None
+        raise _refused(tenant, key, parts, refused) from None
 
 
-def _delete(path: Path) -> bool:
-    if path.is_dir():  # a folder of other keys is not a blob
-        return False
-    try:
-        path.unlink()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return False
+def _delete(root: Path, tenant: str, parts: list[str], key: str) -> bool:
     # Emptied folders stay: removing them would race a concurrent put into the same folder.
-    return True
+    try:
+        with folder.opened(root, [tenant, *parts[:-1]], create=False) as where:
+            return where is not None and folder.remove(where, parts[-1], len(parts))
+    except folder.Refused as refused:
+        if _no_such_key(refused, parts):
+            return False
+        raise _refused(tenant, key, parts, refused) from None
 
 
-def _list(folder: Path, start: Path, prefix: str) -> list[str]:
-    keys = []
-    for directory, _, files in os.walk(start):
-        relative = Path(directory).relative_to(folder)
-        for name in files:
-            key = (relative / name).as_posix()
-            if not name.startswith(_TEMP_PREFIX) and key.startswith(prefix):
-                keys.append(key)
-    return sorted(keys)
+def _list(root: Path, tenant: str, parts: list[str], prefix: str) -> list[str]:
+    try:
+        with folder.opened(root, [tenant, *parts], create=False) as where:
+            found = [] if where is None else folder.files(where)
+    except folder.Refused as refused:
+        if _no_such_key(refused, [*parts, ""]):
+            return []
+        raise _refused(tenant, prefix, parts, refused, what="prefix") from None
+    base = "".join(f"{part}/" for part in parts)
+    return sorted(key for key in (base + path for path in found) if key.startswith(prefix))
+
+
+def _no_such_key(refused: folder.Refused, parts: list[str]) -> bool:
+    """A blob where a folder of the path would be: the key names nothing."""
+    return refused.kind == "file" and refused.depth < len(parts)
+
+
+def _refused(
+    tenant: str, key: str, parts: list[str], refused: folder.Refused, *, what: str = "key"
+) -> StorageKeyError:
+    if refused.depth == 0:
+        where = f"the folder of tenant {tenant!r}"
+    else:
+        where = repr("/".join(parts[: refused.depth]))
+    kind = "a symbolic link" if refused.kind == "link" else "not a regular file or folder"
+    return StorageKeyError(f"storage {what} {key!r} is refused: {where} is {kind}; {_NO_LINKS}")

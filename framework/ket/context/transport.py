@@ -19,7 +19,7 @@ from ket.catalog import OperationSpec
 from ket.context.signal import AbortSignal
 from ket.errors import Aborted, EffectError, Retry
 from ket.store.contract import SentLedger
-from ket.transport.message import Message, parse_message
+from ket.transport.message import DEFAULT_LIMITS, Message, MessageLimits, parse_message
 from ket.transport.sender import Sender
 
 # Longer than any sender needs (the SMTP sender times out after 30 s per step), so a claim only
@@ -46,6 +46,17 @@ class Transport:
     """
 
     __ket_api__ = True
+    # the sender and the ledger are the context's business: mangled slots, off the documented
+    # surface (see __dir__)
+    __slots__ = (
+        "__abort_grace",
+        "__ledger",
+        "__limits",
+        "__operation",
+        "__sender",
+        "__stale_after",
+        "__tenant",
+    )
 
     def __init__(
         self,
@@ -56,50 +67,54 @@ class Transport:
         *,
         stale_after_seconds: float = STALE_AFTER_SECONDS,
         abort_grace_seconds: float = ABORT_GRACE_SECONDS,
+        limits: MessageLimits = DEFAULT_LIMITS,
     ) -> None:
-        self._sender = sender
-        self._ledger = ledger
-        self._operation = operation
-        self._tenant = tenant
-        self._stale_after = stale_after_seconds
-        self._abort_grace = abort_grace_seconds
+        self.__sender = sender
+        self.__ledger = ledger
+        self.__operation = operation
+        self.__tenant = tenant
+        self.__stale_after = stale_after_seconds
+        self.__abort_grace = abort_grace_seconds
+        self.__limits = limits
 
     async def send(self, message: Mapping[str, Any], *, signal: AbortSignal | None = None) -> bool:
         """Send `message` unless its key was sent (or is being sent); True if sent now.
 
-        Raises EffectError without `transport:send`, MessageRejected for a message without an
-        `idempotency_key` or of the wrong shape, Aborted when `signal` is aborted first, and
-        whatever the sender raised when it failed (the key is then free for a retry).
+        Raises EffectError without `transport:send`; MessageRejected for a message without an
+        `idempotency_key`, of the wrong shape, with a control character in a header or over the
+        limits, or refused for good by the SMTP server (the job is then discarded, not retried);
+        Aborted when `signal` is aborted first; and whatever else the sender raised when it
+        failed (the key is then free for a retry).
         """
-        operation = self._operation
+        operation = self.__operation
         if not operation.allows("transport", "send"):
             raise EffectError(
                 f"{operation.name} may not send messages: declare the effect 'transport:send'"
             )
-        checked = parse_message(message)
+        checked = parse_message(message, self.__limits)
         key = checked.idempotency_key
         if signal is not None:
             signal.throw_if_aborted()
-        if not await self._ledger.message_claim(key, stale_after_seconds=self._stale_after):
-            if await self._ledger.message_sent(key):
+        if not await self.__ledger.message_claim(key, stale_after_seconds=self.__stale_after):
+            if await self.__ledger.message_sent(key):
                 return False  # sent before: never twice
             # Another attempt holds the key: it is sending now, or it crashed mid-send. Come
             # back when its claim goes stale rather than finish without the message going out.
             raise Retry(
-                in_seconds=self._stale_after,
+                in_seconds=self.__stale_after,
                 reason=f"message {key!r} is being sent by another attempt; retrying when "
                 "its claim goes stale",
             )
         if signal is not None and signal.aborted:  # aborted while claiming: nothing went out
-            await self._release(key)
+            await self.__release(key)
             signal.throw_if_aborted()
-        await self._deliver(checked, signal)
-        await self._ledger.message_confirm(key)
+        await self.__deliver(checked, signal)
+        await self.__ledger.message_confirm(key)
         return True
 
-    async def _deliver(self, message: Message, signal: AbortSignal | None) -> None:
+    async def __deliver(self, message: Message, signal: AbortSignal | None) -> None:
         """Send; release the key if the sender failed, keep it if the outcome is unknown."""
-        sending = asyncio.ensure_future(self._sender.send(message, tenant=self._tenant))
+        sending = asyncio.ensure_future(self.__sender.send(message, tenant=self.__tenant))
         finished = False
         try:
             if signal is None:
@@ -107,7 +122,7 @@ class Transport:
             else:
                 await _until_aborted(sending, signal)
                 if not sending.done():  # aborted mid-send: a moment to learn how it ended
-                    await asyncio.wait([sending], timeout=self._abort_grace)
+                    await asyncio.wait([sending], timeout=self.__abort_grace)
             finished = sending.done()
         finally:
             if not sending.done():
@@ -118,17 +133,20 @@ class Transport:
             assert signal is not None and signal.reason is not None
             raise Aborted(signal.reason)
         if sending.cancelled() or sending.exception() is not None:
-            await self._release(message.idempotency_key)
+            await self.__release(message.idempotency_key)
         sending.result()  # the sender's error, if any
 
-    async def _release(self, key: str) -> None:
+    async def __release(self, key: str) -> None:
         # The sender's error (or Aborted) is the one to report; a claim left behind by a failed
         # release only delays a resend until it goes stale.
         with contextlib.suppress(Exception):
-            await self._ledger.message_release(key)
+            await self.__ledger.message_release(key)
 
     def __repr__(self) -> str:
-        return f"Transport({self._sender!r}, tenant={self._tenant!r})"
+        return f"Transport({self.__sender!r}, tenant={self.__tenant!r})"
+
+    def __dir__(self) -> list[str]:
+        return ["send"]
 
 
 async def _until_aborted(work: asyncio.Future[Any], signal: AbortSignal) -> None:

@@ -28,12 +28,13 @@ from ket.context import (
 )
 from ket.context.db import Database, records_of
 from ket.context.fence import fence
-from ket.context.storage import DEFAULT_STORAGE_ROOT
+from ket.context.storage import DEFAULT_STORAGE_ROOT, max_blob_bytes_from
 from ket.errors import StoreError
 from ket.runtime.events import Event, Hooks
 from ket.store.contract import JobStore, RecordStore, SentLedger
 from ket.store.types import ClaimedJob, Inserted, NewJob
 from ket.transport import DEFAULT_TRANSPORT_URL, Sender, sender_from_url
+from ket.transport.message import MessageLimits
 
 Clock = Callable[[], datetime]
 
@@ -81,6 +82,9 @@ class Contexts:
         self._sender = sender
         self._root = Path(storage_root)
         self._clock = clock
+        # caps from the environment, read once here so that a bad value stops the start
+        self._message_limits = MessageLimits.from_environ(os.environ)
+        self._max_blob_bytes = max_blob_bytes_from(os.environ)
         self._tx_executor = tx_executor
         self._hooks = hooks
         self._parts: dict[str, tuple[Jobs, Storage, Transport]] = {}
@@ -152,8 +156,10 @@ class Contexts:
         if parts is None:
             parts = self._parts[spec.name] = (
                 Jobs(self._catalog, spec, self._inserter()),
-                Storage(spec, self._tenant, root=self._root),
-                Transport(self._sender, self._ledger, spec, self._tenant),
+                Storage(spec, self._tenant, root=self._root, max_blob_bytes=self._max_blob_bytes),
+                Transport(
+                    self._sender, self._ledger, spec, self._tenant, limits=self._message_limits
+                ),
             )
         return parts
 

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from ket.catalog import Catalog, JobSpec
 from ket.context.blocking import Blocking
 from ket.context.signal import AbortSignal
-from ket.errors import Aborted, Discard, EffectError, Retry
+from ket.errors import Aborted, Discard, EffectError, MessageRejected, Retry
 from ket.runtime.contexts import Contexts
 from ket.runtime.events import Event, Hooks, Kind
 from ket.runtime.outcome import (
@@ -261,6 +261,8 @@ def _failed(job: ClaimedJob, spec: JobSpec, error: BaseException) -> Result:
     if isinstance(error, Discard):
         return _discard(job, _reason_of(error), trace)
     if isinstance(error, EffectError):  # a declaration bug: retrying cannot help
+        return _discard(job, describe(error), trace)
+    if isinstance(error, MessageRejected):  # a message refused for good: so would a retry be
         return _discard(job, describe(error), trace)
     message = describe(error)
     delay = None

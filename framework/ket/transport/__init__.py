@@ -5,9 +5,10 @@ message to one Sender: DevSender (`.eml` files), SmtpSender (an SMTP server) or 
 (tests), chosen by `sender_from_url(KET_TRANSPORT_URL)`.
 """
 
+from ket.transport.address import Address
 from ket.transport.capture import CaptureSender
 from ket.transport.dev import DevSender
-from ket.transport.message import Address, Message, parse_message
+from ket.transport.message import Message, MessageLimits, parse_message
 from ket.transport.sender import Sender
 from ket.transport.smtp import SmtpSender
 from ket.transport.url import DEFAULT_TRANSPORT_URL, sender_from_url
@@ -18,6 +19,7 @@ __all__ = [
     "CaptureSender",
     "DevSender",
     "Message",
+    "MessageLimits",
     "Sender",
     "SmtpSender",
     "parse_message",

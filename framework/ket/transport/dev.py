@@ -2,7 +2,8 @@
 
 One folder per tenant (`.ket/outbox/<tenant>/` by default); each file is named by the time it
 was written and its idempotency key, so `ls` shows the outbox in order. Any mail client, or
-`email.message_from_bytes`, opens the files.
+`email.message_from_bytes`, opens the files. Files are 0600 in folders 0700, and a symbolic link
+planted in place of a tenant's folder is refused, never written through (ket.folder).
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import asyncio
 import hashlib
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ket import folder as private
+from ket.errors import TransportError
 from ket.transport.message import Message
 
 DEFAULT_OUTBOX = Path(".ket") / "outbox"
@@ -41,8 +43,8 @@ class DevSender:
             raise ValueError(f"tenant {tenant!r} cannot name an outbox folder")
         now = self._clock().astimezone(UTC)
         data = message.to_email(tenant=tenant, date=now).as_bytes()
-        path = self.folder / tenant / file_name(message.idempotency_key, now)
-        await asyncio.to_thread(_write, path, data)
+        name = file_name(message.idempotency_key, now)
+        await asyncio.to_thread(_write, self.folder, tenant, name, data)
 
     def __repr__(self) -> str:
         return f"DevSender({str(self.folder)!r})"
@@ -55,13 +57,14 @@ def file_name(key: str, at: datetime) -> str:
     return f"{at:%Y%m%dT%H%M%S.%fZ}-{readable}-{digest}.eml"
 
 
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=".ket-tmp-", dir=path.parent)
+def _write(outbox: Path, tenant: str, name: str, data: bytes) -> None:
     try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+        with private.opened(outbox, [tenant], create=True) as where:
+            assert where is not None  # created
+            private.write(where, name, data, 1)
+    except private.Refused as refused:
+        place = f"outbox file {name!r}" if refused.depth else f"the outbox of tenant {tenant!r}"
+        raise TransportError(
+            f"{place} under {str(outbox)!r} is a {refused.kind}; ket never follows links in the "
+            "outbox"
+        ) from None

@@ -8,38 +8,63 @@
     "text": "Your order 1001 is confirmed.",
     "html": "<p>Your order 1001 is confirmed.</p>",       # optional
 }
+
+Header text (the key, subject, addresses and names) holds no control character or line break,
+bodies hold no NUL, and a message stays within its MessageLimits. A message refused here is
+refused for good: MessageRejected, which discards the job that sent it rather than retrying.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from email.headerregistry import Address as EmailAddress
 from email.message import EmailMessage
 from email.utils import format_datetime
 from typing import Any
 
-from ket.errors import MessageRejected
+from ket.errors import MessageRejected, TransportError
 from ket.store.validate import MAX_KEY_LENGTH
+from ket.transport.address import Address, address_problem, text_problem
 
 FIELDS = ("idempotency_key", "from", "to", "subject", "text", "html")
+DEFAULT_MAX_RECIPIENTS = 100
+DEFAULT_MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+RECIPIENTS_VARIABLE = "KET_TRANSPORT_MAX_RECIPIENTS"
+BYTES_VARIABLE = "KET_TRANSPORT_MAX_BYTES"
+# What no body can carry: NUL (RFC 5322 bodies exclude it) and lone surrogates (unencodable).
+_BODY_FORBIDDEN = re.compile(r"[\x00\ud800-\udfff]")
+_SHOWN = 300  # characters of an offending value quoted in an error
 
 
 @dataclass(frozen=True, kw_only=True)
-class Address:
-    """A mailbox: `address` (checked as an RFC 5322 addr-spec) and an optional display name."""
+class MessageLimits:
+    """Caps on one message: `max_recipients` addresses in `to`, `max_bytes` of subject, text
+    and html together (UTF-8). Set by KET_TRANSPORT_MAX_RECIPIENTS and KET_TRANSPORT_MAX_BYTES."""
 
-    address: str
-    name: str | None = None
+    max_recipients: int = DEFAULT_MAX_RECIPIENTS
+    max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
-    def as_dict(self) -> dict[str, str]:
-        return {"address": self.address} | ({"name": self.name} if self.name is not None else {})
+    def __post_init__(self) -> None:
+        for name in ("max_recipients", "max_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TransportError(f"{name} must be a positive integer, got {value!r}")
 
-    def header(self) -> EmailAddress:
-        return EmailAddress(display_name=self.name or "", addr_spec=self.address)
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> MessageLimits:
+        """The limits the environment sets, the defaults for those it does not."""
+        return cls(
+            max_recipients=_positive(environ, RECIPIENTS_VARIABLE, DEFAULT_MAX_RECIPIENTS),
+            max_bytes=_positive(environ, BYTES_VARIABLE, DEFAULT_MAX_MESSAGE_BYTES),
+        )
+
+
+DEFAULT_LIMITS = MessageLimits()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +98,28 @@ class Message:
         return f"<{digest}.ket@{self.sender.header().domain}>"
 
     def to_email(self, *, tenant: str, date: datetime) -> EmailMessage:
-        """The message as a MIME email (plain text, plus an HTML alternative when given)."""
+        """The message as a MIME email (plain text, plus an HTML alternative when given).
+
+        Its headers and bodies are checked again here, so that a Message built by hand rather
+        than by parse_message can no more put a control character or a NUL on the wire."""
+        label = repr(self.idempotency_key)
+        headers = [("subject", self.subject), ("from", self.sender.address)]
+        headers += [(f"to[{n}]", a.address) for n, a in enumerate(self.to)]
+        headers += [("from name", self.sender.name or "")]
+        headers += [(f"to[{n}] name", a.name or "") for n, a in enumerate(self.to)]
+        for field, value in headers:
+            _header(label, field, value)
+        _body(label, "text", self.text)
+        if self.html is not None:
+            _body(label, "html", self.html)
+        try:
+            return self._email(tenant, date)
+        except Exception as error:  # the same message fails the same way every time
+            raise MessageRejected(
+                f"message {label} cannot be written as an email: {type(error).__name__}: {error}"
+            ) from None
+
+    def _email(self, tenant: str, date: datetime) -> EmailMessage:
         email = EmailMessage()
         email["From"] = self.sender.header()
         email["To"] = [address.header() for address in self.to]
@@ -86,70 +132,119 @@ class Message:
         return email
 
 
-def parse_message(message: object) -> Message:
-    """The checked message, or MessageRejected naming the message and the field at fault."""
+def parse_message(message: object, limits: MessageLimits = DEFAULT_LIMITS) -> Message:
+    """The checked message, or MessageRejected naming the message, the field and its value."""
     if not isinstance(message, Mapping):
-        raise MessageRejected(f"a message must be a mapping, got {message!r}")
+        raise MessageRejected(f"a message must be a mapping, got {_shown(message)}")
     key = message.get("idempotency_key")
     if not isinstance(key, str) or not key.strip() or len(key) > MAX_KEY_LENGTH:
         raise MessageRejected(
             f"message {_label(message)} needs an idempotency_key: a non-empty string of at most "
             f"{MAX_KEY_LENGTH} characters derived from stable business identity (e.g. "
-            f"'sales.confirmation:<order id>'), got {key!r}"
+            f"'sales.confirmation:<order id>'), got {_shown(key)}"
         )
     label = repr(key)
+    _header(label, "idempotency_key", key)
     unknown = sorted(str(name) for name in message if name not in FIELDS)
     if unknown:
-        raise MessageRejected(f"message {label} has unknown fields {unknown}; expected {FIELDS}")
+        raise MessageRejected(
+            f"message {label} has unknown fields {_shown(unknown)}; expected {FIELDS}"
+        )
     recipients = message.get("to")
     if not isinstance(recipients, list | tuple) or not recipients:
         raise MessageRejected(
             f"message {label}: 'to' must be a non-empty list of {{address, name?}}, "
-            f"got {recipients!r}"
+            f"got {_shown(recipients)}"
+        )
+    if len(recipients) > limits.max_recipients:
+        raise MessageRejected(
+            f"message {label}: 'to' has {len(recipients)} recipients, more than the cap of "
+            f"{limits.max_recipients} ({RECIPIENTS_VARIABLE})"
         )
     html = message.get("html")
-    return Message(
+    checked = Message(
         idempotency_key=key,
         sender=_address(label, "from", message.get("from")),
         to=tuple(_address(label, f"to[{n}]", item) for n, item in enumerate(recipients)),
-        subject=_text(label, "subject", message.get("subject"), header=True),
-        text=_text(label, "text", message.get("text")),
-        html=None if html is None else _text(label, "html", html),
+        subject=_header(label, "subject", _string(label, "subject", message.get("subject"))),
+        text=_body(label, "text", message.get("text")),
+        html=None if html is None else _body(label, "html", html),
     )
+    size = sum(len(part.encode()) for part in (checked.subject, checked.text, checked.html or ""))
+    if size > limits.max_bytes:
+        raise MessageRejected(
+            f"message {label} is {size} bytes (subject, text and html in UTF-8), more than the "
+            f"cap of {limits.max_bytes} ({BYTES_VARIABLE})"
+        )
+    return checked
 
 
 def _address(label: str, field: str, value: object) -> Address:
     if not isinstance(value, Mapping) or set(value) - {"address", "name"}:
         raise MessageRejected(
-            f"message {label}: {field!r} must be {{address, name?}}, got {value!r}"
+            f"message {label}: {field!r} must be {{address, name?}}, got {_shown(value)}"
         )
     address, name = value.get("address"), value.get("name")
     if not isinstance(address, str) or (name is not None and not isinstance(name, str)):
         raise MessageRejected(
             f"message {label}: {field!r} needs a string address and an optional string name, "
-            f"got {value!r}"
+            f"got {_shown(value)}"
         )
-    checked = Address(address=address, name=name)
-    try:
-        parsed = checked.header()
-    except Exception as error:  # the email package raises several kinds for a bad address
+    problem = address_problem(address)
+    if problem is not None:
         raise MessageRejected(
-            f"message {label}: {field!r} address {address!r} is not valid ({error})"
-        ) from None
-    if not parsed.username or not parsed.domain:
-        raise MessageRejected(f"message {label}: {field!r} address {address!r} is not valid")
-    return checked
+            f"message {label}: {field!r} address {address!r} is not valid: {problem}"
+        )
+    if name is not None:
+        _header(label, f"{field} name", name)
+    return Address(address=address, name=name)
 
 
-def _text(label: str, field: str, value: object, *, header: bool = False) -> str:
+def _string(label: str, field: str, value: object) -> str:
     if not isinstance(value, str):
-        raise MessageRejected(f"message {label}: {field!r} must be a string, got {value!r}")
-    if header and ("\r" in value or "\n" in value):
-        raise MessageRejected(f"message {label}: {field!r} must be one line, got {value!r}")
+        raise MessageRejected(f"message {label}: {field!r} must be a string, got {_shown(value)}")
     return value
+
+
+def _header(label: str, field: str, value: str) -> str:
+    problem = text_problem(value)
+    if problem is not None:
+        raise MessageRejected(
+            f"message {label}: {field!r} must be one line of text, got {_shown(value)}: {problem}"
+        )
+    return value
+
+
+def _body(label: str, field: str, value: object) -> str:
+    text = _string(label, field, value)
+    found = _BODY_FORBIDDEN.search(text)
+    if found is not None:
+        raise MessageRejected(
+            f"message {label}: {field!r} cannot be sent: it holds "
+            f"U+{ord(found.group()):04X} at position {found.start()} (NUL and lone surrogates "
+            "cannot be written in a mail body)"
+        )
+    return text
+
+
+def _positive(environ: Mapping[str, str], variable: str, default: int) -> int:
+    given = environ.get(variable)
+    if given is None or given == "":
+        return default
+    if not given.isascii() or not given.strip().isdigit() or int(given) < 1:
+        raise TransportError(f"{variable} must be a positive whole number, got {given!r}")
+    return int(given)
 
 
 def _label(message: Mapping[str, Any]) -> str:
     """How to name a message that has no usable key: by its subject, if it has one."""
     subject = message.get("subject")
-    return f"with subject {subject!r}" if isinstance(subject, str) else reprlib.repr(dict(message))
+    return f"with subject {_shown(subject)}" if isinstance(subject, str) else _shown(message)
+
+
+def _shown(value: object) -> str:
+    """`value` for an error: a string escaped in full up to a length, anything else abridged."""
+    if not isinstance(value, str):
+        return reprlib.repr(value)
+    text = repr(value)
+    return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}... ({len(value)} characters)"

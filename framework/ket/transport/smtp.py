@@ -6,11 +6,17 @@
 
 `timeout=<seconds>` in the query bounds every network step (default 30). User and password
 are percent-decoded, so a password with '@' or ':' is written `%40` / `%3A`.
+
+A permanent refusal of the message itself (a 5xx reply of PERMANENT_CODES to MAIL FROM, to every
+RCPT TO, or to DATA) is MessageRejected: resending cannot help, so the job is discarded. Every
+other failure (no connection, a timeout, a 4xx reply, a refused login) propagates as it is, and
+the job retries.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import smtplib
 import ssl
 from dataclasses import dataclass
@@ -18,10 +24,18 @@ from datetime import UTC, datetime
 from email.message import EmailMessage
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ket.errors import TransportError
+from ket.errors import MessageRejected, TransportError
 from ket.transport.message import Message
 
+log = logging.getLogger("ket.transport")
+
 DEFAULT_TIMEOUT_SECONDS = 30.0
+# 5xx replies that refuse the message itself: syntax of an address (501), mailbox unavailable,
+# not local, storage exceeded or too big, name not allowed (550-553), transaction failed (554),
+# parameters refused (555), domain accepts no mail (556). Other 5xx replies (authentication
+# required 530, command unknown 500/502, bad sequence 503) are the connection's or the
+# configuration's fault and retry.
+PERMANENT_CODES = frozenset({501, 550, 551, 552, 553, 554, 555, 556})
 _PORTS = {"smtp": 25, "smtps": 465}
 _OPTIONS = {"starttls", "timeout"}
 
@@ -47,7 +61,8 @@ class SmtpSender:
         self._url = redact(url)
 
     async def send(self, message: Message, *, tenant: str) -> None:
-        """Deliver the message; SMTP errors and timeouts propagate (the message was not sent)."""
+        """Deliver the message; MessageRejected when the server refuses it for good, and other
+        SMTP errors and timeouts as they are (the message was not sent: a retry may send it)."""
         email = message.to_email(tenant=tenant, date=datetime.now(UTC))
         await asyncio.to_thread(self._deliver, email, message)
 
@@ -65,10 +80,65 @@ class SmtpSender:
             if s.user is not None:
                 smtp.login(s.user, s.password or "")
             recipients = [address.address for address in message.to]
-            smtp.send_message(email, message.sender.address, recipients)
+            try:
+                refused = smtp.send_message(email, message.sender.address, recipients)
+            except (smtplib.SMTPSenderRefused, smtplib.SMTPDataError) as error:
+                rejected = _permanent(message, error)
+                if rejected is None:
+                    raise
+                raise rejected from error
+            except smtplib.SMTPRecipientsRefused as error:
+                rejected = _all_refused(message, error)
+                if rejected is None:
+                    raise
+                raise rejected from error
+        if refused:  # the others took it: a retry would send them a duplicate
+            log.warning(
+                "message %r went out, but the SMTP server refused some recipients: %s",
+                message.idempotency_key,
+                _replies(refused),
+            )
 
     def __repr__(self) -> str:
         return f"SmtpSender({self._url!r})"
+
+
+def _permanent(
+    message: Message, error: smtplib.SMTPSenderRefused | smtplib.SMTPDataError
+) -> MessageRejected | None:
+    """MessageRejected for a permanent refusal of the sender or of the data; else None."""
+    if error.smtp_code not in PERMANENT_CODES:
+        return None
+    label = repr(message.idempotency_key)
+    reply = _reply(error.smtp_code, error.smtp_error)
+    if isinstance(error, smtplib.SMTPSenderRefused):
+        return MessageRejected(
+            f"message {label}: the SMTP server refused 'from' address "
+            f"{message.sender.address!r} for good: {reply}"
+        )
+    return MessageRejected(f"message {label}: the SMTP server refused it for good: {reply}")
+
+
+def _all_refused(message: Message, error: smtplib.SMTPRecipientsRefused) -> MessageRejected | None:
+    """MessageRejected when every recipient was refused for good; else None (a retry may do)."""
+    codes = [code for code, _ in error.recipients.values()]
+    if not all(code in PERMANENT_CODES for code in codes):
+        return None
+    return MessageRejected(
+        f"message {message.idempotency_key!r}: the SMTP server refused every 'to' address "
+        f"for good: {_replies(error.recipients)}"
+    )
+
+
+def _replies(refused: dict[str, tuple[int, bytes]]) -> str:
+    return "; ".join(f"{address!r}: {_reply(*reply)}" for address, reply in refused.items())
+
+
+def _reply(code: int, text: bytes | str) -> str:
+    """A server's reply, escaped: it comes from outside and ends up in logs and job errors."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return f"{code} {text[:500]!r}"
 
 
 def parse_smtp_url(url: str) -> SmtpSettings:

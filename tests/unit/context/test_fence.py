@@ -63,6 +63,7 @@ class Setup:
     sender: CaptureSender
     ctx: JobContext
     signal: AbortSignal
+    storage: Path
 
 
 def run(tmp_path: Path, scenario: Callable[[Setup], Awaitable[None]]) -> None:
@@ -80,7 +81,7 @@ def run(tmp_path: Path, scenario: Callable[[Setup], Awaitable[None]]) -> None:
         signal = AbortSignal()
         ctx = contexts.for_job(job, CATALOG.job("notes.write"), signal)
         try:
-            await scenario(Setup(store, sender, ctx, signal))
+            await scenario(Setup(store, sender, ctx, signal, tmp_path / "acme"))
         finally:
             await store.close()
 
@@ -125,7 +126,7 @@ async def written(s: Setup) -> dict[str, int]:
     return {
         "db": len(await s.store.record_select("notes.Note")),
         "jobs": len(await s.store.job_list(JobQuery(name="notes.follow_up"))),
-        "storage": len(list(s.ctx.storage.folder.rglob("*.txt"))),
+        "storage": len(list(s.storage.rglob("*.txt"))),
         "transport": len(s.sender.sent),
     }
 
@@ -194,7 +195,7 @@ def test_what_is_not_an_effect_stays_readable_after_the_abort(tmp_path: Path) ->
         s.signal.abort("timeout")
         assert s.ctx.signal.reason == "timeout"
         assert s.ctx.job.name == "notes.write"
-        assert s.ctx.storage.folder == tmp_path / "acme"
+        assert repr(s.ctx.storage) == "Storage(tenant='acme')"
         s.ctx.log.info("still logs")
 
     run(tmp_path, scenario)
@@ -204,3 +205,33 @@ def test_a_fenced_part_is_read_only() -> None:
     fenced = fence(CaptureSender(), AbortSignal())
     with pytest.raises(AttributeError, match="read-only"):
         fenced.sent = []
+
+
+SURFACE = {
+    "db": ["delete", "get", "insert", "select", "update"],
+    "jobs": ["enqueue", "enqueue_many"],
+    "storage": ["delete", "get", "list", "put"],
+    "transport": ["send"],
+    "log": ["debug", "error", "info", "warning"],
+}
+INTERNALS = {
+    "db": ["_records", "_operation", "_models", "_check", "_target"],
+    "jobs": ["_insert", "_catalog", "_operation", "_build", "_target"],
+    "storage": ["folder", "_root", "_operation", "_allow", "_target"],
+    "transport": ["_sender", "_ledger", "_deliver", "_target"],
+    "log": ["_base", "_logger"],
+}
+
+
+@pytest.mark.parametrize("part", sorted(SURFACE))
+def test_each_part_of_the_context_shows_only_its_documented_operations(
+    tmp_path: Path, part: str
+) -> None:
+    async def scenario(s: Setup) -> None:
+        plain = Blocking(s.ctx, asyncio.get_running_loop())
+        for ctx in (s.ctx, plain):
+            assert dir(getattr(ctx, part)) == SURFACE[part]
+            for name in INTERNALS[part]:
+                assert not hasattr(getattr(ctx, part), name), f"ctx.{part}.{name} is reachable"
+
+    run(tmp_path, scenario)

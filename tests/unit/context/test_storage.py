@@ -83,7 +83,7 @@ def test_a_failed_write_leaves_the_old_blob_and_no_temporary_file(
     store = storage(tmp_path)
     run(store.put("a.txt", "old"))
 
-    def broken_replace(source: str, target: Path) -> None:
+    def broken_replace(source: str, target: str, **folders: int) -> None:
         raise OSError("disk on fire")
 
     monkeypatch.setattr(storage_module.os, "replace", broken_replace)

@@ -251,8 +251,8 @@ def test_a_signal_aborted_before_sending_sends_nothing_and_keeps_the_key_free() 
 def test_a_signal_aborted_while_claiming_releases_the_claim() -> None:
     setup = Setup()
     signal = AbortSignal()
-    transport = setup.transport()
-    ledger = transport._ledger
+    ledger = MemoryStore(setup.database, clock=setup.clock)
+    transport = Transport(setup.sender, ledger, operation(*setup.effects), setup.tenant)
     real_claim = ledger.message_claim
 
     async def claim_then_abort(key: str, *, stale_after_seconds: float) -> bool:
