@@ -49,6 +49,10 @@ class Transactor:
     second, so a full pool would wait on itself.
     """
 
+    # the store ctx.tx runs on is the context's business: kept in mangled slots, off the
+    # surface a handler sees through `ctx.tx`
+    __slots__ = ("__catalog", "__company", "__executor", "__operation", "__signal", "__store")
+
     def __init__(
         self,
         store: object,
@@ -58,12 +62,12 @@ class Transactor:
         company: str | None = None,
         signal: AbortSignal | None = None,
     ) -> None:
-        self._store = store
-        self._catalog = catalog
-        self._operation = operation
-        self._executor = executor
-        self._company = company
-        self._signal = signal
+        self.__store = store
+        self.__catalog = catalog
+        self.__operation = operation
+        self.__executor = executor
+        self.__company = company
+        self.__signal = signal
 
     def fenced(self, signal: AbortSignal) -> Transact:
         """`run`, for an attempt under `signal`: refused, and its `tx` too, once aborted."""
@@ -76,27 +80,27 @@ class Transactor:
     async def run(self, fn: Callable[[Any], Any], *, signal: AbortSignal | None = None) -> Any:
         """`fn(tx)` in one transaction; its result. An `async def fn` is awaited; a plain one
         runs off the event loop and calls `tx` without `await`, as a plain handler does."""
-        signal = signal or self._signal
+        signal = signal or self.__signal
         if not callable(fn):
             raise TypeError(f"ctx.tx takes a function of one argument, tx; got {fn!r}")
-        store = self._store
+        store = self.__store
         if not isinstance(store, TransactionalStore):
             raise StoreError(
-                f"{self._operation.name}: store {type(store).__name__} cannot run ctx.tx "
+                f"{self.__operation.name}: store {type(store).__name__} cannot run ctx.tx "
                 "(it is not a TransactionalStore)"
             )
         async with store.transaction() as transaction:
             db = Database(
-                records_of(transaction), self._operation, self._catalog.models, self._company
+                records_of(transaction), self.__operation, self.__catalog.models, self.__company
             )
-            jobs = Jobs(self._catalog, self._operation, transaction.job_insert)
+            jobs = Jobs(self.__catalog, self.__operation, transaction.job_insert)
             if signal is not None:  # an aborted attempt writes nothing more
                 db, jobs = fence(db, signal), fence(jobs, signal)
             tx = TxContext(db=db, jobs=jobs)
             if _is_async(fn):
                 return await fn(tx)
             loop = asyncio.get_running_loop()
-            executor = self._executor or _plain_fn_pool()
+            executor = self.__executor or _plain_fn_pool()
             result = await loop.run_in_executor(executor, fn, Blocking(tx, loop))
             if inspect.isawaitable(result):
                 _close(result)
