@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import email
 import email.policy
+import socket
 import socketserver
 import threading
 from collections.abc import Iterator
@@ -45,6 +46,9 @@ CASES: dict[str, dict[str, Any]] = {
     "from_name_lf": {"from": {"address": "orders@example.com", "name": "Orders\nBcc: eve@x.com"}},
     "to_name_vt": {"to": [{"address": "ann@example.com", "name": "Ann\x0b"}]},
     "key_nul": {"idempotency_key": "mail:o1\x00"},
+    "name_with_addresses": {
+        "to": [{"address": "ann@example.com", "name": 'Eve <eve@example.com>, "Bob" bob@x.com'}]
+    },
     "text_nul": {"text": "Confirmed.\x00"},
     "to_at_cap": {"to": [{"address": f"r{n}@example.com"} for n in range(100)]},
     "to_over_cap": {"to": [{"address": f"r{n}@example.com"} for n in range(101)]},
@@ -371,3 +375,38 @@ def test_a_transient_smtp_refusal_retries_and_the_retry_sends_once(
     assert job.state == "completed" and job.attempt == 2
     assert reply.decode()[:3] in job.errors[0].error
     assert len(smtp.delivered) == 1
+
+
+def test_addresses_in_a_display_name_stay_a_name(
+    database_url: str, smtp: SmtpServer, tmp_path: Path
+) -> None:
+    kind, job, wire = outcome(database_url, smtp, tmp_path, "name_with_addresses")
+    assert (kind, job.state) == ("completed", "completed")
+    assert wire.count(b"rcpt TO:") == 1 and b"rcpt TO:<ann@example.com>" in wire
+    [data] = smtp.delivered
+    mail = email.message_from_bytes(data, policy=email.policy.default)
+    [to] = mail["To"].addresses
+    assert (to.addr_spec, to.display_name) == (
+        "ann@example.com",
+        'Eve <eve@example.com>, "Bob" bob@x.com',
+    )
+
+
+def test_a_refused_connection_retries(database_url: str, tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nobody listens on once the probe is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    async def scenario() -> tuple[list[str], Any]:
+        async with WorkerStep(
+            APP,
+            database_url=database_url,
+            sender=SmtpSender(f"smtp://127.0.0.1:{port}?timeout=2"),
+            storage_root=tmp_path / "storage",
+        ) as step:
+            job_id = await step.enqueue("mail.send", {"case": "good"})
+            return await step.drain(), await step.job(job_id)
+
+    kinds, job = asyncio.run(scenario())
+    assert kinds == ["failed"] and job.state == "retryable"
+    assert job.errors[0].error.startswith("ConnectionRefusedError")
