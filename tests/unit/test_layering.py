@@ -45,6 +45,22 @@ FORBIDDEN = {
     "catalog": {"manifest", "diff", "cli", "workspace", "runtime", "context"},
     "context": {"manifest", "check", "diff", "cli", "workspace", "runtime", "tck"},
     "runtime": {"manifest", "check", "diff", "cli", "workspace", "tck"},
+    # private folders (storage, the outbox): os calls only, so both rooms can use them
+    "folder": {
+        "declare",
+        "manifest",
+        "check",
+        "diff",
+        "cli",
+        "workspace",
+        "catalog",
+        "runtime",
+        "context",
+        "store",
+        "tck",
+        "schedule",
+        "transport",
+    },
     # senders know messages, not jobs: the context checks effects and keys before them
     "transport": {
         "declare",
