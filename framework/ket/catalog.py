@@ -2,7 +2,8 @@
 
 Producers (the handler context, the client, the test helpers) and the worker all look jobs up
 here, so a job is validated, defaulted and turned into a `NewJob` the same way wherever it is
-enqueued from.
+enqueued from: its secret input fields sealed (or marked) the same way too, and opened again
+only when the worker builds its handler's input.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ket.check import error_messages, run_checks
 from ket.declare import resolve
@@ -24,6 +26,14 @@ from ket.declare.operation import Handler, OperationDecl
 from ket.declare.worker import WorkerConfig
 from ket.errors import CheckFailed, JobRejected
 from ket.schedule import Schedule
+from ket.secret import (
+    Redact,
+    SecretKeys,
+    holds_secrets,
+    open_payload,
+    plain_payload,
+    seal_payload,
+)
 from ket.store.types import ModelTable, NewJob
 
 Backoff = Callable[[int], float]
@@ -38,6 +48,7 @@ class OperationSpec:
     input_model: type[BaseModel]
     effects: frozenset[Effect]
     cross_company: bool
+    secret: bool = False  # its input may hold secret fields
 
     def allows(self, verb: str, target: str) -> bool:
         """Whether the declared effects cover `verb:target` (`write` also covers reading)."""
@@ -67,10 +78,19 @@ class Catalog:
     functions: Mapping[str, OperationSpec]
     models: Mapping[str, ModelTable]
     worker: WorkerConfig
+    keys: SecretKeys | None = None  # KET_SECRET_KEYS: None stores secrets in clear (marked)
+    redact: Redact | None = None  # the deployment's hook for exception texts
 
     @classmethod
-    def build(cls, deployment: DeploymentDecl, *, timezone: str | None = None) -> Catalog:
-        """Resolve a deployment; CheckFailed if `ket check` finds errors in it."""
+    def build(
+        cls,
+        deployment: DeploymentDecl,
+        *,
+        timezone: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> Catalog:
+        """Resolve a deployment; CheckFailed if `ket check` finds errors in it, SecretKeyError
+        if `KET_SECRET_KEYS` (read from `environ`, default the process's) is malformed."""
         timezone = timezone or resolve.default_timezone()
         errors = error_messages(run_checks(deployment, timezone=timezone))
         if errors:
@@ -86,6 +106,8 @@ class Catalog:
                 for model in deployment.models()
             },
             worker=resolve.worker_config(deployment),
+            keys=SecretKeys.from_environment(environ),
+            redact=deployment.redact,
         )
 
     def job(self, name: str) -> JobSpec:
@@ -111,7 +133,11 @@ class Catalog:
         """A job to insert: input validated (pydantic ValidationError naming the field), defaults
         from the declaration filled in."""
         spec = self.job(name)
-        payload = validate_input(spec, input)
+        value = validate_input(spec, input)
+        if spec.secret:
+            payload = seal_payload(value, self.keys, job=name)
+        else:
+            payload = plain_payload(value, job=name)
         if run_at is not None and (not isinstance(run_at, datetime) or run_at.utcoffset() is None):
             raise JobRejected(
                 f"job {name!r}: run_at must be a timezone-aware datetime, got {run_at!r}"
@@ -119,7 +145,7 @@ class Catalog:
         return NewJob(
             name=name,
             queue=spec.queue,
-            payload=payload.model_dump(mode="json"),
+            payload=payload,
             run_at=run_at,
             priority=spec.priority if priority is None else priority,
             max_attempts=spec.max_attempts,
@@ -129,14 +155,46 @@ class Catalog:
             ticks_skipped=ticks_skipped,
         )
 
+    def job_input(
+        self, spec: OperationSpec, payload: Mapping[str, Any]
+    ) -> tuple[BaseModel, list[str]]:
+        """A stored payload as its handler's input, and the secret values it held (to keep
+        them out of error texts). SecretKeyError, naming the field, when a sealed secret cannot
+        be opened; pydantic's ValidationError when the payload no longer fits the input."""
+        data, secrets = open_payload(dict(payload), self.keys)
+        return spec.input_model.model_validate(data), secrets
+
 
 def validate_input(spec: OperationSpec, input: BaseModel | Mapping[str, Any] | None) -> BaseModel:
-    """The operation's input model instance for `input` (a mapping, a model, or nothing)."""
+    """The operation's input model instance for `input` (a mapping, a model, or nothing).
+
+    For an input with secret fields, the ValidationError does not quote the values it refused:
+    a misplaced secret would otherwise be in the message."""
     if isinstance(input, spec.input_model):
         return input
     if isinstance(input, BaseModel):
         input = input.model_dump()
-    return spec.input_model.model_validate(dict(input or {}))
+    try:
+        return spec.input_model.model_validate(dict(input or {}))
+    except ValidationError as error:
+        if not spec.secret:
+            raise
+        raise _without_input(error) from None
+
+
+def _without_input(error: ValidationError) -> ValidationError:
+    """The same errors (field, type, message) without the input values they quote."""
+    details: list[InitErrorDetails] = []
+    for item in error.errors(include_url=False):
+        # the rendered message, as a custom error without context (so never re-rendered)
+        details.append(
+            {
+                "type": PydanticCustomError(item["type"], item["msg"]),
+                "loc": item["loc"],
+                "input": None,
+            }
+        )
+    return ValidationError.from_exception_data(error.title, details, hide_input=True)
 
 
 def jittered(seconds: float) -> float:
@@ -145,24 +203,28 @@ def jittered(seconds: float) -> float:
 
 
 def _operation(decl: OperationDecl) -> OperationSpec:
+    model = resolve.input_model(decl)
     return OperationSpec(
         name=decl.qualified_name,
         handler=decl.handler,
-        input_model=resolve.input_model(decl),
+        input_model=model,
         effects=frozenset(resolve.effects(decl)),
         cross_company=bool(decl.cross_company),
+        secret=holds_secrets(model),
     )
 
 
 def _job(decl: JobDecl, timezone: str | None) -> JobSpec:
     custom = decl.backoff
     backoff: Backoff = custom if callable(custom) else default_backoff
+    model = resolve.input_model(decl)
     return JobSpec(
         name=decl.qualified_name,
         handler=decl.handler,
-        input_model=resolve.input_model(decl),
+        input_model=model,
         effects=frozenset(resolve.effects(decl)),
         cross_company=bool(decl.cross_company),
+        secret=holds_secrets(model),
         queue=str(decl.queue),
         priority=int(decl.priority),  # type: ignore[call-overload]
         max_attempts=int(decl.max_attempts),  # type: ignore[call-overload]

@@ -13,7 +13,8 @@ job is refused; nothing is written in either case.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -25,13 +26,30 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ket.catalog import Catalog
 from ket.declare.deployment import DeploymentDecl
+from ket.errors import JobRejected, StoreError
 from ket.runtime.tenancy import DEFAULT_TENANT, database_template, tenant_database
+from ket.secret import Redactor, clear_secrets
+from ket.store.failure import translated
 from ket.store.sql import SqlStore, insert_on
 from ket.store.sql.engine import sqlite_discipline, sync_url
+from ket.store.sql.failure import database_error
 from ket.store.types import Inserted, NewJob
 
 Input = BaseModel | Mapping[str, Any] | None
 Item = tuple[str, Input] | tuple[str, Input, Mapping[str, Any]]
+
+
+@contextmanager
+def _payload_free(jobs: Sequence[NewJob]) -> Iterator[None]:
+    """A failed insert as a ket error that carries no payload: the database's first line with
+    the jobs' secret values hidden, and not chained to the driver's exception, whose text
+    quotes every parameter of the statement (so a logged traceback would show the payloads)."""
+    try:
+        yield
+    except StoreError as error:
+        hidden = Redactor.of(text for job in jobs for text in clear_secrets(job.payload))
+        kind = JobRejected if isinstance(error, JobRejected) else StoreError
+        raise kind(hidden(error.message)) from None
 
 
 def _jobs(catalog: Catalog, items: Sequence[Item]) -> list[NewJob]:
@@ -81,10 +99,15 @@ class Client:
         return self._insert(_jobs(self._catalog, items), connection)
 
     def _insert(self, jobs: list[NewJob], connection: Connection | None) -> list[Inserted]:
-        if connection is not None:
-            return insert_on(connection, jobs)
-        with self._engine.begin() as own:
-            return insert_on(own, jobs, write_locked=True)
+        with _payload_free(jobs):
+            if connection is not None:
+                return insert_on(connection, jobs)
+            # connecting and committing may fail too, outside insert_on's own translation
+            with (
+                translated(lambda error: database_error(error, self._engine)),
+                self._engine.begin() as own,
+            ):
+                return insert_on(own, jobs, write_locked=True)
 
     def close(self) -> None:
         """Release the client's connections."""
@@ -136,9 +159,10 @@ class AsyncClient:
     async def _insert(
         self, jobs: list[NewJob], connection: AsyncConnection | None
     ) -> list[Inserted]:
-        if connection is not None:
-            return await self._store.job_insert_on(connection, jobs)
-        return await self._store.job_insert(jobs)
+        with _payload_free(jobs):
+            if connection is not None:
+                return await self._store.job_insert_on(connection, jobs)
+            return await self._store.job_insert(jobs)
 
     async def aclose(self) -> None:
         """Release the client's connections."""
@@ -160,7 +184,8 @@ def open_client(
     deployment: DeploymentDecl, *, tenant: str = DEFAULT_TENANT, database_url: str | None = None
 ) -> Client:
     """A client for `tenant`; its database: `database_url`, else KET_DATABASE_URL, else default."""
-    engine = create_engine(sync_url(_url(tenant, database_url)))
+    # hide_parameters: SQLAlchemy's errors and logs never quote a job's payload
+    engine = create_engine(sync_url(_url(tenant, database_url)), hide_parameters=True)
     if engine.dialect.name == "sqlite":
         sqlite_discipline(engine)
     return Client(Catalog.build(deployment), engine)

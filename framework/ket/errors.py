@@ -11,6 +11,7 @@
     ├── StoreError            the job store failed
     │   └── JobRejected       a job or a store call was refused before anything was written
     ├── EffectError           an operation the running function or job did not declare
+    ├── SecretKeyError        KET_SECRET_KEYS is malformed, or opens no sealed secret of a job
     ├── StorageKeyError       a storage key that is not a safe path, or crosses a link (a ValueError)
     ├── BlobRejected          a blob over the storage size cap; nothing written (also a ValueError)
     └── TransportError        the outbound transport is misconfigured (e.g. an unknown URL)
@@ -94,6 +95,10 @@ class CheckFailed(KetError):
 
 class EffectError(KetError):
     """The operation was not declared in the effects of the running function or job."""
+
+
+class SecretKeyError(KetError):
+    """The secret keys (KET_SECRET_KEYS) are malformed or cannot open a sealed secret."""
 
 
 class StorageKeyError(KetError, ValueError):

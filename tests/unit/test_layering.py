@@ -61,6 +61,23 @@ FORBIDDEN = {
         "schedule",
         "transport",
     },
+    # secret input fields: pure functions over pydantic values and payloads, used by the
+    # catalog, the runtime, the client and the CLI
+    "secret": {
+        "declare",
+        "manifest",
+        "check",
+        "diff",
+        "cli",
+        "workspace",
+        "catalog",
+        "runtime",
+        "context",
+        "store",
+        "tck",
+        "schedule",
+        "transport",
+    },
     # senders know messages, not jobs: the context checks effects and keys before them
     "transport": {
         "declare",

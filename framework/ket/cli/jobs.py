@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
+from ket.secret import redact_payload
 from ket.store.contract import QueryableStore
 from ket.store.sql import SqlStore
 from ket.store.types import JOB_STATES, TERMINAL_STATES, JobQuery, JobRecord, Prune
@@ -123,8 +124,8 @@ def _show(args: argparse.Namespace) -> int:
     if record is None:
         sys.stderr.write(f"ket: no job {args.id}\n")
         return 1
-    if args.format == "json":
-        _print_json(_jsonable(asdict(record)))
+    if args.format == "json":  # secret input fields, sealed or not, show as ***
+        _print_json({**_jsonable(asdict(record)), "payload": redact_payload(record.payload)})
         return 0
     fields = _summary(record)
     for key in (
@@ -147,7 +148,8 @@ def _show(args: argparse.Namespace) -> int:
         sys.stdout.write(
             f"{key + ':':<14}{fields.get(key) if fields.get(key) is not None else '-'}\n"
         )
-    sys.stdout.write(f"{'payload:':<14}{json.dumps(record.payload, sort_keys=True)}\n")
+    payload = json.dumps(redact_payload(record.payload), sort_keys=True)
+    sys.stdout.write(f"{'payload:':<14}{payload}\n")
     sys.stdout.write(f"errors ({len(record.errors)}):\n")
     for error in record.errors:
         sys.stdout.write(f"  attempt {error.attempt} at {error.at.isoformat()}: {error.error}\n")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ket.declare.function import FunctionDecl
@@ -20,6 +20,7 @@ class DeploymentDecl:
     name: str
     modules: tuple[ModuleDecl, ...] = ()
     worker: Mapping[str, object] = field(default_factory=dict)
+    redact: Callable[[str], str] | None = None
     source: SourceLocation = UNKNOWN
 
     def module(self, name: str) -> ModuleDecl | None:
@@ -56,8 +57,13 @@ def define_deployment(
     name: str,
     modules: Sequence[ModuleDecl],
     worker: Mapping[str, object] | None = None,
+    redact: Callable[[str], str] | None = None,
 ) -> DeploymentDecl:
     """Declare a deployment.
+
+    `redact`, if given, is called with the text of every exception a handler raises (message
+    and traceback, after the values of the job's secret input fields are hidden) and returns
+    the text to store and log in its place.
 
     Example::
 
@@ -65,6 +71,7 @@ def define_deployment(
             name="erp",
             modules=[sales, hotel, company],
             worker={"queues": {"default": 2, "mail": 4}, "lease_ms": 30_000},
+            redact=lambda text: CARD_NUMBER.sub("<card>", text),
         )
     """
     source = caller()
@@ -85,6 +92,15 @@ def define_deployment(
         raise DeclarationError(
             f"{source.render()}: deployment {name!r}: worker must be a dict, got {worker!r}"
         )
+    if redact is not None and not callable(redact):
+        raise DeclarationError(
+            f"{source.render()}: deployment {name!r}: redact must be a function taking the "
+            f"text of an exception and returning the text to keep, got {redact!r}"
+        )
     return DeploymentDecl(
-        name=name, modules=tuple(modules), worker=dict(worker or {}), source=source
+        name=name,
+        modules=tuple(modules),
+        worker=dict(worker or {}),
+        redact=redact,
+        source=source,
     )

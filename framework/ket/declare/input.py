@@ -1,9 +1,11 @@
 """Input declarations: a shorthand dict of field types, or a pydantic model class.
 
 Either way the handler receives a validated pydantic model instance. Shorthand types:
-`id`, `string`, `int`, `number`, `bool`, `datetime`, `date`, `json`; a trailing `?` makes the
-field optional (default None). Shorthand models refuse unknown fields, so a misspelt field name
-is a validation error at enqueue time rather than a silently dropped value.
+`id`, `string`, `int`, `number`, `bool`, `datetime`, `date`, `json`, and for input only
+`secret` (a string the handler reads with `.get_secret_value()`, never shown: see ket.secret);
+a trailing `?` makes the field optional (default None). Shorthand models refuse unknown fields,
+so a misspelt field name is a validation error at enqueue time rather than a silently dropped
+value.
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, create_model
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SecretStr,
+    create_model,
+)
 
 from ket.errors import InputSpecError
 
@@ -30,22 +40,26 @@ SHORTHAND_TYPES: Mapping[str, Any] = {
     "date": dt.date,
     "json": JsonValue,
 }
+# Types an input field may have but a model field may not: a model row is not redacted.
+INPUT_ONLY_TYPES: Mapping[str, Any] = {"secret": SecretStr}
 FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 InputSpec = Mapping[str, str] | type[BaseModel] | None
 
 
-def parse_field_type(field: str, spec: object) -> tuple[Any, bool]:
+def parse_field_type(
+    field: str, spec: object, types: Mapping[str, Any] = SHORTHAND_TYPES
+) -> tuple[Any, bool]:
     """One shorthand type -> (python type, required), or InputSpecError naming the field."""
     if not isinstance(spec, str):
         raise InputSpecError(f"input field {field!r} must have a type name string, got {spec!r}")
     name, optional = (spec[:-1], True) if spec.endswith("?") else (spec, False)
-    if name not in SHORTHAND_TYPES:
-        known = ", ".join(SHORTHAND_TYPES)
+    if name not in types:
+        known = ", ".join(types)
         raise InputSpecError(
             f"input field {field!r} has unknown type {spec!r}; known types: {known}"
         )
-    return SHORTHAND_TYPES[name], not optional
+    return types[name], not optional
 
 
 def check_field_name(field: object) -> str:
@@ -80,8 +94,9 @@ def build_input_model(spec: object, title: str) -> type[BaseModel]:
             f"input must be a dict of field types or a pydantic model class, got {spec!r}"
         )
     fields: dict[str, Any] = {}
+    types = {**SHORTHAND_TYPES, **INPUT_ONLY_TYPES}
     for field, type_spec in spec.items():
-        python_type, required = parse_field_type(_input_field_name(field), type_spec)
+        python_type, required = parse_field_type(_input_field_name(field), type_spec, types)
         fields[field] = (python_type, ...) if required else (python_type | None, None)
     model: type[BaseModel] = create_model(
         title,

@@ -52,6 +52,8 @@ RULES: Mapping[str, Severity] = {
     # Closing an input schema refuses undeclared fields that queued rows might carry; unlike a
     # removed field we cannot tell whether any do, so a person decides.
     "input_closed": "review",
+    # Values of a field that stops being secret will be shown and stored in clear.
+    "input_field_not_secret": "review",
     # Everything else that differs.
     "module_added": "safe",
     "module_removed": "safe",
@@ -66,6 +68,7 @@ RULES: Mapping[str, Severity] = {
     "input_field_nullable": "safe",
     "input_field_removed_tolerated": "safe",
     "input_field_annotation_changed": "safe",
+    "input_field_secret": "safe",
     "input_opened": "safe",
     "effects_narrowed": "safe",
     "effects_restated": "safe",

@@ -2,7 +2,10 @@
 
 A field's type is its property schema with `$ref`s inlined from the schema's own `$defs` and the
 annotations (title, description, default, examples) ignored; an optional field is
-`anyOf [X, null]`, so becoming optional is not a type change.
+`anyOf [X, null]`, so becoming optional is not a type change. Secrecy (`writeOnly: true` with
+`format: password`, as pydantic writes SecretStr and SecretBytes) is not a type either: queued
+rows of a field that becomes secret, or stops being one, still validate, so it is reported on
+its own.
 """
 
 from __future__ import annotations
@@ -176,8 +179,8 @@ def _common(
 ) -> list[Finding]:
     was, now = required
     found = _requiredness(name, old, new, was, now, who)
-    old_base, old_null = split_null(old)
-    new_base, new_null = split_null(new)
+    old_base, old_null = split_null(_without_secrecy(old))
+    new_base, new_null = split_null(_without_secrecy(new))
     # Becoming required already says null-by-omission is gone; becoming optional already says
     # null is welcome: one finding per field is enough.
     if paths := schema_diff(old_base, new_base):
@@ -188,9 +191,62 @@ def _common(
     elif new_null and not old_null and not (was and not now):
         message = f"input field {name!r} now accepts null"
         found.append(Finding(kind="input_field_nullable", message=message, old=old, new=new))
+    found += _secrecy(name, old, new)
     if not found and old != new:
         found.append(_annotation_changed(name, old, new))
     return found
+
+
+def _secrecy(name: str, old: Schema, new: Schema) -> list[Finding]:
+    """A field (or a part of it) that becomes secret, or stops being one."""
+    was, now = set(_secret_parts(old, name)), set(_secret_parts(new, name))
+    found = []
+    if now - was:
+        parts = ", ".join(repr(part) for part in sorted(now - was))
+        message = f"input {parts} becomes secret: shown as ***, sealed at rest when keys are set"
+        found.append(Finding(kind="input_field_secret", message=message, old=old, new=new))
+    if was - now:
+        parts = ", ".join(repr(part) for part in sorted(was - now))
+        message = f"input {parts} is no longer secret: its values will be shown and stored in clear"
+        found.append(Finding(kind="input_field_not_secret", message=message, old=old, new=new))
+    return found
+
+
+def _secret_parts(node: Any, path: str) -> list[str]:
+    """Where a field's schema marks a secret: the field itself, or `field.inner` parts."""
+    if isinstance(node, list):
+        return [part for item in node for part in _secret_parts(item, path)]
+    if not isinstance(node, dict):
+        return []
+    if node.get("writeOnly") is True:
+        return [path]
+    parts = []
+    for key, value in node.items():
+        if key in _NAMED and isinstance(value, dict):
+            for field, schema in value.items():
+                parts += _secret_parts(schema, f"{path}.{field}")
+        elif key not in ANNOTATIONS:
+            parts += _secret_parts(value, path)
+    return parts
+
+
+def _without_secrecy(node: Any) -> Any:
+    """A schema fragment without the marks of a secret (compared on their own)."""
+    if isinstance(node, list):
+        return [_without_secrecy(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    kept: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _NAMED and isinstance(value, dict):  # field names here, never keywords
+            kept[key] = {field: _without_secrecy(schema) for field, schema in value.items()}
+        elif not _is_secrecy(key, value):
+            kept[key] = _without_secrecy(value)
+    return kept
+
+
+def _is_secrecy(key: str, value: object) -> bool:
+    return (key == "writeOnly" and value is True) or (key == "format" and value == "password")
 
 
 def _annotation_changed(name: str, old: Schema, new: Schema) -> Finding:

@@ -5,6 +5,11 @@ megabyte of output, one whose `__str__` itself raises, a `Retry` of infinity sec
 backoff that returns NaN. None of that may reach the store raw: one unwritable outcome would stop
 every other outcome of the tenant from being recorded. So every text is made safe and capped,
 and every delay is checked and clamped, before a `Settle` is built.
+
+A handler's texts are redacted first (`redact`: the job's secret values hidden, then the
+deployment's hook), on the whole raw text, so that no cap can cut a secret in two and leave half
+of it. A redaction that fails keeps only the exception's type name, and the outcome is recorded
+all the same.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import traceback
 from collections.abc import Callable
 
 from ket.catalog import default_backoff
+from ket.secret import NO_REDACTION, Redact
 
 # Caps on what one attempt may write into its job's error history (documented in docs/jobs.md).
 ERROR_TEXT_MAX = 4_000
@@ -40,22 +46,41 @@ def safe_text(text: str, cap: int) -> str:
     return text
 
 
-def describe(error: BaseException) -> str:
-    """`Type: message`, safe and capped; just the type when its message cannot be read."""
+def describe(error: BaseException, redact: Redact = NO_REDACTION) -> str:
+    """`Type: message`, redacted, safe and capped; just the type when its message cannot be
+    read, and the type with "(redaction failed)" when `redact` raises."""
     name = type(error).__name__
     try:
         message = str(error)
     except Exception as problem:  # a __str__ that raises must not lose the outcome
         return f"{name} (its message could not be read: {type(problem).__name__})"
-    return safe_text(f"{name}: {message}" if message else name, ERROR_TEXT_MAX)
+    return redacted(f"{name}: {message}" if message else name, redact, ERROR_TEXT_MAX, name)
 
 
-def trace_of(error: BaseException) -> str:
-    """The formatted traceback, safe and capped (the end kept: it names the raising line)."""
+def redacted(text: str, redact: Redact, cap: int, fallback: str) -> str:
+    """`text` redacted, safe and capped; `fallback (redaction failed)` when `redact` raises."""
+    try:
+        text = redact(text)
+    except Exception:  # the hook's problem must not lose the outcome, nor leak the text
+        return f"{fallback} (redaction failed)"
+    if not isinstance(text, str):
+        return f"{fallback} (redaction failed)"
+    return safe_text(text, cap)
+
+
+def trace_of(error: BaseException, redact: Redact = NO_REDACTION) -> str:
+    """The formatted traceback, redacted, safe and capped (the end kept: it names the raising
+    line)."""
     try:
         text = "".join(traceback.format_exception(error))
     except Exception as problem:
         text = f"(the traceback could not be formatted: {type(problem).__name__})"
+    try:
+        text = redact(text)
+        if not isinstance(text, str):
+            raise TypeError(type(text).__name__)
+    except Exception:
+        text = f"(the traceback of {type(error).__name__} is withheld: redaction failed)"
     if len(text) > TRACEBACK_MAX:
         text = f"... ({len(text) - TRACEBACK_MAX} characters cut)\n{text[-TRACEBACK_MAX:]}"
     return safe_text(text, TRACEBACK_MAX + 100)

@@ -10,6 +10,12 @@ moment after the claim). Once its signal is aborted, its context refuses every e
 async handler that ignores the signal is cancelled after ABORT_GRACE_SECONDS; a plain handler's
 thread cannot be stopped, so the attempt waits for it: its slot and lease stay held, and a
 warning names it while it overruns, so it never overlaps its own retry in this process.
+
+The handler's input is built from the stored payload here, and only here are sealed secrets
+opened: a job whose secrets no key opens is discarded at once, naming the job and the field (a
+retry could not help; `ket jobs retry` brings it back once the key is restored). The texts of
+what the handler raised are redacted before they are stored, logged or reported: the job's secret
+values hidden, then the deployment's `redact` hook applied.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from pydantic import ValidationError
 from ket.catalog import Catalog, JobSpec
 from ket.context.blocking import Blocking
 from ket.context.signal import AbortSignal
-from ket.errors import Aborted, Discard, EffectError, MessageRejected, Retry
+from ket.errors import Aborted, Discard, EffectError, MessageRejected, Retry, SecretKeyError
 from ket.runtime.contexts import Contexts
 from ket.runtime.events import Event, Hooks, Kind
 from ket.runtime.outcome import (
@@ -37,9 +43,11 @@ from ket.runtime.outcome import (
     backoff_delay,
     checked_delay,
     describe,
+    redacted,
     safe_text,
     trace_of,
 )
+from ket.secret import Redact, Redactor
 from ket.store.types import ClaimedJob, ErrorInfo, Settle
 
 log = logging.getLogger("ket.worker")
@@ -99,11 +107,15 @@ class JobRunner:
         if self.hooks.wanted("started"):
             self.hooks.emit(self._event("started", job))
         try:
-            payload = spec.input_model.model_validate(job.payload)
+            payload, secrets = self.catalog.job_input(spec, job.payload)
+        except SecretKeyError as error:
+            reason = f"job {job.id}: cannot open its secret input: {error.message}"
+            return _discard(job, safe_text(reason, ERROR_TEXT_MAX), None)
         except ValidationError as error:
             reason = f"payload does not match the input of {job.name}: {_one_line(error)}"
             return _discard(job, safe_text(reason, ERROR_TEXT_MAX), None)
-        result = await self._attempt(job, spec, payload, signal)
+        redact = Redactor.of(secrets, self.catalog.redact)
+        result = await self._attempt(job, spec, payload, signal, redact)
         duration = round((time.perf_counter() - started) * 1000, 3)
         return Result(
             job=job,
@@ -147,7 +159,7 @@ class JobRunner:
     # -- the attempt ------------------------------------------------------------------------
 
     async def _attempt(
-        self, job: ClaimedJob, spec: JobSpec, payload: Any, signal: AbortSignal
+        self, job: ClaimedJob, spec: JobSpec, payload: Any, signal: AbortSignal, redact: Redact
     ) -> Result:
         loop = asyncio.get_running_loop()
         timer: asyncio.TimerHandle | None = None
@@ -172,13 +184,18 @@ class JobRunner:
                     return spec.handler(blocking, payload)
 
                 work = asyncio.wrap_future(self._executor.submit(in_thread))
-            return await self._outcome(job, spec, signal, work)
+            return await self._outcome(job, spec, signal, work, redact)
         finally:
             if timer is not None:
                 timer.cancel()
 
     async def _outcome(
-        self, job: ClaimedJob, spec: JobSpec, signal: AbortSignal, work: asyncio.Future[Any]
+        self,
+        job: ClaimedJob,
+        spec: JobSpec,
+        signal: AbortSignal,
+        work: asyncio.Future[Any],
+        redact: Redact,
     ) -> Result:
         aborted = asyncio.ensure_future(signal.wait())
         try:
@@ -186,17 +203,17 @@ class JobRunner:
         finally:
             aborted.cancel()
         if work.done():
-            return _finished(job, spec, signal, work)
+            return _finished(job, spec, signal, work, redact)
         # aborted while running: give the handler a moment to notice
         await asyncio.wait([work], timeout=ABORT_GRACE_SECONDS)
         if work.done():
-            return _finished(job, spec, signal, work)
+            return _finished(job, spec, signal, work, redact)
         if not isinstance(work, asyncio.Task):  # a plain handler's thread
             if signal.reason == "shutdown":  # the process is going: hand the job back
                 _discard_result(work)
                 return _handed_back(job)
             await self._overrun(job, signal, work)
-            return _finished(job, spec, signal, work)
+            return _finished(job, spec, signal, work, redact)
         work.cancel()
         with contextlib.suppress(BaseException):
             await asyncio.wait([work], timeout=0.1)
@@ -222,7 +239,11 @@ class JobRunner:
 
 
 def _finished(
-    job: ClaimedJob, spec: JobSpec, signal: AbortSignal, work: asyncio.Future[Any]
+    job: ClaimedJob,
+    spec: JobSpec,
+    signal: AbortSignal,
+    work: asyncio.Future[Any],
+    redact: Redact,
 ) -> Result:
     """The outcome of a handler that ended (returned or raised)."""
     if work.cancelled() or (signal.aborted and signal.reason != "shutdown"):
@@ -239,7 +260,7 @@ def _finished(
         )
     if isinstance(error, Aborted) or signal.aborted:
         return _aborted(job, spec, signal)
-    return _failed(job, spec, error)
+    return _failed(job, spec, error, redact)
 
 
 def _aborted(job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> Result:
@@ -256,15 +277,15 @@ def _aborted(job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> Result:
     return _retry_or_discard(job, spec, message, None, None)
 
 
-def _failed(job: ClaimedJob, spec: JobSpec, error: BaseException) -> Result:
-    trace = trace_of(error)
+def _failed(job: ClaimedJob, spec: JobSpec, error: BaseException, redact: Redact) -> Result:
+    trace = trace_of(error, redact)
     if isinstance(error, Discard):
-        return _discard(job, _reason_of(error), trace)
+        return _discard(job, _reason_of(error, redact), trace)
     if isinstance(error, EffectError):  # a declaration bug: retrying cannot help
-        return _discard(job, describe(error), trace)
+        return _discard(job, describe(error, redact), trace)
     if isinstance(error, MessageRejected):  # a message refused for good: so would a retry be
-        return _discard(job, describe(error), trace)
-    message = describe(error)
+        return _discard(job, describe(error, redact), trace)
+    message = describe(error, redact)
     delay = None
     if isinstance(error, Retry):
         try:
@@ -301,11 +322,12 @@ def _handed_back(job: ClaimedJob) -> Result:
     return Result(job=job, settle=settle, kind="handed_back", error="worker shut down")
 
 
-def _reason_of(error: Discard) -> str:
+def _reason_of(error: Discard, redact: Redact) -> str:
     try:
-        return safe_text(str(error.reason), ERROR_TEXT_MAX)
+        reason = str(error.reason)
     except Exception:
-        return describe(error)
+        return describe(error, redact)
+    return redacted(reason, redact, ERROR_TEXT_MAX, "Discard")
 
 
 def _discard_result(work: asyncio.Future[Any]) -> None:

@@ -13,7 +13,7 @@ from ket.declare import default_backoff_seconds
 
 from .build import deployment_of, error, handle
 
-KNOWN_TYPES = "id, string, int, number, bool, datetime, date, json"
+KNOWN_TYPES = "id, string, int, number, bool, datetime, date, json, secret"  # input types
 
 
 def only_ctx(ctx):  # type: ignore[no-untyped-def]  # unannotated: the message shows (ctx)

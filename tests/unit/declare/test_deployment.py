@@ -91,3 +91,21 @@ def test_deployment_name_not_a_string_is_refused() -> None:
     assert raised.value.message == (
         f"{marked('name-none', __file__).render()}: deployment name must be a string, got None"
     )
+
+
+def test_the_redact_hook_is_kept_as_given() -> None:
+    def hook(text: str) -> str:
+        return text.replace("4111", "****")
+
+    assert define_deployment(name="erp", modules=[SALES], redact=hook).redact is hook
+    assert define_deployment(name="erp", modules=[SALES]).redact is None
+
+
+def test_a_redact_hook_that_is_not_callable_is_refused_naming_it() -> None:
+    with pytest.raises(DeclarationError) as raised:
+        hook: Any = "***"
+        define_deployment(name="erp", modules=[SALES], redact=hook)  # redact-str
+    assert raised.value.message == (
+        f"{marked('redact-str', __file__).render()}: deployment 'erp': redact must be a "
+        "function taking the text of an exception and returning the text to keep, got '***'"
+    )

@@ -151,7 +151,7 @@ def test_unknown_type_is_refused_naming_field_and_type() -> None:
         build_input_model({"to": "strng"}, "t")
     assert raised.value.message == (
         "input field 'to' has unknown type 'strng'; "
-        "known types: id, string, int, number, bool, datetime, date, json"
+        "known types: id, string, int, number, bool, datetime, date, json, secret"
     )
 
 
@@ -190,3 +190,25 @@ def test_input_that_is_neither_dict_nor_model_class_is_refused(spec: Any, value:
 def test_input_spec_error_is_a_declaration_error() -> None:
     with pytest.raises(DeclarationError):
         build_input_model({"a": 1}, "t")
+
+
+def test_a_secret_field_holds_a_secret_string_never_shown() -> None:
+    model = build_input_model({"api_key": "secret", "note": "secret?"}, "t")
+    value = model.model_validate({"api_key": "sk-live-1"})
+    assert value.api_key.get_secret_value() == "sk-live-1"  # type: ignore[attr-defined]
+    assert value.note is None  # type: ignore[attr-defined]
+    assert "sk-live-1" not in repr(value)
+    assert "sk-live-1" not in str(value.model_dump(mode="json"))
+    assert required_fields(model) == ["api_key"]
+
+
+def test_a_secret_field_is_marked_write_only_in_the_json_schema() -> None:
+    schema = build_input_model({"api_key": "secret", "note": "secret?"}, "t").model_json_schema()
+    secret = {"format": "password", "type": "string", "writeOnly": True}
+    assert schema["properties"]["api_key"] == {**secret, "title": "Api Key"}
+    assert schema["properties"]["note"]["anyOf"] == [secret, {"type": "null"}]
+
+
+def test_secret_refuses_what_is_not_a_string() -> None:
+    with pytest.raises(ValidationError, match="api_key"):
+        build_input_model({"api_key": "secret"}, "t").model_validate({"api_key": 12345})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 
 from ket.diff import diff_manifests
 from ket.diff.rule import Finding
@@ -305,4 +305,54 @@ def test_annotation_changes_are_named_even_inside_lists_and_nested_fields() -> N
             "input_field_annotation_changed",
             "input field 'inner' changes only its annotations (description, examples, title)",
         ),
+    ]
+
+
+def test_a_field_becoming_secret_is_safe_and_not_a_type_change() -> None:
+    old, new = schema(api_key=(str, ...)), schema(api_key=(SecretStr, ...))
+    before = manifest(jobs={"v.use": job(input=old)})
+    after = manifest(jobs={"v.use": job(input=new)})
+    [found] = diff_manifests(before, after)
+    assert (found.severity, found.kind, found.message) == (
+        "safe",
+        "input_field_secret",
+        "input 'api_key' becomes secret: shown as ***, sealed at rest when keys are set",
+    )
+
+
+def test_a_field_no_longer_secret_is_for_review() -> None:
+    old, new = schema(api_key=(SecretStr | None, None)), schema(api_key=(str | None, None))
+    before = manifest(jobs={"v.use": job(input=old)})
+    after = manifest(jobs={"v.use": job(input=new)})
+    [found] = diff_manifests(before, after)
+    assert (found.severity, found.kind, found.message) == (
+        "review",
+        "input_field_not_secret",
+        "input 'api_key' is no longer secret: its values will be shown and stored in clear",
+    )
+
+
+def test_a_nested_part_becoming_secret_is_named_by_its_path() -> None:
+    class Plain(BaseModel):
+        user: str
+        password: str
+
+    class Hidden(BaseModel):
+        user: str
+        password: SecretStr
+
+    old, new = schema(login=(Plain, ...)), schema(login=(Hidden, ...))
+    assert findings(old, new) == [
+        (
+            "input_field_secret",
+            "input 'login.password' becomes secret: shown as ***, sealed at rest when keys are set",
+        )
+    ]
+
+
+def test_a_field_becoming_secret_with_another_type_is_also_a_type_change() -> None:
+    old, new = schema(api_key=(int, ...)), schema(api_key=(SecretStr, ...))
+    assert [kind for kind, _ in findings(old, new)] == [
+        "input_field_type_changed",
+        "input_field_secret",
     ]

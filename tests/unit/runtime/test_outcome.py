@@ -8,6 +8,7 @@ import pytest
 
 from ket.declare.job import default_backoff_seconds
 from ket.runtime.outcome import (
+    ERROR_TEXT_MAX,
     MAX_DELAY_SECONDS,
     TRACEBACK_MAX,
     BadDelay,
@@ -17,6 +18,7 @@ from ket.runtime.outcome import (
     safe_text,
     trace_of,
 )
+from ket.secret import Redactor
 
 LONE_SURROGATE = b"\xff".decode("utf-8", "surrogateescape")  # "\udcff": no UTF-8 for it
 
@@ -166,3 +168,37 @@ def test_backoff_delay_falls_back_for_a_backoff_returning_no_number() -> None:
     delay, problem = backoff_delay(lambda attempt: "soon", 1, "t.job")  # type: ignore[arg-type,return-value]
     assert in_default_range(delay, 1)
     assert "got 'soon': used the default" in problem
+
+
+def test_describe_and_trace_of_hide_the_secrets_a_redactor_knows() -> None:
+    redact = Redactor.of(["sk-live-123"], lambda text: text.replace("4111", "<card>"))
+    error = raised(ValueError("key sk-live-123 refused for card 4111"))
+    assert describe(error, redact) == "ValueError: key *** refused for card <card>"
+    trace = trace_of(error, redact)
+    assert "ValueError: key *** refused for card <card>" in trace
+    assert "sk-live-123" not in trace
+    assert "4111" not in trace
+
+
+def test_a_secret_is_hidden_before_the_cap_so_no_part_of_it_is_left() -> None:
+    secret = "S" * 20
+    cut_inside = "x" * (ERROR_TEXT_MAX - len("ValueError: ") - 10) + secret
+    text = describe(raised(ValueError(cut_inside)), Redactor.of([secret]))
+    assert "S" not in text.split(": ", 1)[1]
+
+
+def test_a_failing_redact_hook_leaves_the_type_name_and_says_so() -> None:
+    def broken(text: str) -> str:
+        raise KeyError(text)  # its message would quote the text
+
+    error = raised(ValueError("card 4111"))
+    assert describe(error, Redactor.of([], broken)) == "ValueError (redaction failed)"
+    trace = trace_of(error, Redactor.of([], broken))
+    assert trace == "(the traceback of ValueError is withheld: redaction failed)"
+
+
+def test_a_redact_hook_returning_no_string_counts_as_failed() -> None:
+    def silent(text: str) -> str:
+        return None  # type: ignore[return-value]
+
+    assert describe(raised(ValueError("card 4111")), silent) == "ValueError (redaction failed)"

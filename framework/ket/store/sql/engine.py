@@ -76,6 +76,9 @@ def create_engine(url: str | URL, *, pool_size: int = 5, **options: Any) -> Asyn
     The pool may open `pool_size` more connections under load unless `max_overflow` says
     otherwise; `pool_timeout` is how long a caller waits for a free one.
     """
+    # SQLAlchemy's errors and logs would quote every parameter of a statement: job payloads
+    # (secrets among them) and model rows. The database's own message is enough.
+    options.setdefault("hide_parameters", True)
     target = async_url(url)
     options.setdefault("max_overflow", pool_size)
     if target.get_backend_name() == "sqlite":

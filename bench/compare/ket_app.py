@@ -1,0 +1,30 @@
+"""The ket side's worker code: one module, one no-op async job (imported by the workspace that
+the harness writes to a temporary folder, so `ket worker` runs it as a user's app would)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from starts import StartLog
+
+from ket import define_deployment, define_job, define_module
+from ket.declare.deployment import DeploymentDecl
+
+_starts = StartLog.from_environment()
+
+
+async def noop(ctx: Any, input: Any) -> None:
+    """Does nothing; in a latency pass it first records when it started."""
+    if _starts is not None:
+        _starts.record(ctx.job.id, time.time())
+
+
+def deployment(concurrency: int | None) -> DeploymentDecl:
+    """The bench deployment: ket's default worker settings, or one queue at `concurrency`."""
+    module = define_module(name="b", jobs={"noop": define_job(idempotent=True, handler=noop)})
+    worker = None if concurrency is None else {"queues": {"default": concurrency}}
+    return define_deployment(name="bench", modules=[module], worker=worker)
+
+
+JOB = "b.noop"

@@ -1,0 +1,134 @@
+"""The summary table: per measure, each library's median (min-max) and the ratio of medians."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from result import Pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    label: str
+    value: Callable[[Pass], float]
+    digits: int  # decimals shown
+    higher_is_better: bool
+
+
+def rows(jobs: int) -> list[Row]:
+    n = f"{jobs:,}"
+    return [
+        Row(
+            label="enqueue one at a time, jobs/s",
+            value=lambda p: p.enqueue_single,
+            digits=0,
+            higher_is_better=True,
+        ),
+        Row(
+            label=f"enqueue {n} in bulk, jobs/s",
+            value=lambda p: p.enqueue_bulk,
+            digits=0,
+            higher_is_better=True,
+        ),
+        Row(
+            label=f"process {n} backlog, default settings, jobs/s",
+            value=lambda p: p.drain_default.rate,
+            digits=0,
+            higher_is_better=True,
+        ),
+        Row(
+            label=f"process {n} backlog, best settings, jobs/s",
+            value=lambda p: p.drain_best.rate,
+            digits=0,
+            higher_is_better=True,
+        ),
+        Row(
+            label="idle enqueue-to-start p50, ms",
+            value=lambda p: p.latency.p50_ms,
+            digits=1,
+            higher_is_better=False,
+        ),
+        Row(
+            label="idle enqueue-to-start p95, ms",
+            value=lambda p: p.latency.p95_ms,
+            digits=1,
+            higher_is_better=False,
+        ),
+        Row(
+            label="idle enqueue-to-start p99, ms",
+            value=lambda p: p.latency.p99_ms,
+            digits=1,
+            higher_is_better=False,
+        ),
+        Row(
+            label="worker CPU per job, default, ms",
+            value=lambda p: p.drain_default.worker_cpu_ms_per_job,
+            digits=3,
+            higher_is_better=False,
+        ),
+        Row(
+            label="worker CPU per job, best, ms",
+            value=lambda p: p.drain_best.worker_cpu_ms_per_job,
+            digits=3,
+            higher_is_better=False,
+        ),
+        Row(
+            label="PostgreSQL CPU per job, default, ms (upper bound)",
+            value=lambda p: p.drain_default.postgres_cpu_ms_per_job,
+            digits=3,
+            higher_is_better=False,
+        ),
+        Row(
+            label="PostgreSQL CPU per job, best, ms (upper bound)",
+            value=lambda p: p.drain_best.postgres_cpu_ms_per_job,
+            digits=3,
+            higher_is_better=False,
+        ),
+        Row(
+            label="worker peak RSS (default drain), MB",
+            value=lambda p: p.drain_default.worker_peak_rss_mb,
+            digits=0,
+            higher_is_better=False,
+        ),
+        Row(
+            label="spawn to first completed job (default drain), s",
+            value=lambda p: p.drain_default.spawn_to_first_completion_s,
+            digits=2,
+            higher_is_better=False,
+        ),
+    ]
+
+
+def _cell(values: Sequence[float], digits: int) -> str:
+    median = f"{statistics.median(values):,.{digits}f}"
+    if len(values) == 1:
+        return median
+    return f"{median} ({min(values):,.{digits}f}-{max(values):,.{digits}f})"
+
+
+def table(passes: Sequence[Pass], libraries: Sequence[str], jobs: int) -> str:
+    """A Markdown table, one row per measure, the ratio of medians of the first two libraries."""
+    first, second = libraries
+    lines = [
+        f"| measure | {first} | {second} | {first} / {second} | better |",
+        "| --- | ---: | ---: | ---: | :---: |",
+    ]
+    for row in rows(jobs):
+        mine = [row.value(p) for p in passes if p.library == first]
+        theirs = [row.value(p) for p in passes if p.library == second]
+        ratio = statistics.median(mine) / statistics.median(theirs)
+        better = "higher" if row.higher_is_better else "lower"
+        lines.append(
+            f"| {row.label} | {_cell(mine, row.digits)} | {_cell(theirs, row.digits)} "
+            f"| {ratio:.2f}x | {better} |"
+        )
+    return "\n".join(lines)
+
+
+def loads(passes: Sequence[Pass]) -> str:
+    """The 1-minute load average before and after each pass, in run order."""
+    return ", ".join(
+        f"r{p.round} {p.library} {p.load_before:.2f}→{p.load_after:.2f}" for p in passes
+    )

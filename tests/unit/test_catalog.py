@@ -1,0 +1,110 @@
+"""The catalog builds every job the same way: secret input fields sealed (or marked) in the
+payload, validation errors that never quote a secret, and the handler's input opened back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from cryptography.fernet import Fernet
+from pydantic import BaseModel, SecretStr, ValidationError, field_validator
+
+from ket import define_deployment, define_function, define_job, define_module
+from ket.catalog import Catalog, validate_input
+from ket.errors import SecretKeyError
+
+KEY = Fernet.generate_key().decode()
+
+
+def handler(ctx: Any, input: Any) -> None:
+    """A handler."""
+
+
+class Card(BaseModel):
+    holder: str
+    number: SecretStr
+
+    @field_validator("holder")
+    @classmethod
+    def known_holder(cls, value: str) -> str:
+        if value == "{unknown}":
+            raise ValueError("holder {unknown} is not on file")
+        return value
+
+
+MODULE = define_module(
+    name="v",
+    jobs={
+        "use": define_job(
+            idempotent=True, input={"api_key": "secret", "n": "int"}, handler=handler
+        ),
+        "plain": define_job(idempotent=True, input={"n": "int"}, handler=handler),
+    },
+    functions={"charge": define_function(input=Card, handler=handler)},
+)
+DEPLOYMENT = define_deployment(name="vault", modules=[MODULE])
+
+
+def catalog(keys: str = "") -> Catalog:
+    return Catalog.build(DEPLOYMENT, environ={"KET_SECRET_KEYS": keys})
+
+
+def test_without_keys_a_secret_is_stored_marked_and_in_clear() -> None:
+    job = catalog().new_job("v.use", {"api_key": "sk-1234", "n": 1})
+    assert job.payload == {"api_key": {"$secret": "sk-1234"}, "n": 1}
+
+
+def test_with_keys_a_secret_is_sealed_and_opens_back_for_the_handler() -> None:
+    sealed = catalog(KEY)
+    job = sealed.new_job("v.use", {"api_key": "sk-1234", "n": 1})
+    assert "sk-1234" not in str(job.payload)
+    value, secrets = sealed.job_input(sealed.jobs["v.use"], job.payload)
+    assert value.api_key.get_secret_value() == "sk-1234"  # type: ignore[attr-defined]
+    assert secrets == ["sk-1234"]
+
+
+def test_a_job_without_secret_fields_keeps_its_plain_payload() -> None:
+    assert catalog(KEY).new_job("v.plain", {"n": 1}).payload == {"n": 1}
+    assert catalog(KEY).jobs["v.plain"].secret is False
+
+
+@pytest.mark.parametrize(
+    "input",
+    [
+        {"api_key": 98765432, "n": 1},  # a secret of the wrong type
+        {"api_key": "k", "n": 1, "api_kye": "98765432"},  # misspelt, so an unknown field
+        {"api_key": "k", "n": "98765432x"},  # a secret pasted into the wrong field
+    ],
+)
+def test_refused_input_with_secret_fields_names_the_field_never_the_value(
+    input: dict[str, Any],
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        catalog().new_job("v.use", input)
+    assert "98765432" not in str(refused.value)
+    assert all(error["input"] is None for error in refused.value.errors())
+    assert refused.value.__cause__ is None
+    assert refused.value.__suppress_context__
+
+
+def test_a_custom_validator_message_survives_without_the_input() -> None:
+    spec = catalog().functions["v.charge"]
+    with pytest.raises(ValidationError) as refused:
+        validate_input(spec, {"holder": "{unknown}", "number": "4111-1111"})
+    [error] = refused.value.errors()
+    assert (error["loc"], error["msg"]) == (
+        ("holder",),
+        "Value error, holder {unknown} is not on file",
+    )
+    assert "4111" not in str(refused.value)
+
+
+def test_refused_input_without_secret_fields_keeps_pydantics_message() -> None:
+    with pytest.raises(ValidationError) as refused:
+        catalog().new_job("v.plain", {"n": "many"})
+    assert "input_value='many'" in str(refused.value)
+
+
+def test_malformed_keys_stop_the_catalog_being_built() -> None:
+    with pytest.raises(SecretKeyError, match="key 1 of 1 is not a Fernet key"):
+        catalog("not-a-key")
