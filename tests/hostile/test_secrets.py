@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import traceback
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,6 +27,7 @@ import psycopg
 import pytest
 import yaml
 from cryptography.fernet import Fernet
+from psycopg import sql
 from pydantic import ValidationError
 from sqlalchemy import create_engine, make_url
 
@@ -34,7 +36,6 @@ from ket.errors import StoreError
 from ket.store.sql import SqlStore
 from ket.testing import create_test_deployment
 from tests.acceptance.conftest import run_ket
-from tests.hostile.project import fresh_database, write_project
 
 SECRET = "sk-live-7Qe2Xw9"
 ACCOUNT = "ACCT-1234-5678"
@@ -75,23 +76,43 @@ main = define_deployment(
 """
 
 
-async def _nothing(store: SqlStore) -> None:
-    return None
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A migrated, empty tenant database on each store; its URL."""
-    with fresh_database(request, tmp_path, _nothing) as url:
+    """A migrated, empty tenant database on each store, dropped afterwards; its URL."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'tenant.db'}"
+        asyncio.run(_migrate(url))
         yield url
+        return
+    server: str = request.getfixturevalue("postgres_url")
+    name = f"ket_secrets_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = make_url(server).set(database=name).render_as_string(hide_password=False)
+    try:
+        asyncio.run(_migrate(url))
+        yield url
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+async def _migrate(url: str) -> None:
+    store = await SqlStore.open(url, migrate=True)
+    await store.close()
 
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    """A project folder holding APP."""
+    """A project folder whose pyproject.toml points at app/workspace.py, holding APP."""
     folder = tmp_path / "project"
-    folder.mkdir()
-    return write_project(folder, APP)
+    (folder / "app").mkdir(parents=True)
+    (folder / "pyproject.toml").write_text('[tool.ket]\nworkspace = "app/workspace.py"\n')
+    (folder / "app" / "__init__.py").write_text("")
+    (folder / "app" / "workspace.py").write_text(APP)
+    return folder
 
 
 def _env(root: Path, url: str, keys: str | None = None) -> dict[str, str]:
