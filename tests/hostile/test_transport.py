@@ -46,6 +46,7 @@ CASES: dict[str, dict[str, Any]] = {
     "from_name_lf": {"from": {"address": "orders@example.com", "name": "Orders\nBcc: eve@x.com"}},
     "to_name_vt": {"to": [{"address": "ann@example.com", "name": "Ann\x0b"}]},
     "key_nul": {"idempotency_key": "mail:o1\x00"},
+    "two": {"to": [{"address": "ann@example.com"}, {"address": "gone@example.com"}]},
     "name_with_addresses": {
         "to": [{"address": "ann@example.com", "name": 'Eve <eve@example.com>, "Bob" bob@x.com'}]
     },
@@ -105,7 +106,9 @@ class _Handler(socketserver.StreamRequestHandler):
             if verb == b"EHLO":
                 self._reply(b"250 test")
             elif verb in (b"MAIL", b"RCPT"):
-                self._reply(server.replies.get(verb.decode(), b"250 ok"))
+                address = line.decode().split(":", 1)[1].strip().strip("<>")
+                reply = server.replies.get(f"{verb.decode()} {address}")
+                self._reply(reply or server.replies.get(verb.decode(), b"250 ok"))
             elif verb == b"DATA":
                 self._reply(b"354 go on")
                 data = self._data()
@@ -410,3 +413,18 @@ def test_a_refused_connection_retries(database_url: str, tmp_path: Path) -> None
     kinds, job = asyncio.run(scenario())
     assert kinds == ["failed"] and job.state == "retryable"
     assert job.errors[0].error.startswith("ConnectionRefusedError")
+
+
+def test_a_message_some_recipients_took_is_sent_and_the_others_are_named_in_a_warning(
+    database_url: str, smtp: SmtpServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    smtp.replies["RCPT gone@example.com"] = b"550 5.1.1 no such user\x1b[2J"
+    with caplog.at_level("WARNING", logger="ket.transport"):
+        kind, job, _ = outcome(database_url, smtp, tmp_path, "two")
+    assert (kind, job.state) == ("completed", "completed")  # a retry would send ann a duplicate
+    assert len(smtp.delivered) == 1
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "ket.transport"]
+    assert warning == (
+        "message 'mail:two' went out, but the SMTP server refused some recipients: "
+        "'gone@example.com': 550 '5.1.1 no such user\\x1b[2J'"
+    )
