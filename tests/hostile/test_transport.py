@@ -12,6 +12,7 @@ import email.policy
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 
 from ket import define_deployment, define_job, define_module
 from ket.errors import MessageRejected, TransportError
-from ket.transport import Address, Message, MessageLimits, SmtpSender
+from ket.transport import Address, DevSender, Message, MessageLimits, SmtpSender
 from ket.transport.message import DEFAULT_MAX_MESSAGE_BYTES, parse_message
 from tests.hostile.worker_step import WorkerStep
 
@@ -46,6 +47,8 @@ CASES: dict[str, dict[str, Any]] = {
     "from_name_lf": {"from": {"address": "orders@example.com", "name": "Orders\nBcc: eve@x.com"}},
     "to_name_vt": {"to": [{"address": "ann@example.com", "name": "Ann\x0b"}]},
     "key_nul": {"idempotency_key": "mail:o1\x00"},
+    "subject_at_cap": {"subject": "é" * 998},
+    "subject_over_cap": {"subject": "word " * 80_000},
     "two": {"to": [{"address": "ann@example.com"}, {"address": "gone@example.com"}]},
     "name_with_addresses": {
         "to": [{"address": "ann@example.com", "name": 'Eve <eve@example.com>, "Bob" bob@x.com'}]
@@ -428,3 +431,45 @@ def test_a_message_some_recipients_took_is_sent_and_the_others_are_named_in_a_wa
         "message 'mail:two' went out, but the SMTP server refused some recipients: "
         "'gone@example.com': 550 '5.1.1 no such user\\x1b[2J'"
     )
+
+
+def test_a_subject_longer_than_a_header_line_is_refused_at_once(
+    database_url: str, smtp: SmtpServer, tmp_path: Path
+) -> None:
+    # the email package folds a long header in time that grows with the square of its length:
+    # 400,000 characters took seconds, on the event loop, before the cap
+    kind, job, _ = outcome(database_url, smtp, tmp_path, "subject_at_cap")
+    assert (kind, job.state) == ("completed", "completed")
+    started = time.perf_counter()
+    kind, job, _ = outcome(database_url, smtp, tmp_path, "subject_over_cap")
+    assert time.perf_counter() - started < 2
+    assert (kind, job.state, job.attempt) == ("discarded", "discarded", 1)
+    assert "'subject' must be one line of text, got 'word word" in job.errors[0].error
+    assert "it is 400000 characters long, more than 998 (RFC 5322)" in job.errors[0].error
+    assert len(smtp.delivered) == 1
+
+
+@pytest.mark.parametrize("kind", ["smtp", "dev"])
+def test_the_email_is_built_off_the_event_loop(
+    smtp: SmtpServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    threads: list[int] = []
+    real = Message.to_email
+
+    def to_email(self: Message, **options: Any) -> Any:
+        threads.append(threading.get_ident())
+        return real(self, **options)
+
+    monkeypatch.setattr(Message, "to_email", to_email)
+    sender = (
+        SmtpSender(f"smtp://127.0.0.1:{smtp.server_address[1]}?timeout=5")
+        if kind == "smtp"
+        else DevSender(tmp_path / "outbox")
+    )
+
+    async def scenario() -> int:
+        await sender.send(parse_message(message("good")), tenant="acme")
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(scenario())
+    assert len(threads) == 1 and threads[0] != loop_thread

@@ -42,9 +42,9 @@ class DevSender:
         if not _TENANT.fullmatch(tenant):
             raise ValueError(f"tenant {tenant!r} cannot name an outbox folder")
         now = self._clock().astimezone(UTC)
-        data = message.to_email(tenant=tenant, date=now).as_bytes()
         name = file_name(message.idempotency_key, now)
-        await asyncio.to_thread(_write, self.folder, tenant, name, data)
+        # building the MIME email takes time in proportion to the message: off the event loop
+        await asyncio.to_thread(_write, self.folder, tenant, name, message, now)
 
     def __repr__(self) -> str:
         return f"DevSender({str(self.folder)!r})"
@@ -57,7 +57,8 @@ def file_name(key: str, at: datetime) -> str:
     return f"{at:%Y%m%dT%H%M%S.%fZ}-{readable}-{digest}.eml"
 
 
-def _write(outbox: Path, tenant: str, name: str, data: bytes) -> None:
+def _write(outbox: Path, tenant: str, name: str, message: Message, now: datetime) -> None:
+    data = message.to_email(tenant=tenant, date=now).as_bytes()
     try:
         with private.opened(outbox, [tenant], create=True) as where:
             assert where is not None  # created

@@ -21,7 +21,6 @@ import smtplib
 import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from email.message import EmailMessage
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ket.errors import MessageRejected, TransportError
@@ -63,10 +62,12 @@ class SmtpSender:
     async def send(self, message: Message, *, tenant: str) -> None:
         """Deliver the message; MessageRejected when the server refuses it for good, and other
         SMTP errors and timeouts as they are (the message was not sent: a retry may send it)."""
-        email = message.to_email(tenant=tenant, date=datetime.now(UTC))
-        await asyncio.to_thread(self._deliver, email, message)
+        # building the MIME email takes time in proportion to the message (up to the size cap):
+        # off the event loop, with the sending
+        await asyncio.to_thread(self._deliver, message, tenant)
 
-    def _deliver(self, email: EmailMessage, message: Message) -> None:
+    def _deliver(self, message: Message, tenant: str) -> None:
+        email = message.to_email(tenant=tenant, date=datetime.now(UTC))
         s = self.settings
         context = ssl.create_default_context()
         smtp = (
