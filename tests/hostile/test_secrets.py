@@ -416,3 +416,58 @@ def test_sealed_secrets_rotate_old_jobs_run_and_a_dropped_key_discards_naming_th
             "with none of the 1 keys in KET_SECRET_KEYS; was the key that sealed it removed?"
         ]
     assert "secret-under-a-2" not in seen
+
+
+# -- the redact hook -------------------------------------------------------------------------
+
+
+async def _fails_quoting(ctx: Any, input: Any) -> None:
+    raise RuntimeError(f"refused {input.note} with key {input.api_key.get_secret_value()}")
+
+
+def _redact_or_explode(text: str) -> str:
+    if "EXPLODE" in text:
+        raise ValueError(text)  # a hook with a bug; its message quotes the text
+    return text.replace("card 4111", "card <card>")
+
+
+HOOKED = define_deployment(
+    name="hooked",
+    modules=[
+        define_module(
+            name="vault",
+            jobs={
+                "fail": define_job(
+                    idempotent=True,
+                    input={"api_key": "secret", "note": "string"},
+                    handler=_fails_quoting,
+                )
+            },
+        )
+    ],
+    redact=_redact_or_explode,
+)
+
+
+def test_a_raising_redact_hook_never_stops_outcomes_being_recorded(
+    database: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KET_REGISTRY_URL", f"sqlite:///{tmp_path / 'registry.db'}")
+    monkeypatch.delenv("KET_SECRET_KEYS", raising=False)
+    with create_test_deployment(HOOKED, database_url=database) as e2e:
+        notes = ["card 4111", "EXPLODE card 4111", "card 4111 again"]
+        ids = [e2e.enqueue("vault.fail", {"api_key": SECRET, "note": n}).id for n in notes]
+        assert e2e.drain_jobs() == 0
+        jobs = {job.id: job for job in e2e.jobs()}
+    assert [jobs[i].state for i in ids] == ["retryable"] * 3  # every outcome was recorded
+    assert [jobs[i].errors[0].error for i in ids] == [
+        "RuntimeError: refused card <card> with key ***",
+        "RuntimeError (redaction failed)",
+        "RuntimeError: refused card <card> again with key ***",
+    ]
+    assert jobs[ids[1]].errors[0].traceback == (
+        "(the traceback of RuntimeError is withheld: redaction failed)"
+    )
+    history = str([jobs[i].errors for i in ids])
+    assert SECRET not in history
+    assert "4111" not in history
