@@ -471,3 +471,16 @@ def test_a_raising_redact_hook_never_stops_outcomes_being_recorded(
     history = str([jobs[i].errors for i in ids])
     assert SECRET not in history
     assert "4111" not in history
+
+
+def test_a_malformed_key_stops_the_worker_at_start_naming_its_position_not_its_value(
+    root: Path, tmp_path: Path
+) -> None:
+    env = _env(root, f"sqlite:///{tmp_path / 'tenant.db'}", keys=f"{KEY_A},sk-not-a-fernet-key")
+    done = run_ket("worker", cwd=root, env=env)
+    assert done.code == 2
+    assert done.err == (
+        "ket: error: KET_SECRET_KEYS: key 2 of 2 is not a Fernet key (32 url-safe "
+        "base64-encoded bytes, as Fernet.generate_key() makes)\n"
+    )
+    assert not (tmp_path / "tenant.db").exists()  # it stopped before touching any database
