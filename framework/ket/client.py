@@ -13,6 +13,7 @@ job is refused; nothing is written in either case.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -27,12 +28,25 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ket.catalog import Catalog
 from ket.declare.deployment import DeploymentDecl
 from ket.errors import JobRejected, StoreError
-from ket.runtime.tenancy import DEFAULT_TENANT, database_template, tenant_database
+from ket.runtime.tenancy import (
+    DEFAULT_TENANT,
+    Tenancy,
+    check_registered,
+    database_template,
+    ensure_sqlite_folder,
+    registry_url,
+    resolve_tenants,
+    tenant_database,
+)
 from ket.secret import Redactor, clear_secrets
+from ket.store.database_file import sqlite_path
+from ket.store.database_url import PLACEHOLDER, parse_database_url
 from ket.store.failure import translated
 from ket.store.sql import SqlStore, insert_on
 from ket.store.sql.engine import sqlite_discipline, sync_url
 from ket.store.sql.failure import database_error
+from ket.store.sql.registry import TenantRegistry
+from ket.store.tenant import check_tenant_name
 from ket.store.types import Inserted, NewJob
 
 Input = BaseModel | Mapping[str, Any] | None
@@ -62,9 +76,44 @@ def _jobs(catalog: Catalog, items: Sequence[Item]) -> list[NewJob]:
 
 
 def _url(tenant: str, database_url: str | None) -> str:
-    if database_url is not None and "{tenant}" not in database_url:
-        return database_url
-    return tenant_database(database_template(database_url), tenant)
+    """The tenant's database, by the CLI's rules: the tenant grammar; with a registry, only a
+    registered tenant, and its own database if it has one; `{tenant}` only in a database name;
+    no database another registered tenant has."""
+    check_tenant_name(tenant)
+    registered = _registered()
+    if database_url is not None and PLACEHOLDER not in database_url:
+        if registered is not None:
+            check_registered(tenant, tuple(sorted(registered)))
+        parse_database_url(database_url)  # a clear error for a malformed one, never a traceback
+        url = database_url  # the caller's own choice of database, used as given
+    else:
+        template = database_template(database_url)
+        if registered is None:
+            url = tenant_database(template, tenant)
+        else:
+            url = _resolved(resolve_tenants(registered, template, only=tenant), tenant)
+    ensure_sqlite_folder(url)
+    return url
+
+
+def _resolved(tenancy: Tenancy, tenant: str) -> str:
+    if tenant in tenancy.refused:
+        raise StoreError(f"tenant {tenant!r} cannot be used: {tenancy.refused[tenant]}")
+    return tenancy.urls[tenant]
+
+
+def _registered() -> dict[str, str | None] | None:
+    """The registry's tenants, or None when there is no registry (no KET_REGISTRY_URL and no
+    `.ket/registry.db`): then the tenant is the caller's word."""
+    url = registry_url()
+    path = sqlite_path(url)
+    if path is not None and not path.is_file():
+        return None
+    registry = TenantRegistry(url)
+    try:
+        return {t.name: t.database_url for t in registry.list()}
+    finally:
+        registry.close()
 
 
 class Client:
@@ -195,5 +244,5 @@ async def open_async_client(
     deployment: DeploymentDecl, *, tenant: str = DEFAULT_TENANT, database_url: str | None = None
 ) -> AsyncClient:
     """The asyncio twin of open_client."""
-    store = await SqlStore.open(_url(tenant, database_url))
+    store = await SqlStore.open(await asyncio.to_thread(_url, tenant, database_url))
     return AsyncClient(Catalog.build(deployment), store)

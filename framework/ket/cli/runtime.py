@@ -5,19 +5,21 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 import uuid
 from typing import Any
 
 from ket.errors import KetError
 from ket.runtime.tenancy import (
-    DEFAULT_TENANT,
+    Tenancy,
     database_template,
     ensure_sqlite_folder,
     registry_url,
-    tenant_database,
+    resolve_tenants,
 )
 from ket.store.sql import SqlStore
 from ket.store.sql.registry import TenantRegistry
+from ket.store.tenant import check_tenant_name
 
 
 def database_parent() -> argparse.ArgumentParser:
@@ -30,8 +32,16 @@ def database_parent() -> argparse.ArgumentParser:
         help="tenant database URL, may contain {tenant} (default: KET_DATABASE_URL, else "
         "sqlite:///.ket/{tenant}.db)",
     )
-    group.add_argument("--tenant", metavar="NAME", help="only this tenant")
+    group.add_argument("--tenant", metavar="NAME", type=tenant_name, help="only this tenant")
     return parent
+
+
+def tenant_name(text: str) -> str:
+    """An argparse type: a name in the tenant grammar, else a usage error naming it."""
+    try:
+        return check_tenant_name(text)
+    except KetError as error:
+        raise argparse.ArgumentTypeError(error.message) from None
 
 
 def open_registry() -> TenantRegistry:
@@ -40,38 +50,45 @@ def open_registry() -> TenantRegistry:
     return TenantRegistry(url)
 
 
-def tenant_urls(args: argparse.Namespace) -> dict[str, str]:
-    """Tenant name -> database URL for the command line (one tenant with --tenant)."""
+def tenancy(args: argparse.Namespace) -> Tenancy:
+    """The registered tenants and their databases, for --tenant or every tenant."""
     registry = open_registry()
     try:
         registered = {t.name: t.database_url for t in registry.list()}
     finally:
         registry.close()
-    template = database_template(args.database_url)
-    if args.tenant is not None:
-        if registered and args.tenant not in registered:
-            raise KetError(
-                f"tenant {args.tenant!r} is not registered (tenants: {', '.join(registered)})"
-            )
-        registered = {args.tenant: registered.get(args.tenant)}
-    if not registered:
-        registered = {DEFAULT_TENANT: None}
-    count = len(registered)
-    return {
-        name: url or tenant_database(template, name, tenants=count)
-        for name, url in registered.items()
-    }
+    return resolve_tenants(registered, database_template(args.database_url), only=args.tenant)
+
+
+def tenant_urls(args: argparse.Namespace) -> dict[str, str]:
+    """Tenant name -> database URL for the command line (one tenant with --tenant).
+
+    A tenant that cannot be served (it shares a database with another, say) is an error when
+    it was chosen with --tenant, and otherwise skipped with a warning, so the others are served.
+    """
+    return _usable(args, tenancy(args))
 
 
 def single_tenant(args: argparse.Namespace) -> tuple[str, str]:
     """The one tenant a command acts on: --tenant, or the app's only one."""
-    urls = tenant_urls(args)
-    if len(urls) > 1:
+    found = tenancy(args)
+    if args.tenant is None and len(found.registered) > 1:
         raise KetError(
-            f"this app has several tenants ({', '.join(urls)}); choose one with --tenant"
+            f"this app has several tenants ({', '.join(found.registered)}); "
+            "choose one with --tenant"
         )
-    [(name, url)] = urls.items()
+    [(name, url)] = _usable(args, found).items()
     return name, url
+
+
+def _usable(args: argparse.Namespace, found: Tenancy) -> dict[str, str]:
+    if args.tenant is not None and args.tenant in found.refused:
+        raise KetError(f"tenant {args.tenant!r} cannot be used: {found.refused[args.tenant]}")
+    if not found.urls:
+        raise KetError("no tenant can be used: " + "; ".join(found.refused.values()))
+    for name, reason in found.refused.items():
+        sys.stderr.write(f"ket: warning: skipping tenant {name!r}: {reason}\n")
+    return found.urls
 
 
 async def open_store(url: str, *, pool_size: int = 5, **engine_options: Any) -> SqlStore:

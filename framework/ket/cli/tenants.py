@@ -7,9 +7,9 @@ import asyncio
 import json
 import sys
 
-from ket.cli.runtime import open_registry
+from ket.cli.runtime import open_registry, tenant_name
 from ket.runtime.tenancy import database_template, tenant_database
-from ket.store.sql.registry import check_tenant_name
+from ket.store.database_url import shown_url
 from ket.store.sql.tenant_database import create_database
 
 
@@ -22,7 +22,7 @@ def add_parser(
     add = actions.add_parser(
         "add", parents=parents, help="register a tenant and create its database where possible"
     )
-    add.add_argument("name")
+    add.add_argument("name", type=tenant_name)
     add.add_argument(
         "--tenant-database-url",
         metavar="URL",
@@ -38,14 +38,15 @@ def add_parser(
 
 
 def _add(args: argparse.Namespace) -> int:
-    name = check_tenant_name(args.name)
-    url = args.tenant_database_url or tenant_database(
-        database_template(args.database_url), name, tenants=2
-    )
-    created = asyncio.run(create_database(url))
+    name, own = args.name, args.tenant_database_url
+    template = database_template(args.database_url)
+    url = own if own is not None else tenant_database(template, name, tenants=2)
     registry = open_registry()
     try:
-        registry.add(name, args.tenant_database_url)
+        # every refusal (a shared database, say) comes before a database is created
+        registry.check_new(name, own, template=template)
+        created = asyncio.run(create_database(url))
+        registry.add(name, own, template=template)
     finally:
         registry.close()
     if url.startswith("sqlite"):
@@ -63,14 +64,19 @@ def _list(args: argparse.Namespace) -> int:
     finally:
         registry.close()
     if args.format == "json":
-        rows = [{"name": t.name, "database_url": t.database_url} for t in tenants]
+        rows = [{"name": t.name, "database_url": _shown(t.database_url)} for t in tenants]
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     elif not tenants:
         sys.stdout.write("no tenants registered: the app runs as the single tenant 'default'\n")
     else:
         for tenant in tenants:
-            sys.stdout.write(f"{tenant.name}\t{tenant.database_url or '(from the template)'}\n")
+            where = _shown(tenant.database_url) or "(from the template)"
+            sys.stdout.write(f"{tenant.name}\t{where}\n")
     return 0
+
+
+def _shown(url: str | None) -> str | None:
+    return None if url is None else shown_url(url)
 
 
 def _remove(args: argparse.Namespace) -> int:

@@ -4,6 +4,8 @@ Each tenant gets the deployment's queue concurrency (and plain-handler threads) 
 busy tenant cannot take another tenant's slots. A tenant whose database cannot be reached only
 affects itself: it is logged (once a minute at most) and retried on the next refresh while the
 others run. A registry that cannot be read keeps the current tenant list until it answers.
+Registered tenants that cannot be served (two that resolve to one database, a name outside the
+grammar) are refused, each logged once with the reason, and the others are served.
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ket.catalog import Catalog
-from ket.errors import KetError
 from ket.runtime.contexts import Contexts, install_models
 from ket.runtime.events import Hooks
 from ket.runtime.events import hooks as default_hooks
 from ket.runtime.supervisor import Repeats, Supervisor
-from ket.runtime.tenancy import DEFAULT_TENANT, tenant_database
+from ket.runtime.tenancy import resolve_tenants
 from ket.runtime.worker import TenantWorker
 from ket.store.contract import JobStore
 from ket.transport import Sender
@@ -66,6 +67,7 @@ class Fleet:
         self._only = only
         self._sender = sender
         self._repeats = Repeats()
+        self._refused: dict[str, str] = {}  # tenant -> why it is not served, as last logged
         self.workers: dict[str, TenantWorker] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -83,7 +85,10 @@ class Fleet:
         current tenants) when the registry cannot be read."""
         wanted = await self._wanted()
         for name in sorted(set(self.workers) - set(wanted)):
-            log.info("tenant %s was removed; stopping its worker", name)
+            if name in self._refused:
+                log.info("stopping the worker of tenant %s, which is no longer served", name)
+            else:
+                log.info("tenant %s was removed; stopping its worker", name)
             await self._stop(name)
         for name, url in sorted(wanted.items()):
             if name not in self.workers:
@@ -94,18 +99,12 @@ class Fleet:
         await asyncio.gather(*[w.hand_back_now(timeout) for w in self.workers.values()])
 
     async def _wanted(self) -> dict[str, str]:
-        registered = await self._list()
-        if self._only is not None:
-            if registered and self._only not in registered:
-                raise KetError(f"tenant {self._only!r} is not registered")
-            registered = {self._only: registered.get(self._only)}
-        if not registered:
-            registered = {DEFAULT_TENANT: None}
-        count = len(registered)
-        return {
-            name: url or tenant_database(self._template, name, tenants=count)
-            for name, url in registered.items()
-        }
+        tenancy = resolve_tenants(await self._list(), self._template, only=self._only)
+        for name, reason in sorted(tenancy.refused.items()):
+            if self._refused.get(name) != reason:  # said once, until the reason changes
+                log.error("not serving tenant %r: %s", name, reason)
+        self._refused = tenancy.refused
+        return tenancy.urls
 
     async def _start(self, name: str, url: str) -> None:
         where = f"opening the database of tenant {name}"

@@ -3,19 +3,43 @@
 `--database-url` / `KET_DATABASE_URL` may contain `{tenant}`; the default is an embedded SQLite
 file per tenant under `.ket/`. The registry lists the tenants; an empty registry means a
 single-tenant app whose one tenant is `default`.
+
+Every entry (the CLI, the worker's tenant refresh, `open_client`) resolves tenants here, so one
+set of rules holds everywhere: names follow the tenant grammar (`ket.store.tenant`), `{tenant}`
+stands only in the database name (`ket.store.database_url`), an unknown tenant is an error naming
+the registered ones, and tenants that resolve to one database are refused, all of them.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
+from dataclasses import dataclass, field
 
-from ket.errors import StoreError
+from ket.errors import KetError, StoreError
+from ket.store.database_file import ensure_sqlite_folder as ensure_sqlite_folder  # for the CLI
+from ket.store.database_url import (
+    PLACEHOLDER,
+    Identity,
+    check_tenant_database,
+    database_identity,
+    render_database_url,
+    shown_url,
+)
+from ket.store.tenant import check_tenant_name
 
 DEFAULT_TENANT = "default"
 DEFAULT_DATABASE_URL = "sqlite:///.ket/{tenant}.db"
 DEFAULT_REGISTRY_URL = "sqlite:///.ket/registry.db"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Tenancy:
+    """The tenants to serve and their database URLs, and the registered ones refused, with why."""
+
+    urls: dict[str, str] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
+    registered: tuple[str, ...] = ()
 
 
 def database_template(given: str | None = None, environ: Mapping[str, str] | None = None) -> str:
@@ -31,19 +55,81 @@ def registry_url(environ: Mapping[str, str] | None = None) -> str:
 
 
 def tenant_database(template: str, tenant: str, *, tenants: int = 1) -> str:
-    """The tenant's database URL; refuses a template that would put several tenants in one."""
-    if "{tenant}" not in template and tenants > 1:
-        raise StoreError(
-            f"database URL {template!r} has no {{tenant}}: every tenant would share one "
-            "database; put {tenant} in it (e.g. postgresql://app@db/erp_{tenant})"
-        )
-    url = template.replace("{tenant}", tenant)
-    ensure_sqlite_folder(url)
+    """The tenant's database URL; refuses a template that would put several tenants in one, a
+    tenant name outside the grammar, and a database no tenant may use."""
+    _check_template(template, tenants)
+    url = render_database_url(template, tenant)
+    check_tenant_database(url)
     return url
 
 
-def ensure_sqlite_folder(url: str) -> None:
-    """Create the folder of an embedded SQLite database (e.g. `.ket/`) if it is missing."""
-    prefix = "sqlite:///"
-    if url.startswith(prefix) and url[len(prefix) :] not in ("", ":memory:"):
-        Path(url[len(prefix) :]).expanduser().parent.mkdir(parents=True, exist_ok=True)
+def resolve_tenants(
+    registered: Mapping[str, str | None], template: str, *, only: str | None = None
+) -> Tenancy:
+    """Each tenant's database URL, the registered ones (or `default` while none is).
+
+    `only` must be a registered tenant (or `default` with an empty registry): anything else
+    raises KetError naming the registered ones. A tenant is refused rather than served when its
+    name or database is not allowed, or when it resolves to another tenant's database.
+    """
+    names = tuple(sorted(registered))
+    if only is not None:
+        check_tenant_name(only)
+        check_registered(only, names)
+    tenants = dict(registered) or {DEFAULT_TENANT: None}
+    if any(url is None for url in tenants.values()):  # a bad template fails every tenant at once
+        _check_template(template, len(tenants))
+        render_database_url(template, DEFAULT_TENANT)
+    urls: dict[str, str] = {}
+    refused: dict[str, str] = {}
+    for name, own in sorted(tenants.items()):
+        try:
+            urls[name] = _database(name, own, template, len(tenants))
+        except KetError as error:
+            refused[name] = error.message
+    for group, url in _shared(urls):
+        for name in group:
+            del urls[name]
+            refused[name] = (
+                f"tenants {', '.join(group)} resolve to one database ({shown_url(url)}); "
+                "none of them is served until each has its own"
+            )
+    if only is not None:
+        urls = {k: v for k, v in urls.items() if k == only}
+        refused = {k: v for k, v in refused.items() if k == only}
+    return Tenancy(urls=urls, refused=refused, registered=names)
+
+
+def _check_template(template: str, tenants: int) -> None:
+    if PLACEHOLDER not in template and tenants > 1:
+        raise StoreError(
+            f"database URL {shown_url(template)!r} has no {{tenant}}: every tenant would share "
+            "one database; put {tenant} in it (e.g. postgresql://app@db/erp_{tenant})"
+        )
+
+
+def check_registered(name: str, registered: tuple[str, ...]) -> None:
+    """KetError naming the registered tenants unless `name` is one (or `default`, if none is)."""
+    if registered and name not in registered:
+        raise KetError(f"tenant {name!r} is not registered (tenants: {', '.join(registered)})")
+    if not registered and name != DEFAULT_TENANT:
+        raise KetError(
+            f"tenant {name!r} is not registered: no tenant is, so the app runs as the single "
+            f"tenant {DEFAULT_TENANT!r} (add tenants with `ket tenants add`)"
+        )
+
+
+def _database(name: str, own: str | None, template: str, count: int) -> str:
+    check_tenant_name(name)
+    if own is None:
+        return tenant_database(template, name, tenants=count)
+    check_tenant_database(own)
+    return own
+
+
+def _shared(urls: Mapping[str, str]) -> list[tuple[list[str], str]]:
+    """Groups of tenants whose URLs name one database, with one of those URLs."""
+    groups: dict[Identity, list[str]] = {}
+    for name, url in urls.items():
+        groups.setdefault(database_identity(url), []).append(name)
+    return [(names, urls[names[0]]) for names in groups.values() if len(names) > 1]

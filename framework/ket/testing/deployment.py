@@ -30,6 +30,7 @@ from ket.runtime.supervisor import Repeats
 from ket.runtime.sweep import sweep
 from ket.store.clock import ManualClock
 from ket.store.sql import SqlStore
+from ket.store.tenant import check_tenant_name
 from ket.store.types import (
     ClaimedJob,
     Inserted,
@@ -101,7 +102,7 @@ class TestDeployment:
         tenant: str = "default",
     ) -> None:
         self.catalog = Catalog.build(deployment)
-        self.tenant = tenant
+        self.tenant = check_tenant_name(tenant)  # as the client and the CLI would refuse it
         self.worker = worker
         self.clock = ManualClock()
         self.transport = CaptureSender()

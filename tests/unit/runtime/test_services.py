@@ -140,7 +140,7 @@ def test_tenant_refresh_follows_the_registry_and_keeps_its_tenants_when_it_fails
 
         fleet = Fleet(
             catalog=CATALOG,
-            template="memory://{tenant}",
+            template="sqlite:///tenants/{tenant}.db",  # never opened: open_store is a fake
             list_tenants=registry.list,
             open_store=open_store,
             worker_id="w",
@@ -159,7 +159,7 @@ def test_tenant_refresh_follows_the_registry_and_keeps_its_tenants_when_it_fails
             del registry.tenants["globex"]
             await refresh.tick()
             assert sorted(fleet.workers) == ["acme"]
-            assert opened == ["memory://acme", "memory://globex"]
+            assert opened == ["sqlite:///tenants/acme.db", "sqlite:///tenants/globex.db"]
         finally:
             for name in list(fleet.workers):
                 await fleet.workers[name].stop(grace_seconds=0)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import URL, event, make_url
+from sqlalchemy import URL, event
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ket.errors import StoreError
+from ket.store.database_file import ensure_sqlite_file
+from ket.store.database_url import parse_database_url, shown_url
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
@@ -31,11 +32,8 @@ _SYNC_DRIVERS = {"postgresql": "postgresql+psycopg", "sqlite": "sqlite"}
 
 
 def parse_url(url: str | URL) -> URL:
-    """A database URL ket can store jobs in, or StoreError naming it."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise StoreError(f"not a database URL: {str(url)!r}") from None
+    """A database URL ket can store jobs in, or StoreError naming it (never its password)."""
+    parsed = parse_database_url(url)
     backend = parsed.get_backend_name()
     if backend == "postgres":
         parsed = parsed.set(drivername="postgresql")
@@ -43,7 +41,7 @@ def parse_url(url: str | URL) -> URL:
     if backend not in _ASYNC_DRIVERS:
         raise StoreError(
             f"ket stores jobs in postgresql or sqlite databases, not {backend!r} "
-            f"(from {parsed.render_as_string(hide_password=True)!r})"
+            f"(from {shown_url(parsed)!r})"
         )
     if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise StoreError(
@@ -96,12 +94,14 @@ def create_engine(url: str | URL, *, pool_size: int = 5, **options: Any) -> Asyn
 
 
 def sqlite_discipline(engine: Engine) -> None:
-    """WAL, a busy timeout, and BEGIN IMMEDIATE for every transaction.
+    """A private file (0600, made before SQLite would make it with the umask), WAL, a busy
+    timeout, and BEGIN IMMEDIATE for every transaction.
 
     The driver's own transaction handling begins lazily and deferred, so two writers can both
     read and then fail to upgrade their lock ("database is locked") instead of waiting. Taking the
     write lock at BEGIN makes writers queue behind each other through the busy timeout.
     """
+    ensure_sqlite_file(engine.url)
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:

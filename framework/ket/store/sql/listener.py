@@ -41,6 +41,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError
 
+from ket.store.database_url import shown_url
 from ket.store.sql.engine import POSTGRES_CONNECT_ARGS
 from ket.store.sql.insert import CHANNEL
 from ket.store.wakeup import Wakeups
@@ -101,7 +102,7 @@ class ProbeTimeout(Exception):
 def describe(dsn: str) -> str:
     """The DSN as logs may show it: the password hidden."""
     try:
-        return make_url(dsn).render_as_string(hide_password=True)
+        return shown_url(make_url(dsn))
     except ArgumentError:  # a key=value conninfo string
         params = {key: str(value) for key, value in conninfo_to_dict(dsn).items()}
         if "password" in params:

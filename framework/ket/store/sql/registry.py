@@ -1,26 +1,44 @@
 """The tenant registry: which tenants exist and, optionally, where each one's database is.
 
 It lives in a database of its own (`KET_REGISTRY_URL`, default `.ket/registry.db`), which every
-worker reads on each tenant refresh.
+worker reads on each tenant refresh. It refuses a name outside the tenant grammar or reserved
+(`ket.store.tenant`), a database URL no tenant may use (`ket.store.database_url`), and a tenant
+whose database is another registered tenant's.
 """
 
 from __future__ import annotations
 
-import re
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Column, MetaData, Table, Text, create_engine, delete, insert, select
+from sqlalchemy import (
+    Column,
+    Connection,
+    MetaData,
+    Table,
+    Text,
+    create_engine,
+    delete,
+    insert,
+    select,
+)
 from sqlalchemy.exc import IntegrityError
 
 from ket.errors import StoreError
+from ket.store.database_url import (
+    PLACEHOLDER,
+    Identity,
+    check_tenant_database,
+    database_identity,
+    render_database_url,
+    shown_url,
+)
 from ket.store.failure import translated
 from ket.store.sql.column import Instant
 from ket.store.sql.engine import sqlite_discipline, sync_url
 from ket.store.sql.failure import database_error, hide_password
-
-TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+from ket.store.tenant import check_tenant_name
 
 _metadata = MetaData()
 tenants = Table(
@@ -40,16 +58,6 @@ class Tenant:
     database_url: str | None = None
 
 
-def check_tenant_name(name: str) -> str:
-    """A tenant name safe for database and file names, or StoreError naming it."""
-    if not TENANT_NAME.fullmatch(name):
-        raise StoreError(
-            f"tenant name {name!r} must be 1-63 lowercase letters, digits, '_' or '-', "
-            "starting with a letter or digit"
-        )
-    return name
-
-
 class TenantRegistry:
     """Add, list and remove tenants (synchronous: used by the CLI and, in a thread, the worker).
 
@@ -62,10 +70,10 @@ class TenantRegistry:
         target = sync_url(url)
         with translated():
             self._engine = create_engine(target)
-        if self._engine.dialect.name == "sqlite":
-            sqlite_discipline(self._engine)
+            if self._engine.dialect.name == "sqlite":
+                sqlite_discipline(self._engine)
         self.url = url
-        shown = target.render_as_string(hide_password=True)
+        shown = shown_url(target)
         try:
             _metadata.create_all(self._engine)
         except Exception as error:
@@ -80,11 +88,19 @@ class TenantRegistry:
             rows = connection.execute(select(tenants).order_by(tenants.c.name)).all()
         return [Tenant(name=row.name, database_url=row.database_url) for row in rows]
 
-    def add(self, name: str, database_url: str | None = None) -> Tenant:
-        """Register a tenant; StoreError if it exists already."""
-        check_tenant_name(name)
+    def add(
+        self, name: str, database_url: str | None = None, *, template: str | None = None
+    ) -> Tenant:
+        """Register a tenant; StoreError if it exists already or would share a database.
+
+        `template` is the URL template of the tenants without a database of their own: with it,
+        the new tenant's database is compared with every registered tenant's, not only with
+        the databases given explicitly.
+        """
         try:
             with self._translated(), self._engine.begin() as connection:
+                self._lock(connection)
+                self._check_new(connection, name, database_url, template)
                 connection.execute(
                     insert(tenants).values(
                         name=name, database_url=database_url, created_at=datetime.now(UTC)
@@ -95,6 +111,13 @@ class TenantRegistry:
                 raise StoreError(f"tenant {name!r} is already registered") from None
             raise
         return Tenant(name=name, database_url=database_url)
+
+    def check_new(
+        self, name: str, database_url: str | None = None, *, template: str | None = None
+    ) -> None:
+        """What `add` would refuse, raised before anything is created (e.g. its database)."""
+        with self._translated(), self._engine.begin() as connection:
+            self._check_new(connection, name, database_url, template)
 
     def remove(self, name: str) -> bool:
         """Unregister a tenant (its database is left alone); False if it was not registered."""
@@ -107,5 +130,60 @@ class TenantRegistry:
         with self._translated():
             self._engine.dispose()
 
+    def _check_new(
+        self, connection: Connection, name: str, own: str | None, template: str | None
+    ) -> None:
+        check_tenant_name(name)
+        if own is not None:
+            if PLACEHOLDER in own:
+                raise StoreError(
+                    f"tenant {name!r}: its own database URL {shown_url(own)!r} is used as given "
+                    "and cannot contain {tenant}"
+                )
+            check_tenant_database(own)
+        rows = connection.execute(select(tenants.c.name, tenants.c.database_url)).all()
+        if any(row.name == name for row in rows):
+            raise StoreError(f"tenant {name!r} is already registered")
+        url = own
+        if url is None and template is not None and PLACEHOLDER in template:
+            url = render_database_url(template, name)
+        if url is None:
+            return
+        mine = database_identity(url)
+        for row in rows:
+            if _identity(row.database_url or _rendered(template, row.name)) == mine:
+                raise StoreError(
+                    f"tenant {name!r} would share its database ({shown_url(url)}) with tenant "
+                    f"{row.name!r}; give each tenant a database of its own"
+                )
+
+    def _lock(self, connection: Connection) -> None:
+        """Two adds at once must not both pass the check (SQLite's BEGIN IMMEDIATE does it)."""
+        if connection.dialect.name == "postgresql":
+            connection.exec_driver_sql("LOCK TABLE ket_tenants IN SHARE ROW EXCLUSIVE MODE")
+
     def _translated(self) -> AbstractContextManager[None]:
         return translated(lambda error: database_error(error, self._engine))
+
+
+# Rows registered before the grammar, or by hand, may not render or parse: the worker refuses
+# them with the reason, and they never stop another tenant from being added.
+
+
+def _rendered(template: str | None, name: str) -> str | None:
+    """The template's URL for a registered `name`; None if there is none."""
+    if template is None or PLACEHOLDER not in template:
+        return None
+    try:
+        return render_database_url(template, name)
+    except StoreError:
+        return None
+
+
+def _identity(url: str | None) -> Identity | None:
+    if url is None:
+        return None
+    try:
+        return database_identity(url)
+    except StoreError:
+        return None

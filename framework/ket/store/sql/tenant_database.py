@@ -6,6 +6,7 @@ import psycopg
 from psycopg import sql
 
 from ket.errors import StoreError
+from ket.store.database_url import shown_url
 from ket.store.failure import describe
 from ket.store.sql.engine import parse_url
 from ket.store.sql.failure import hide_password
@@ -22,8 +23,7 @@ async def create_database(url: str) -> bool:
         return False
     name = parsed.database
     if not name:
-        shown = parsed.render_as_string(hide_password=True)
-        raise StoreError(f"database URL {shown!r} names no database")
+        raise StoreError(f"database URL {shown_url(parsed)!r} names no database")
     admin = parsed.set(drivername="postgresql", database="postgres")
     dsn = admin.render_as_string(hide_password=False)
     try:
