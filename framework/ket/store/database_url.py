@@ -49,7 +49,8 @@ def shown_url(url: str | URL) -> str:
         return _masked_text(str(url))
     query = {k: ("***" if k.lower() in _SECRET_PARAMETERS else v) for k, v in parsed.query.items()}
     shown = parsed.set(query=query).render_as_string(hide_password=True)
-    return shown.replace("=%2A%2A%2A", "=***")  # as the rendering quotes it in a query
+    # as given, not as the rendering quotes them in a query
+    return shown.replace("=%2A%2A%2A", "=***").replace("%7Btenant%7D", PLACEHOLDER)
 
 
 def parse_database_url(url: str | URL, *, template: str | None = None) -> URL:
