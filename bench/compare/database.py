@@ -11,6 +11,7 @@ from typing import LiteralString
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from interrupt import signals_held
 from psycopg import sql
 
 ADMIN_URL_ENV = "KET_CMP_ADMIN_URL"
@@ -38,13 +39,13 @@ def fresh_database() -> Iterator[Database]:
     """`DROP DATABASE ... WITH (FORCE)` + `CREATE DATABASE` of a new `ket_cmp_<random>`."""
     name = f"ket_cmp_{secrets.token_hex(5)}"
     base = admin_url()
-    with psycopg.connect(base, autocommit=True) as admin:
-        _drop(admin, name)
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
+    try:  # the drop is IF EXISTS, so it is safe whenever the create was interrupted
+        with signals_held(), psycopg.connect(base, autocommit=True) as admin:
+            _drop(admin, name)
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         yield Database(name=name, url=urlunsplit(urlsplit(base)._replace(path=f"/{name}")))
     finally:
-        with psycopg.connect(base, autocommit=True) as admin:
+        with signals_held(), psycopg.connect(base, autocommit=True) as admin:
             _drop(admin, name)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import TracebackType
 
 from executable import child_env
+from interrupt import signals_held
 from side import Command
 
 _STOP_GRACE_S = 20.0
@@ -56,12 +57,13 @@ class WorkerProcess:
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(_STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        with signals_held():
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(_STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
     def __enter__(self) -> WorkerProcess:
         self.start()
