@@ -15,7 +15,9 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
+from email.header import Header
 from email.headerregistry import Address as EmailAddress
+from email.utils import formataddr
 
 # What no header may hold: C0 and C1 controls and DEL (NUL, tab, CR, LF, VT, FF among them),
 # the Unicode line and paragraph separators (with the controls, every boundary
@@ -28,6 +30,8 @@ MAX_HEADER_LENGTH = 998
 MAX_ADDRESS_LENGTH = 254  # RFC 5321's path limit, less the angle brackets
 MAX_LOCAL_PART_LENGTH = 64
 MAX_DOMAIN_LENGTH = 253
+# A display name written as a quoted string rather than as encoded words, when it is ASCII.
+_QUOTED_NAME_LENGTH = 60
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +46,23 @@ class Address:
 
     def header(self) -> EmailAddress:
         return EmailAddress(display_name=self.name or "", addr_spec=self.address)
+
+    def mailbox(self) -> str:
+        """The mailbox as header text: `Name <address>`, the name quoted or, when it is not
+        short ASCII, written as RFC 2047 encoded words folded within 76 columns.
+
+        Not the email package's own folding: it takes time that grows fast with a name's length
+        (34 ms for one name of 78 characters alternating "é " on Python 3.11, so seconds for a
+        message to 100 such recipients); the legacy encoder used here is linear."""
+        name = self.name or ""
+        if not name:
+            return self.address
+        if name.isascii() and len(name) <= _QUOTED_NAME_LENGTH:
+            return formataddr((name, self.address))
+        # header_name: the first line leaves room for "From: " (and "To: "), so no line of the
+        # header passes 78 columns
+        encoded = Header(name, "utf-8", header_name="From").encode(maxlinelen=76)
+        return f"{encoded}\n <{self.address}>"
 
 
 def text_problem(value: str) -> str | None:

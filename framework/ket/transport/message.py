@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from email.message import EmailMessage
+from email.policy import default as default_policy
 from email.utils import format_datetime
 from typing import Any
 
@@ -39,6 +40,8 @@ BYTES_VARIABLE = "KET_TRANSPORT_MAX_BYTES"
 # What no body can carry: NUL (RFC 5322 bodies exclude it) and lone surrogates (unencodable).
 _BODY_FORBIDDEN = re.compile(r"[\x00\ud800-\udfff]")
 _SHOWN = 300  # characters of an offending value quoted in an error
+# From and To are written as raw header text (Address.mailbox): never refolded on the way out.
+_POLICY = default_policy.clone(refold_source="none")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,9 +123,9 @@ class Message:
             ) from None
 
     def _email(self, tenant: str, date: datetime) -> EmailMessage:
-        email = EmailMessage()
-        email["From"] = self.sender.header()
-        email["To"] = [address.header() for address in self.to]
+        email = EmailMessage(policy=_POLICY)
+        email.set_raw("From", self.sender.mailbox())
+        email.set_raw("To", ",\n ".join(address.mailbox() for address in self.to))
         email["Subject"] = self.subject
         email["Date"] = format_datetime(date)
         email["Message-ID"] = self.message_id(tenant)
