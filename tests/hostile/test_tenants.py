@@ -12,13 +12,15 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sqlite3
 import stat
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,7 +50,11 @@ async def ping(ctx, input):
 
 ping_job = define_job(idempotent=True, input={"n": "int"}, handler=ping)
 app = define_module(name="app", jobs={"ping": ping_job})
-main = define_deployment(name="main", modules=[app], worker={"queues": {"default": 1}})
+main = define_deployment(
+    name="main",
+    modules=[app],
+    worker={"queues": {"default": 1}, "tenant_refresh_ms": 100, "shutdown_grace_ms": 100},
+)
 """
 
 
@@ -445,6 +451,48 @@ def test_a_worker_serves_neither_of_two_tenants_sharing_a_database_and_serves_th
     assert "skipping tenant 'beta'" in migrated.err and "skipping tenant 'gamma'" in migrated.err
     with pytest.raises(StoreError, match="beta, gamma resolve to one database"):
         open_client(APP, tenant="beta")
+
+    # and `ket worker` itself, refreshing its tenants ten times a second
+    def add_delta() -> None:  # a tenant added meanwhile: the refreshes went on
+        assert project.ket("tenants", "add", "delta").code == 0
+        assert project.ket("migrate", "--tenant", "delta").code == 0
+
+    log = _run_worker(project, during=add_delta, until="serving tenant delta")
+    assert log.count("not serving tenant 'beta'") == 1, log
+    assert log.count("not serving tenant 'gamma'") == 1, log
+    assert "serving tenant acme" in log and "serving tenant delta" in log
+    assert "serving tenant beta" not in log
+    assert "Traceback" not in log
+    assert project.jobs("beta") == beta_jobs
+
+
+def _run_worker(project: Project, during: Callable[[], None], until: str) -> str:
+    """Run `ket worker`, call `during` once it serves a tenant, stop it with SIGTERM once its log
+    says `until` (and a few refreshes more); its log."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("KET_")}
+    environment.update(project.env)
+    out = project.root.parent / "worker.log"
+    with out.open("w") as sink:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "ket.cli.main", "worker"],
+            cwd=project.root,
+            env=environment,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            for expected in ("serving tenant", until):
+                deadline = time.monotonic() + 30
+                while expected not in out.read_text() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if expected != until:
+                    during()
+            time.sleep(0.5)
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(timeout=30) == 0
+    return out.read_text()
 
 
 # -- malformed URLs and passwords -------------------------------------------------------------
