@@ -537,12 +537,14 @@ def test_tenants_list_hides_passwords_in_text_and_json(project: Project) -> None
     added = project.ket("tenants", "add", "gamma", "--tenant-database-url", own)
     assert added.code == 0, added.err
     assert PASSWORD not in added.out + added.err
+    _register_raw(project, {"zz\x1b[2J": None})  # a hand-written row that would clear a screen
     text = project.ket("tenants", "list")
     assert text.code == 0
     assert PASSWORD not in text.out and "***" in text.out
+    assert "\x1b" not in text.out and "zz\\x1b[2J\t(from the template)" in text.out
     rows = json.loads(project.ket("tenants", "list", "--format", "json").out)
     assert PASSWORD not in json.dumps(rows)
-    assert [row["name"] for row in rows] == ["beta", "delta", "gamma"]
+    assert [row["name"] for row in rows] == ["beta", "delta", "gamma", "zz\x1b[2J"]
     assert "***" in {row["name"]: row["database_url"] for row in rows}["delta"]
 
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import sys
 
+from ket.cli.output import escape
 from ket.cli.runtime import open_registry, tenant_name
 from ket.runtime.tenancy import database_template, tenant_database
 from ket.store.database_url import shown_url
@@ -71,7 +72,8 @@ def _list(args: argparse.Namespace) -> int:
     else:
         for tenant in tenants:
             where = _shown(tenant.database_url) or "(from the template)"
-            sys.stdout.write(f"{tenant.name}\t{where}\n")
+            # a row written by hand may hold anything: escaped, it cannot forge a line
+            sys.stdout.write(f"{escape(tenant.name)}\t{escape(where)}\n")
     return 0
 
 
@@ -88,5 +90,5 @@ def _remove(args: argparse.Namespace) -> int:
     if not removed:
         sys.stderr.write(f"ket: error: tenant {args.name!r} is not registered\n")
         return 2
-    sys.stdout.write(f"tenant {args.name} removed (its database was left in place)\n")
+    sys.stdout.write(f"tenant {escape(args.name)} removed (its database was left in place)\n")
     return 0
