@@ -117,8 +117,14 @@ def load_workspace(spec: str, *, base: Path, fallback: Path | None = None) -> Mo
 
 def _existing_file(spec: str, bases: list[Path]) -> Path:
     for base in bases:
-        path = (base / spec).resolve()
-        if path.is_file():
+        try:
+            path = (base / spec).resolve()
+            found = path.is_file()
+        except (OSError, ValueError) as error:  # a name too long, a NUL
+            raise WorkspaceError(f"workspace file {spec!r} cannot be read: {error}") from None
+        if found and path.suffix != ".py":
+            raise WorkspaceError(f"workspace file {spec!r} is not a Python file (.py)")
+        if found:
             return path
     raise WorkspaceError(f"workspace file {spec!r} does not exist (looked in {bases[0]})")
 

@@ -12,11 +12,16 @@ from pydantic import ValidationError
 
 from ket.catalog import Catalog
 from ket.cli.options import deployment_of
+from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
 from ket.runtime.call import call_function
 from ket.runtime.contexts import Contexts, default_sender, install_models
 from ket.workspace import where_in_user_code
+
+# Deeper input is refused before parsing: Python's JSON parser would recurse past its limit,
+# and no function's input model nests anywhere near this.
+MAX_INPUT_DEPTH = 100
 
 
 def add_parser(
@@ -33,15 +38,41 @@ def add_parser(
 
 def parse_input(text: str) -> dict[str, Any]:
     """The JSON object given on the command line, or KetError naming what is wrong."""
+    shown = repr(clip(text))
+    depth = _depth(text)
+    if depth > MAX_INPUT_DEPTH:
+        raise KetError(f"input is nested {depth} levels deep, more than {MAX_INPUT_DEPTH}: {shown}")
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
         raise KetError(
-            f"input is not valid JSON ({error.msg} at column {error.colno}): {text}"
+            f"input is not valid JSON ({error.msg} at column {error.colno}): {shown}"
         ) from None
+    except (ValueError, RecursionError) as error:  # a number of more than 4,300 digits
+        raise KetError(f"input is not valid JSON ({error}): {shown}") from None
     if not isinstance(value, dict):
-        raise KetError(f"input must be a JSON object, got {text}")
+        raise KetError(f"input must be a JSON object, got {shown}")
     return value
+
+
+def _depth(text: str) -> int:
+    """How deeply the brackets of JSON `text` nest (strings left out), without parsing it."""
+    deepest = level = 0
+    in_string = escaped = False
+    for char in text:  # one pass: a regular expression for strings could backtrack
+        if escaped:
+            escaped = False
+        elif in_string:
+            escaped = char == "\\"
+            in_string = char != '"'
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            level += 1
+            deepest = max(deepest, level)
+        elif char in "]}":
+            level -= 1
+    return deepest
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,11 +89,10 @@ def run(args: argparse.Namespace) -> int:
     except KetError:
         raise
     except Exception as error:  # the function's own failure: say where, without a traceback
-        sys.stderr.write(
-            f"ket: {args.name} raised {where_in_user_code(error)}{type(error).__name__}: {error}\n"
-        )
+        raised = f"{where_in_user_code(error)}{type(error).__name__}: {clip(str(error))}"
+        sys.stderr.write(f"ket: {escape(args.name)} raised {escape(raised)}\n")
         return 1
-    sys.stdout.write(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.write(json_text(result) + "\n")
     return 0
 
 

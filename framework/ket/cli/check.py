@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from ket.check import Level, run_checks, summary, tags
 from ket.cli.options import deployment_of
+from ket.cli.output import escape, json_text
 from ket.declare.resolve import default_timezone
 
 LEVELS = [level.label for level in Level]
@@ -56,10 +56,10 @@ def run(args: argparse.Namespace) -> int:
             "ok": not failed,
             "messages": [m.to_json() for m in messages],
         }
-        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json_text(document) + "\n")
     else:
         for message in messages:
-            sys.stdout.write(message.render() + "\n")
+            sys.stdout.write(escape(message.render(), keep_newlines=True) + "\n")
         modules = len(deployment.modules)
         jobs = sum(1 for _ in deployment.jobs())
         sys.stdout.write(

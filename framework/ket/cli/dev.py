@@ -16,6 +16,7 @@ from ket.catalog import Catalog
 from ket.cli.call import call_on_tenant, parse_input
 from ket.cli.migrate import migrate_all
 from ket.cli.options import deployment_of
+from ket.cli.output import clip, configure_logging, escape
 from ket.cli.runtime import single_tenant, tenant_urls
 from ket.cli.worker import serve
 
@@ -51,9 +52,7 @@ def add_parser(
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level, "%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     logging.getLogger("ket.jobs").setLevel(min(logging.DEBUG, logging.getLevelName(args.log_level)))
     catalog = Catalog.build(deployment_of(args))
     calls = [(name, parse_input(text)) for name, text in args.call]
@@ -81,5 +80,6 @@ async def _dev(
             ):
                 log.info("called %s: %s", function, result)
         except Exception as error:  # a failing demo call must not stop the worker
-            sys.stderr.write(f"ket dev: calling failed: {type(error).__name__}: {error}\n")
+            failure = f"{type(error).__name__}: {clip(str(error))}"
+            sys.stderr.write(f"ket dev: calling failed: {escape(failure)}\n")
     return await serving

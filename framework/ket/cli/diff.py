@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 from ket.cli.options import deployment_of
+from ket.cli.output import escape
 from ket.manifest import compile_manifest, read_manifest
 
 
@@ -35,7 +37,12 @@ def run(args: argparse.Namespace) -> int:
     old = read_manifest(args.old)
     new = read_manifest(args.new) if args.new else compile_manifest(deployment_of(args))
     changes = diff_manifests(old, new)
-    render = render_json if args.format == "json" else render_text
-    text = render(changes)
+    if args.format == "json":
+        text = render_json(changes)  # JSON escapes every control character itself
+    else:
+        # field and job names come from the manifest files, which a pull request controls
+        text = render_text(
+            [replace(c, subject=escape(c.subject), message=escape(c.message)) for c in changes]
+        )
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 1 if args.exit_code and has_breaking(changes) else 0

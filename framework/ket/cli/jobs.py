@@ -16,16 +16,19 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any, TypeVar
 
+from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
 from ket.secret import redact_payload
 from ket.store.contract import QueryableStore
 from ket.store.sql import SqlStore
 from ket.store.types import JOB_STATES, TERMINAL_STATES, JobQuery, JobRecord, Prune
+from ket.store.validate import MAX_BIGINT, MAX_SECONDS
 
 T = TypeVar("T")
 DEFAULT_RETENTION = "7d"
-_DURATION = re.compile(r"(\d+)([smhd])")
+_DURATION = re.compile(r"([0-9]{1,20})([smhd])")
+_INTEGER = re.compile(r"-?[0-9]+")
 _UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
 
 
@@ -99,19 +102,18 @@ def _list(args: argparse.Namespace) -> int:
     if not records:
         sys.stdout.write("no jobs\n")
         return 0
-    rows = [("ID", "STATE", "QUEUE", "JOB", "ATTEMPT", "RUN AT", "ERRORS")]
+    rows: list[tuple[str, ...]] = [("ID", "STATE", "QUEUE", "JOB", "ATTEMPT", "RUN AT", "ERRORS")]
     for r in records:
-        rows.append(
-            (
-                str(r.id),
-                r.state,
-                r.queue,
-                r.name,
-                f"{r.attempt}/{r.max_attempts}",
-                r.run_at.isoformat(timespec="seconds"),
-                str(len(r.errors)),
-            )
+        cells = (
+            str(r.id),
+            r.state,
+            r.queue,
+            r.name,
+            f"{r.attempt}/{r.max_attempts}",
+            r.run_at.isoformat(timespec="seconds"),
+            str(len(r.errors)),
         )
+        rows.append(tuple(escape(cell) for cell in cells))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         sys.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
@@ -145,17 +147,19 @@ def _show(args: argparse.Namespace) -> int:
         "worker_id",
         "lease_until",
     ):
-        sys.stdout.write(
-            f"{key + ':':<14}{fields.get(key) if fields.get(key) is not None else '-'}\n"
-        )
+        value = fields.get(key)
+        sys.stdout.write(f"{key + ':':<14}{'-' if value is None else escape(str(value))}\n")
     payload = json.dumps(redact_payload(record.payload), sort_keys=True)
     sys.stdout.write(f"{'payload:':<14}{payload}\n")
     sys.stdout.write(f"errors ({len(record.errors)}):\n")
     for error in record.errors:
-        sys.stdout.write(f"  attempt {error.attempt} at {error.at.isoformat()}: {error.error}\n")
+        sys.stdout.write(
+            f"  attempt {error.attempt} at {error.at.isoformat()}: {escape(error.error)}\n"
+        )
         if error.traceback:
-            for line in error.traceback.rstrip().splitlines():
-                sys.stdout.write(f"    {line}\n")
+            # indented under its error, each line escaped: no line of it can pose as ket's own
+            for line in error.traceback.rstrip().split("\n"):
+                sys.stdout.write(f"    {escape(line)}\n")
     return 0
 
 
@@ -175,9 +179,9 @@ def _cancel(args: argparse.Namespace) -> int:
 
 def _changed(job_id: int, changed: bool, reason: str) -> int:
     if changed:
-        sys.stdout.write(f"job {job_id}: {reason}\n")
+        sys.stdout.write(f"job {job_id}: {escape(reason)}\n")
         return 0
-    sys.stderr.write(f"ket: job {job_id}: {reason}\n")
+    sys.stderr.write(f"ket: job {job_id}: {escape(reason)}\n")
     return 1
 
 
@@ -211,15 +215,16 @@ def _stats(args: argparse.Namespace) -> int:
         )
         return 0
     queues = sorted({queue for _, queue in stats.counts})
+    shown = {queue: escape(queue) for queue in queues}
     states = [s for s in JOB_STATES if any(key[0] == s for key in stats.counts)]
     if not queues:
         sys.stdout.write("no jobs\n")
     else:
-        width = max(len(q) for q in [*queues, "QUEUE"])
+        width = max(len(q) for q in [*shown.values(), "QUEUE"])
         sys.stdout.write("QUEUE".ljust(width) + "".join(f"  {s:>10}" for s in states) + "\n")
         for queue in queues:
             counts = "".join(f"  {stats.counts.get((s, queue), 0):>10}" for s in states)
-            sys.stdout.write(queue.ljust(width) + counts + "\n")
+            sys.stdout.write(shown[queue].ljust(width) + counts + "\n")
     sys.stdout.write(f"oldest lease age: {_age(stats.oldest_lease_age)}\n")
     sys.stdout.write(f"oldest available age: {_age(stats.oldest_available_age)}\n")
     return 0
@@ -243,36 +248,41 @@ def _jsonable(value: Any) -> Any:
 
 
 def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True) + "\n")
+    sys.stdout.write(json_text(value) + "\n")
 
 
 def _age(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f}s"
 
 
-def _integer(text: str) -> int:
-    try:
+def _integer(text: str, low: int) -> int:
+    """`text` as a whole number from `low` to 2**63 - 1 (what the stores' columns hold)."""
+    # ASCII digits only: int() would also take " 7", "1_0" and other scripts' digits; and past
+    # 19 digits the number is out of range anyway (int() refuses 4,300 and more)
+    if _INTEGER.fullmatch(text) and len(text) <= 20 and low <= int(text) <= MAX_BIGINT:
         return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    raise argparse.ArgumentTypeError(
+        f"must be a whole number from {low} to {MAX_BIGINT}, got {clip(text, 60)!r}"
+    )
 
 
 def _positive(text: str) -> int:
-    value = _integer(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+    return _integer(text, 1)
 
 
 def _not_negative(text: str) -> int:
-    value = _integer(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
-    return value
+    return _integer(text, 0)
 
 
 def _duration(text: str) -> float:
     match = _DURATION.fullmatch(text)
     if not match:
-        raise argparse.ArgumentTypeError(f"expected a duration such as 12h or 30d, got {text!r}")
-    return float(int(match.group(1)) * _UNITS[match.group(2)])
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 12h or 30d, got {clip(text, 60)!r}"
+        )
+    seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    if seconds > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"a duration must be at most {MAX_SECONDS // 86_400}d (a century), got {text!r}"
+        )
+    return float(seconds)

@@ -1,26 +1,61 @@
-"""Entry point of the `ket` command."""
+"""Entry point of the `ket` command.
+
+Every failure ends in one line on standard error and an exit code from docs/cli.md: a ket error
+(bad input, a command that could not run) is its message and 2; anything unexpected is named in
+one line with a hint, also 2, and shows its traceback only with `--debug` or `KET_DEBUG=1`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import NoReturn, cast
 
 from ket.cli import call, check, dev, diff, jobs, manifest, migrate, tenants, worker
 from ket.cli.options import workspace_parent
+from ket.cli.output import clip, escape
 from ket.cli.runtime import database_parent
 from ket.errors import CheckFailed, KetError
 
 DECLARING = [manifest, check, diff]
 RUNNING = [worker, dev, migrate, call]
+# Ctrl-C outside `ket worker` and `ket dev`, as a shell reports a command that SIGINT ended.
+INTERRUPTED = 130
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with its usage errors escaped: they quote the command line, which may hold
+    control characters."""
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:  # argparse joins them with spaces: an empty or blank one would not show
+            self.error(f"unrecognized arguments: {' '.join(repr(extra) for extra in extras)}")
+        return parsed
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {escape(clip(message, 1000))}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every command."""
-    parser = argparse.ArgumentParser(
-        prog="ket", description="Declarative, manifest-driven durable background jobs."
+    parser = Parser(prog="ket", description="Declarative, manifest-driven durable background jobs.")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the traceback of an unexpected error (also KET_DEBUG=1)",
     )
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    # every parser under it is a Parser too (argparse makes subparsers of the parent's class)
+    commands = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(title="commands", metavar="COMMAND", required=True),
+    )
     workspace, database = workspace_parent(), database_parent()
     for command in DECLARING:
         command.add_parser(commands, [workspace])
@@ -33,20 +68,53 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `ket` with `argv`; returns the exit code (0 ok, 1 findings, 2 bad input)."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as done:  # --help, or a usage error argparse has printed
+        return done.code if isinstance(done.code, int) else 0 if done.code is None else 2
+    debug: bool = args.debug or os.environ.get("KET_DEBUG") == "1"
+    try:
+        return _run(args, debug)
+    except KeyboardInterrupt:
+        sys.stderr.write("ket: interrupted\n")
+        return INTERRUPTED
+    except Exception as error:
+        if debug:
+            raise
+        sys.stderr.write(
+            f"ket: error: unexpected {type(error).__name__}: {escape(clip(str(error)))} "
+            "(this is a bug; rerun with --debug or KET_DEBUG=1 to see its traceback)\n"
+        )
+        return 2
+
+
+def _run(args: argparse.Namespace, debug: bool) -> int:
     try:
         code: int = args.run(args)
     except CheckFailed as failure:
         for message in failure.messages:
-            sys.stderr.write(message.render() + "\n")
+            sys.stderr.write(escape(message.render(), keep_newlines=True) + "\n")
         sys.stderr.write("ket: the declarations have errors; fix them (see `ket check`)\n")
         return 1
     except KetError as error:
-        sys.stderr.write(f"ket: error: {error.message}\n")
+        if debug:
+            traceback.print_exc()
+        sys.stderr.write(f"ket: error: {escape(error.message)}\n")
         return 2
     except BrokenPipeError:
+        _silence_stdout()
         return 0
     return code
+
+
+def _silence_stdout() -> None:
+    # the reader went away (`ket jobs list | head`): without this, flushing stdout at exit
+    # would raise BrokenPipeError once more and print it
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (tests capture stdout)
+        pass
 
 
 if __name__ == "__main__":

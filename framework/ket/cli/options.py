@@ -45,16 +45,31 @@ def _mode_for(target: Path) -> int:
 
 
 def write_output(text: str, path: str | None) -> None:
-    """Print `text`, or write it to `path` whole or not at all (temp file, then rename)."""
+    """Print `text`, or write it to `path` whole or not at all (temp file, then rename).
+
+    Only a regular file is written: renaming over a device such as /dev/null, or a FIFO, would
+    replace it with a file (`-` is standard output)."""
     if path is None or path == "-":
         sys.stdout.write(text)
         return
-    target = Path(path)
+    try:
+        _write_file(text, Path(path))
+    except OSError as error:
+        raise KetError(f"cannot write {path!r}: {error.strerror or error}") from None
+    except ValueError as error:  # a NUL in the path
+        raise KetError(f"cannot write {path!r}: {error}") from None
+
+
+def _write_file(text: str, target: Path) -> None:
     folder = target.parent
     if not folder.is_dir():
-        raise KetError(f"cannot write {path!r}: folder {str(folder)!r} does not exist")
+        raise KetError(f"cannot write {str(target)!r}: folder {str(folder)!r} does not exist")
     if target.is_dir():
-        raise KetError(f"cannot write {path!r}: it is a folder")
+        raise KetError(f"cannot write {str(target)!r}: it is a folder")
+    if target.exists() and not target.is_file():
+        raise KetError(
+            f"cannot write {str(target)!r}: it is not a regular file (use - for standard output)"
+        )
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:

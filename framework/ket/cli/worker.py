@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from ket.catalog import Catalog
 from ket.cli.options import deployment_of
+from ket.cli.output import configure_logging
 from ket.cli.runtime import open_registry, open_store, tenant_urls, worker_id
 from ket.errors import KetError
 from ket.runtime.contexts import default_sender
@@ -53,9 +54,7 @@ def add_parser(
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
     catalog = Catalog.build(deployment_of(args))
     pool_settings(catalog, os.environ)  # refuse a pool too small before serving anything
     tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from urllib.parse import urlsplit
+
 from ket.errors import TransportError
 from ket.transport.capture import CaptureSender
 from ket.transport.dev import DEFAULT_OUTBOX, DevSender
@@ -10,6 +13,8 @@ from ket.transport.smtp import SmtpSender, redact
 
 DEFAULT_TRANSPORT_URL = "dev:"
 FORMS = "dev:, dev:<folder>, smtp://..., smtps://... or capture:"
+# user:password@ in a URL that may not parse: what is hidden when it cannot be read
+_CREDENTIALS = re.compile(r"(?<=//)[^/?#]*@")
 
 
 def sender_from_url(url: str) -> Sender:
@@ -26,7 +31,26 @@ def sender_from_url(url: str) -> Sender:
     if colon and scheme == "dev":
         return DevSender(rest or DEFAULT_OUTBOX)
     if colon and scheme in ("smtp", "smtps"):
+        _check_parsable(url)
         return SmtpSender(url)
     if url == "capture:":
         return CaptureSender()
-    raise TransportError(f"unknown transport URL {redact(url)!r}; expected {FORMS}")
+    raise TransportError(f"unknown transport URL {_hidden(url)!r}; expected {FORMS}")
+
+
+def _check_parsable(url: str) -> None:
+    """Refuse a URL that urllib cannot split (`smtp://u@[::1`), before anything parses it."""
+    try:
+        urlsplit(url)
+    except ValueError as error:
+        raise TransportError(
+            f"malformed transport URL {_hidden(url)!r} ({error}); expected {FORMS}"
+        ) from None
+
+
+def _hidden(url: str) -> str:
+    """The URL with its password hidden, even when it does not parse."""
+    try:
+        return redact(url)
+    except ValueError:
+        return _CREDENTIALS.sub("***@", url)

@@ -1,0 +1,112 @@
+"""What the CLI prints and logs, made safe for a terminal and for a log file.
+
+Job names, queues, unique keys, error texts and payloads come from the database, and a manifest
+from a pull request: any of them may hold control characters. Printed raw, an escape sequence
+reaches the operator's terminal (it can rewrite the screen or the window title) and a newline
+forges a line of output or a log record. Everything the CLI prints or logs from such data goes
+through `escape`; JSON output escapes every non-ASCII character (`ensure_ascii`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import traceback
+from types import TracebackType
+from typing import Any
+
+# C0 and C1 controls and DEL; the Unicode line and paragraph separators; the bidirectional
+# overrides and isolates that reorder what a terminal shows ("Trojan source"); lone surrogates,
+# which no terminal encoding can write.
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+_UNSAFE_BUT_NEWLINE = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+    "\ud800-\udfff]"
+)
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+CLIP = 200
+
+ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
+
+
+def escape(text: str, *, keep_newlines: bool = False) -> str:
+    """`text` with every control character written as its escape (`\\x1b`, `\\n`, `\\u2028`).
+
+    Printable text, backslashes included, is left as it is; `keep_newlines` keeps line breaks
+    for multi-line text whose lines the CLI built itself.
+    """
+    pattern = _UNSAFE_BUT_NEWLINE if keep_newlines else _UNSAFE
+    if pattern.search(text) is None:
+        return text
+    return pattern.sub(_escaped, text)
+
+
+def clip(text: str, limit: int = CLIP) -> str:
+    """`text`, or its start and its length when it is longer than `limit` characters."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def json_text(value: Any) -> str:
+    """`value` as indented JSON with sorted keys, every non-ASCII character escaped."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True, default=str)
+
+
+class EscapingFormatter(logging.Formatter):
+    """A log formatter after which every record is one line, with no control characters.
+
+    The message (its arguments included) is escaped whole; in a traceback, only the exception
+    texts have their line breaks escaped, so the traceback stays readable and still cannot forge a
+    record.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        # another handler may have cached the record's traceback text unescaped: format anew
+        cached, record.exc_text = record.exc_text, None
+        try:
+            return super().format(record)
+        finally:
+            record.exc_text = cached
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        values = {
+            key: escape(value) if isinstance(value, str) else value
+            for key, value in vars(record).items()
+        }
+        return super().formatMessage(logging.makeLogRecord(values))
+
+    def formatException(self, ei: ExcInfo) -> str:
+        _, error, trace = ei
+        if error is None:
+            return ""
+        chunks = traceback.format_exception(type(error), error, trace)
+        return "".join(_safe_chunk(chunk) for chunk in chunks).rstrip("\n")
+
+    def formatStack(self, stack_info: str) -> str:
+        return escape(stack_info, keep_newlines=True)
+
+
+def configure_logging(level: str, fmt: str) -> None:
+    """Log to standard error at `level` in `fmt`, through EscapingFormatter."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(EscapingFormatter(fmt))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+def _safe_chunk(chunk: str) -> str:
+    # traceback.format_exception yields the header, one chunk per frame (indented), the chain
+    # separators (starting with a newline) and the exception lines (`Type: text`), whose text
+    # is the only part an attacker writes; ket's own chunks keep their line breaks.
+    if chunk.startswith((" ", "\n", "Traceback ")):
+        return escape(chunk, keep_newlines=True)
+    return escape(chunk.removesuffix("\n")) + "\n"
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
