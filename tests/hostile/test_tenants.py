@@ -18,6 +18,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -359,6 +360,39 @@ def test_a_database_name_longer_than_postgres_keeps_is_refused(project: Project)
     name = "g" * 63  # a valid tenant name; with the prefix, too long a database name
     _refused(project.ket("tenants", "add", name), "63 bytes", repr(project.prefix + name))
     assert project.snapshot() == before
+
+
+def test_tenants_added_at_once_with_one_database_are_all_refused_but_one(project: Project) -> None:
+    if project.backend == "sqlite":
+        registry_url = f"sqlite:///{project.root / '.ket' / 'registry.db'}"
+    else:  # the registry in PostgreSQL, as in production: its lock is what keeps them apart
+        name = sql.Identifier(project.prefix + "r")
+        with psycopg.connect(project.admin_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(name))
+        registry_url = project.url("r")
+    TenantRegistry(registry_url).close()  # its table exists before they race
+    shared = project.url("shared")
+    barrier = threading.Barrier(6, timeout=30)
+    outcomes: list[str] = []
+
+    def add(name: str) -> None:
+        registry = TenantRegistry(registry_url)
+        try:
+            barrier.wait()
+            registry.add(name, shared, template=project.template)
+            outcomes.append("added")
+        except StoreError as error:
+            outcomes.append(error.message)
+        finally:
+            registry.close()
+
+    threads = [threading.Thread(target=add, args=(f"t{i}",)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes.count("added") == 1, outcomes
+    assert all("would share its database" in o for o in outcomes if o != "added")
 
 
 # -- unknown tenants --------------------------------------------------------------------------
