@@ -241,6 +241,10 @@ def test_a_tenant_given_another_tenants_database_is_refused_naming_it(project: P
                 registry.add("gamma", url, template=project.template)
             finally:
                 registry.close()
+    # nor the registry's own database, however it is written
+    for url in ("sqlite:///.ket/registry.db", f"sqlite:///{project.root}/.ket/./registry.db"):
+        result = project.ket("tenants", "add", "gamma", "--tenant-database-url", url)
+        _refused(result, "'gamma'", "the tenant registry's own database")
     assert project.snapshot() == before
     assert project.jobs("beta") == beta_jobs
 

@@ -150,6 +150,11 @@ class TenantRegistry:
         if url is None:
             return
         mine = database_identity(url)
+        if mine == database_identity(self.url):
+            raise StoreError(
+                f"tenant {name!r}: {shown_url(url)} is the tenant registry's own database; "
+                "give the tenant a database of its own"
+            )
         for row in rows:
             if _identity(row.database_url or _rendered(template, row.name)) == mine:
                 raise StoreError(
