@@ -12,7 +12,7 @@
     │   └── JobRejected       a job or a store call was refused before anything was written
     ├── EffectError           an operation the running function or job did not declare
     ├── SecretKeyError        KET_SECRET_KEYS is malformed, or opens no sealed secret of a job
-    ├── StorageKeyError       a storage key that is not a safe path, or crosses a link (a ValueError)
+    ├── StorageKeyError       a storage key that is unsafe or crosses a link (also a ValueError)
     ├── BlobRejected          a blob over the storage size cap; nothing written (also a ValueError)
     └── TransportError        the outbound transport is misconfigured (e.g. an unknown URL)
         └── MessageRejected   a message refused before anything was sent (also a ValueError)
