@@ -97,6 +97,15 @@ def test_deep_nesting_is_refused_before_recursion(tmp_path: Path) -> None:
     _cli_refuses(path, f"nested more than {MAX_MANIFEST_DEPTH} levels deep")
 
 
+def test_deep_nesting_as_large_as_the_size_cap_is_refused_as_quickly(tmp_path: Path) -> None:
+    # refused as the scanner meets the 65th bracket, not after it has read ahead through the rest
+    path = tmp_path / "brackets.yaml"
+    path.write_text("x: " + "[" * (MAX_MANIFEST_BYTES - 10), encoding="utf-8")
+    assert (
+        _refused_quickly(path) == f"{path}:1:68: nested more than {MAX_MANIFEST_DEPTH} levels deep"
+    )
+
+
 def test_nesting_at_the_depth_cap_is_read_and_one_more_level_is_not() -> None:
     deepest = "[" * MAX_MANIFEST_DEPTH + "]" * MAX_MANIFEST_DEPTH
     value = parse_yaml(deepest)

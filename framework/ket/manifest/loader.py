@@ -48,6 +48,13 @@ class ManifestLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+        # The scanner reads ahead past open `[` and `{` (each may start a key) before the composer
+        # sees them: refuse deep flow nesting as the scanner meets it, not megabytes later.
+        if self.flow_level >= MAX_MANIFEST_DEPTH:
+            raise Refused(f"nested more than {MAX_MANIFEST_DEPTH} levels deep", self.get_mark())
+        super().fetch_flow_collection_start(TokenClass)
+
     def compose_node(self, parent: Node | None, index: int) -> Node | None:
         event: Event = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, AliasEvent):
