@@ -46,7 +46,7 @@ import os
 import re
 from pathlib import Path
 from pydantic import BaseModel, SecretStr
-from ket import define_deployment, define_job, define_module
+from ket import define_deployment, define_function, define_job, define_module
 
 class Charge(BaseModel):
     account: str
@@ -62,7 +62,15 @@ def use(ctx, input):
 def charge(ctx, input):
     pass
 
-vault = define_module(name="vault", jobs={
+def sign(ctx, input):
+    key = input.api_key.get_secret_value()
+    with open(os.environ["SEEN_FILE"], "a") as seen:   # proof the function got the secret
+        seen.write(key + "\\n")
+    raise RuntimeError(f"signer refused key {key} for account ACCT-1234-5678")
+
+vault = define_module(name="vault", functions={
+    "sign": define_function(input={"api_key": "secret"}, handler=sign),
+}, jobs={
     "use": define_job(
         idempotent=True, max_attempts=1, input={"api_key": "secret", "account": "string"},
         handler=use,
@@ -158,6 +166,25 @@ def _raw_payloads(url: str) -> list[str]:
 
 def _job_count(url: str) -> int:
     return len(_raw_payloads(url))
+
+
+# -- ket call ---------------------------------------------------------------------------------
+
+
+def test_ket_call_shows_a_functions_failure_without_its_secret_input_and_through_the_hook(
+    root: Path, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'tenant.db'}"
+    asyncio.run(_migrate(url))
+    called = run_ket(
+        "call", "vault.sign", json.dumps({"api_key": SECRET}), cwd=root, env=_env(root, url)
+    )
+    assert called.code == 1, called.err
+    assert (root / "seen.txt").read_text() == SECRET + "\n"  # the function had it to leak
+    assert "vault.sign raised" in called.err
+    assert "RuntimeError: signer refused key *** for account ACCT-****" in called.err
+    assert SECRET not in called.out + called.err
+    assert ACCOUNT not in called.out + called.err
 
 
 # -- ket jobs show ---------------------------------------------------------------------------

@@ -17,6 +17,8 @@ from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
 from ket.runtime.call import call_function
 from ket.runtime.contexts import Contexts, default_sender, install_models
+from ket.runtime.outcome import describe
+from ket.secret import Redactor, open_payload, seal_payload
 from ket.workspace import where_in_user_code
 
 # Deeper input is refused before parsing: Python's JSON parser would recurse past its limit,
@@ -89,11 +91,27 @@ def run(args: argparse.Namespace) -> int:
     except KetError:
         raise
     except Exception as error:  # the function's own failure: say where, without a traceback
-        raised = f"{where_in_user_code(error)}{type(error).__name__}: {clip(str(error))}"
-        sys.stderr.write(f"ket: {escape(args.name)} raised {escape(raised)}\n")
+        hidden = redactor(catalog, [(args.name, payload)])
+        raised = where_in_user_code(error) + describe(error, hidden)
+        sys.stderr.write(f"ket: {escape(args.name)} raised {escape(clip(raised))}\n")
         return 1
     sys.stdout.write(json_text(result) + "\n")
     return 0
+
+
+def redactor(catalog: Catalog, calls: list[tuple[str, dict[str, Any]]]) -> Redactor:
+    """What hides the calls' secret input values and applies the deployment's redact hook to
+    the text of what a function raised, as the worker does for a job."""
+    secrets: list[str] = []
+    for name, payload in calls:
+        spec = catalog.functions.get(name)
+        if spec is not None and spec.secret:
+            try:
+                value = spec.input_model.model_validate(payload)
+            except ValidationError:  # this call never ran: it holds nothing to hide
+                continue
+            secrets += open_payload(seal_payload(value, None, job=name), None)[1]
+    return Redactor.of(secrets, catalog.redact)
 
 
 async def call_on_tenant(

@@ -13,12 +13,13 @@ import logging
 import sys
 
 from ket.catalog import Catalog
-from ket.cli.call import call_on_tenant, parse_input
+from ket.cli.call import call_on_tenant, parse_input, redactor
 from ket.cli.migrate import migrate_all
 from ket.cli.options import deployment_of
 from ket.cli.output import clip, configure_logging, escape
 from ket.cli.runtime import single_tenant, tenant_urls
 from ket.cli.worker import serve
+from ket.runtime.outcome import describe
 
 log = logging.getLogger("ket.dev")
 
@@ -80,6 +81,6 @@ async def _dev(
             ):
                 log.info("called %s: %s", function, result)
         except Exception as error:  # a failing demo call must not stop the worker
-            failure = f"{type(error).__name__}: {clip(str(error))}"
+            failure = clip(describe(error, redactor(catalog, calls)))
             sys.stderr.write(f"ket dev: calling failed: {escape(failure)}\n")
     return await serving
