@@ -9,6 +9,23 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "framework" / "ket"
 
+# a leaf room imports no other room of the package
+LEAF = {
+    "declare",
+    "manifest",
+    "check",
+    "diff",
+    "cli",
+    "workspace",
+    "catalog",
+    "runtime",
+    "context",
+    "store",
+    "tck",
+    "schedule",
+    "transport",
+}
+
 # room -> rooms it must never import
 FORBIDDEN = {
     "schedule": {"declare", "manifest", "check", "diff", "cli", "workspace"},
@@ -46,38 +63,10 @@ FORBIDDEN = {
     "context": {"manifest", "check", "diff", "cli", "workspace", "runtime", "tck"},
     "runtime": {"manifest", "check", "diff", "cli", "workspace", "tck"},
     # private folders (storage, the outbox): os calls only, so both rooms can use them
-    "folder": {
-        "declare",
-        "manifest",
-        "check",
-        "diff",
-        "cli",
-        "workspace",
-        "catalog",
-        "runtime",
-        "context",
-        "store",
-        "tck",
-        "schedule",
-        "transport",
-    },
+    "folder": LEAF,
     # secret input fields: pure functions over pydantic values and payloads, used by the
     # catalog, the runtime, the client and the CLI
-    "secret": {
-        "declare",
-        "manifest",
-        "check",
-        "diff",
-        "cli",
-        "workspace",
-        "catalog",
-        "runtime",
-        "context",
-        "store",
-        "tck",
-        "schedule",
-        "transport",
-    },
+    "secret": LEAF,
     # senders know messages, not jobs: the context checks effects and keys before them
     "transport": {
         "declare",
