@@ -10,7 +10,8 @@ multi-tenant worker::
     })
 """
 
-from ket.client import open_async_client, open_client
+from typing import TYPE_CHECKING, Any
+
 from ket.declare import (
     define_deployment,
     define_function,
@@ -19,6 +20,9 @@ from ket.declare import (
     define_module,
 )
 from ket.errors import Aborted, Discard, EffectError, Retry
+
+if TYPE_CHECKING:
+    from ket.client import open_async_client, open_client
 
 __all__ = [
     "Aborted",
@@ -33,3 +37,13 @@ __all__ = [
     "open_async_client",
     "open_client",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The client brings the SQL store and SQLAlchemy (most of ket's start-up time and memory):
+    # it is imported on first use, so declaring, `ket check` and `ket diff` never load it.
+    if name in ("open_client", "open_async_client"):
+        from ket import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'ket' has no attribute {name!r}")

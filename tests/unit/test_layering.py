@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -137,3 +139,17 @@ def test_room_depends_on_the_store_contract_never_on_a_concrete_store(room: str)
         or name.startswith(("ket.store.sql.", "ket.store.memory."))
     }
     assert offenders == set()
+
+
+def test_declaring_and_the_cli_start_without_the_sql_store() -> None:
+    # SQLAlchemy's engines and asyncio extension are most of ket's start-up time and memory:
+    # `import ket`, `ket check`, `ket manifest` and `ket diff` must not pay for them.
+    probe = (
+        "import sys, ket, ket.cli.main; from ket import define_job; "
+        "print(sorted(m for m in sys.modules "
+        "if m.startswith(('ket.store.sql', 'ket.client', 'sqlalchemy.ext', 'sqlalchemy.orm'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"

@@ -15,9 +15,6 @@ from ket.cli.options import deployment_of
 from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
-from ket.runtime.call import call_function
-from ket.runtime.contexts import Contexts, default_sender, install_models
-from ket.runtime.outcome import describe
 from ket.secret import Redactor, open_payload, seal_payload
 from ket.workspace import where_in_user_code
 
@@ -91,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
     except KetError:
         raise
     except Exception as error:  # the function's own failure: say where, without a traceback
+        from ket.runtime.outcome import describe
+
         hidden = redactor(catalog, [(args.name, payload)])
         raised = where_in_user_code(error) + describe(error, hidden)
         sys.stderr.write(f"ket: {escape(args.name)} raised {escape(clip(raised))}\n")
@@ -118,6 +117,9 @@ async def call_on_tenant(
     catalog: Catalog, tenant: str, url: str, calls: list[tuple[str, dict[str, Any]]]
 ) -> list[Any]:
     """Call functions in order against one tenant's database; their results."""
+    from ket.runtime.call import call_function
+    from ket.runtime.contexts import Contexts, default_sender, install_models
+
     store = await open_store(url)
     try:
         await install_models(store, catalog)

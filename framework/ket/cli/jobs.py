@@ -14,16 +14,18 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
 from ket.secret import redact_payload
 from ket.store.contract import QueryableStore
-from ket.store.sql import SqlStore
 from ket.store.types import JOB_STATES, TERMINAL_STATES, JobQuery, JobRecord, Prune
 from ket.store.validate import MAX_BIGINT, MAX_SECONDS
+
+if TYPE_CHECKING:
+    from ket.store.sql import SqlStore
 
 T = TypeVar("T")
 DEFAULT_RETENTION = "7d"

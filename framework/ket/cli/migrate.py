@@ -9,9 +9,7 @@ import sys
 from ket.catalog import Catalog
 from ket.cli.options import deployment_of
 from ket.cli.runtime import tenant_urls
-from ket.runtime.contexts import install_models
 from ket.runtime.tenancy import ensure_sqlite_folder
-from ket.store.sql import SqlStore
 
 
 def add_parser(
@@ -37,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
 
 async def migrate_all(catalog: Catalog, urls: dict[str, str]) -> None:
     """Migrate every tenant database in `urls`, printing one line per tenant."""
+    from ket.runtime.contexts import install_models
+    from ket.store.sql import SqlStore
+
     for name, url in urls.items():
         ensure_sqlite_folder(url)
         store = await SqlStore.open(url)

@@ -1,4 +1,9 @@
-"""What the running commands share: database options, the registry, opening tenant stores."""
+"""What the running commands share: database options, the registry, opening tenant stores.
+
+The SQL store (SQLAlchemy's engines and its asyncio extension: most of ket's start-up time and
+memory) is imported by the functions that open a database, never at the top of a CLI module, so
+`ket check`, `ket manifest` and `ket diff` start without it.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import os
 import socket
 import sys
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ket.errors import KetError
 from ket.runtime.tenancy import (
@@ -17,9 +22,11 @@ from ket.runtime.tenancy import (
     registry_url,
     resolve_tenants,
 )
-from ket.store.sql import SqlStore
-from ket.store.sql.registry import TenantRegistry
 from ket.store.tenant import check_tenant_name
+
+if TYPE_CHECKING:
+    from ket.store.sql import SqlStore
+    from ket.store.sql.registry import TenantRegistry
 
 
 def database_parent() -> argparse.ArgumentParser:
@@ -45,6 +52,8 @@ def tenant_name(text: str) -> str:
 
 
 def open_registry() -> TenantRegistry:
+    from ket.store.sql.registry import TenantRegistry
+
     url = registry_url()
     ensure_sqlite_folder(url)
     return TenantRegistry(url)
@@ -93,6 +102,8 @@ def _usable(args: argparse.Namespace, found: Tenancy) -> dict[str, str]:
 
 async def open_store(url: str, *, pool_size: int = 5, **engine_options: Any) -> SqlStore:
     """A store on a tenant database (not yet migrated: `ket migrate` does that)."""
+    from ket.store.sql import SqlStore
+
     ensure_sqlite_folder(url)
     return await SqlStore.open(url, pool_size=pool_size, **engine_options)
 

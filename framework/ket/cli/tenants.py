@@ -11,7 +11,6 @@ from ket.cli.output import escape
 from ket.cli.runtime import open_registry, tenant_name
 from ket.runtime.tenancy import database_template, tenant_database
 from ket.store.database_url import shown_url
-from ket.store.sql.tenant_database import create_database
 
 
 def add_parser(
@@ -46,6 +45,8 @@ def _add(args: argparse.Namespace) -> int:
     try:
         # every refusal (a shared database, say) comes before a database is created
         registry.check_new(name, own, template=template)
+        from ket.store.sql.tenant_database import create_database
+
         created = asyncio.run(create_database(url))
         registry.add(name, own, template=template)
     finally:
