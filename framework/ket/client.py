@@ -30,7 +30,6 @@ from ket.declare.deployment import DeploymentDecl
 from ket.errors import JobRejected, StoreError
 from ket.runtime.tenancy import (
     DEFAULT_TENANT,
-    Tenancy,
     check_registered,
     database_template,
     ensure_sqlite_folder,
@@ -91,15 +90,9 @@ def _url(tenant: str, database_url: str | None) -> str:
         if registered is None:
             url = tenant_database(template, tenant)
         else:
-            url = _resolved(resolve_tenants(registered, template, only=tenant), tenant)
+            url = resolve_tenants(registered, template, only=tenant).url_of(tenant)
     ensure_sqlite_folder(url)
     return url
-
-
-def _resolved(tenancy: Tenancy, tenant: str) -> str:
-    if tenant in tenancy.refused:
-        raise StoreError(f"tenant {tenant!r} cannot be used: {tenancy.refused[tenant]}")
-    return tenancy.urls[tenant]
 
 
 def _registered() -> dict[str, str | None] | None:
@@ -111,7 +104,7 @@ def _registered() -> dict[str, str | None] | None:
         return None
     registry = TenantRegistry(url)
     try:
-        return {t.name: t.database_url for t in registry.list()}
+        return registry.databases()
     finally:
         registry.close()
 

@@ -63,7 +63,7 @@ def tenancy(args: argparse.Namespace) -> Tenancy:
     """The registered tenants and their databases, for --tenant or every tenant."""
     registry = open_registry()
     try:
-        registered = {t.name: t.database_url for t in registry.list()}
+        registered = registry.databases()
     finally:
         registry.close()
     return resolve_tenants(registered, database_template(args.database_url), only=args.tenant)
@@ -91,8 +91,8 @@ def single_tenant(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def _usable(args: argparse.Namespace, found: Tenancy) -> dict[str, str]:
-    if args.tenant is not None and args.tenant in found.refused:
-        raise KetError(f"tenant {args.tenant!r} cannot be used: {found.refused[args.tenant]}")
+    if args.tenant is not None:
+        return {args.tenant: found.url_of(args.tenant)}
     if not found.urls:
         raise KetError("no tenant can be used: " + "; ".join(found.refused.values()))
     for name, reason in found.refused.items():

@@ -113,8 +113,7 @@ async def serve(catalog: Catalog, database_url: str | None, tenant: str | None) 
     registry = open_registry()
 
     async def list_tenants() -> dict[str, str | None]:
-        tenants = await asyncio.to_thread(registry.list)
-        return {t.name: t.database_url for t in tenants}
+        return await asyncio.to_thread(registry.databases)
 
     pool, wait = pool_settings(catalog, os.environ)
 

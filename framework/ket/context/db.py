@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from ket.catalog import OperationSpec
+from ket.context.part import Part
 from ket.errors import EffectError, StoreError
 from ket.store.contract import Records
 from ket.store.types import ModelTable, Where
@@ -26,7 +27,7 @@ from ket.store.types import ModelTable, Where
 Access = Literal["read", "write"]
 
 
-class Database:
+class Database(Part):
     """Model rows as the running operation may touch them; an undeclared access is EffectError."""
 
     __ket_api__ = True  # the Blocking adapter wraps it for plain handlers
@@ -116,9 +117,6 @@ class Database:
             raise EffectError(
                 f"{operation.name} may not {access} {model}: declare the effect '{access}:{model}'"
             )
-
-    def __dir__(self) -> list[str]:
-        return ["delete", "get", "insert", "select", "update"]
 
     def __repr__(self) -> str:
         return f"Database({self.__operation.name})"

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ket.catalog import Catalog, OperationSpec
+from ket.context.part import Part
 from ket.errors import EffectError
 from ket.store.types import Inserted, NewJob
 
@@ -16,7 +17,7 @@ Insert = Callable[[Sequence[NewJob]], Awaitable[list[Inserted]]]
 Item = tuple[str, BaseModel | Mapping[str, Any] | None] | tuple[str, Any, Mapping[str, Any]]
 
 
-class Jobs:
+class Jobs(Part):
     """Enqueue jobs as the running operation; undeclared enqueues raise EffectError."""
 
     __ket_api__ = True
@@ -86,6 +87,3 @@ class Jobs:
         return self.__catalog.new_job(
             name, input, run_at=run_at, priority=priority, unique_key=unique_key, company=company
         )
-
-    def __dir__(self) -> list[str]:
-        return ["enqueue", "enqueue_many"]

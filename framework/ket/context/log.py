@@ -6,10 +6,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from ket.context.part import Part
+
 logger = logging.getLogger("ket.handler")
 
 
-class ContextLog:
+class ContextLog(Part):
     """`ctx.log.info("order is gone", order_id=...)`: fields travel in `record.ket`."""
 
     __slots__ = ("__base", "__logger")
@@ -37,6 +39,3 @@ class ContextLog:
             self.__logger.log(
                 level, f"{message} {text}".rstrip(), extra={"ket": structured}, stacklevel=3
             )
-
-    def __dir__(self) -> list[str]:
-        return ["debug", "error", "info", "warning"]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ket import folder
 from ket.catalog import OperationSpec
+from ket.context.part import Part
 from ket.errors import BlobRejected, EffectError, KetError, StorageKeyError
 
 DEFAULT_STORAGE_ROOT = Path(".ket") / "storage"
@@ -33,10 +34,9 @@ _EXAMPLE = "use a relative path of plain names, e.g. 'invoices/INV-1001.txt'"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")  # a name no file system can encode
 _NO_LINKS = "ket never follows links in storage"
-_OPERATIONS = ["delete", "get", "list", "put"]
 
 
-class Storage:
+class Storage(Part):
     """Blobs of one tenant: `put` and `delete` need `storage:write`, `get` and `list` need
     `storage:read`::
 
@@ -119,9 +119,6 @@ class Storage:
         if problem is not None:
             raise StorageKeyError(f"storage {what} {key!r} is not allowed: {problem}; {_EXAMPLE}")
         return key.split("/")
-
-    def __dir__(self) -> builtins.list[str]:
-        return builtins.list(_OPERATIONS)
 
     def __repr__(self) -> str:
         return f"Storage(tenant={self.__tenant!r})"

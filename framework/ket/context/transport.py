@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ket.catalog import OperationSpec
+from ket.context.part import Part
 from ket.context.signal import AbortSignal
 from ket.errors import Aborted, EffectError, Retry
 from ket.store.contract import SentLedger
@@ -30,7 +31,7 @@ STALE_AFTER_SECONDS = 15 * 60.0
 ABORT_GRACE_SECONDS = 1.0
 
 
-class Transport:
+class Transport(Part):
     """Send messages as the running operation; needs the effect `transport:send`::
 
     await ctx.transport.send(
@@ -144,9 +145,6 @@ class Transport:
 
     def __repr__(self) -> str:
         return f"Transport({self.__sender!r}, tenant={self.__tenant!r})"
-
-    def __dir__(self) -> list[str]:
-        return ["send"]
 
 
 async def _until_aborted(work: asyncio.Future[Any], signal: AbortSignal) -> None:

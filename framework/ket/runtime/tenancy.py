@@ -41,6 +41,12 @@ class Tenancy:
     refused: dict[str, str] = field(default_factory=dict)
     registered: tuple[str, ...] = ()
 
+    def url_of(self, name: str) -> str:
+        """The database of tenant `name`, one of these; StoreError saying why it is refused."""
+        if name in self.refused:
+            raise StoreError(f"tenant {name!r} cannot be used: {self.refused[name]}")
+        return self.urls[name]
+
 
 def database_template(given: str | None = None, environ: Mapping[str, str] | None = None) -> str:
     """The database URL template: the option, else KET_DATABASE_URL, else the embedded default."""

@@ -88,6 +88,10 @@ class TenantRegistry:
             rows = connection.execute(select(tenants).order_by(tenants.c.name)).all()
         return [Tenant(name=row.name, database_url=row.database_url) for row in rows]
 
+    def databases(self) -> dict[str, str | None]:
+        """Tenant name -> its own database URL (None: the template's), by name."""
+        return {tenant.name: tenant.database_url for tenant in self.list()}
+
     def add(
         self, name: str, database_url: str | None = None, *, template: str | None = None
     ) -> Tenant:
