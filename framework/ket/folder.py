@@ -50,7 +50,7 @@ def opened(root: Path, parts: Sequence[str], *, create: bool) -> Iterator[int | 
     link (Refused, naming the part); None if a part is missing and `create` is false. Folders
     it creates are 0700."""
     if create:
-        _make_root(root)
+        make_folders(root)
     try:
         fd: int | None = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -195,8 +195,9 @@ def _refuse_unless_folder(folder: int, name: str, depth: int) -> None:
         raise Refused(depth, kind) from None
 
 
-def _make_root(root: Path) -> None:
-    """Create the missing folders of `root`, each 0700 (existing ones are left as they are)."""
+def make_folders(root: Path) -> None:
+    """Create the missing folders of `root`, each 0700 whatever the umask (existing ones are
+    left as they are); OSError when one cannot be made."""
     missing = []
     path = root
     while not path.is_dir() and path != path.parent:

@@ -16,11 +16,11 @@ from pathlib import Path
 from sqlalchemy import URL
 
 from ket.errors import StoreError
+from ket.folder import FOLDER_MODE, make_folders
 from ket.store.database_url import parse_database_url, shown_url
 from ket.store.failure import describe
 
 KET_FOLDER = ".ket"
-FOLDER_MODE = 0o700
 FILE_MODE = 0o600
 
 
@@ -40,14 +40,8 @@ def ensure_sqlite_folder(url: str | URL) -> None:
     path = sqlite_path(url)
     if path is None:
         return
-    missing = [folder for folder in reversed(path.parents) if not folder.exists()]
     try:
-        for folder in missing:
-            try:
-                folder.mkdir(mode=FOLDER_MODE)
-            except FileExistsError:  # made meanwhile by another process
-                continue
-            os.chmod(folder, FOLDER_MODE)  # mkdir's mode is cut by the umask
+        make_folders(path.parent)
     except OSError as error:
         raise StoreError(
             f"cannot create the folder of {shown_url(url)!r}: {describe(error)}"
