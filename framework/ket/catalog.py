@@ -156,12 +156,12 @@ class Catalog:
         )
 
     def job_input(
-        self, spec: OperationSpec, payload: Mapping[str, Any]
+        self, spec: OperationSpec, payload: dict[str, Any]
     ) -> tuple[BaseModel, list[str]]:
         """A stored payload as its handler's input, and the secret values it held (to keep
         them out of error texts). SecretKeyError, naming the field, when a sealed secret cannot
         be opened; pydantic's ValidationError when the payload no longer fits the input."""
-        data, secrets = open_payload(dict(payload), self.keys)
+        data, secrets = open_payload(payload, self.keys)  # it copies what it opens
         return spec.input_model.model_validate(data), secrets
 
 
