@@ -236,6 +236,12 @@ def open_client(
 async def open_async_client(
     deployment: DeploymentDecl, *, tenant: str = DEFAULT_TENANT, database_url: str | None = None
 ) -> AsyncClient:
-    """The asyncio twin of open_client."""
+    """The asyncio twin of open_client; it connects at once, so the first enqueue pays no
+    set-up and an unreachable database is reported here."""
     store = await SqlStore.open(await asyncio.to_thread(_url, tenant, database_url))
+    try:
+        await store.connect()
+    except BaseException:
+        await store.close()
+        raise
     return AsyncClient(Catalog.build(deployment), store)

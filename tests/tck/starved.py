@@ -19,14 +19,20 @@ POOL_TIMEOUT = 0.1
 
 
 async def open_starved(url: str, clock: Clock | None, **options: Any) -> tuple[SqlStore, Outage]:
-    """A handle with one pooled connection, and the outage that holds it."""
+    """A handle with one pooled connection (and one in its lane), and the outage that holds
+    them."""
     store = await SqlStore.open(
         url, clock=clock, pool_size=1, max_overflow=0, pool_timeout=POOL_TIMEOUT, **options
     )
 
     @asynccontextmanager
     async def outage() -> AsyncIterator[None]:
-        async with store.transaction():  # the pool's only connection, until the block ends
-            yield
+        # the pool's only connection, and on PostgreSQL the lane's, until the block ends
+        async with store.transaction():
+            if store.lane is None:
+                yield
+                return
+            async with store.lane.connection():
+                yield
 
     return store, outage

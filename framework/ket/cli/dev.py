@@ -17,7 +17,7 @@ from ket.cli.call import call_on_tenant, parse_input, redactor
 from ket.cli.migrate import migrate_all
 from ket.cli.options import deployment_of
 from ket.cli.output import clip, configure_logging, escape
-from ket.cli.runtime import single_tenant, tenant_urls
+from ket.cli.runtime import run_service, single_tenant, tenant_urls
 from ket.cli.worker import serve
 from ket.runtime.outcome import describe
 
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if calls:
         urls = dict([single_tenant(args)])  # --call needs one tenant
     asyncio.run(migrate_all(catalog, urls))
-    return asyncio.run(_dev(catalog, args.database_url, args.tenant, urls, calls))
+    return run_service(_dev(catalog, args.database_url, args.tenant, urls, calls))
 
 
 async def _dev(

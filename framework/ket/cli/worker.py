@@ -20,12 +20,12 @@ from typing import TypeVar
 from ket.catalog import Catalog
 from ket.cli.options import deployment_of
 from ket.cli.output import configure_logging
-from ket.cli.runtime import open_registry, open_store, tenant_urls, worker_id
+from ket.cli.runtime import open_registry, open_store, run_service, tenant_urls, worker_id
 from ket.errors import KetError
 from ket.runtime.contexts import default_sender
 from ket.runtime.fleet import Fleet
 from ket.runtime.tenancy import database_template
-from ket.runtime.worker import SERVICE_CONNECTIONS, connections_needed
+from ket.runtime.worker import SERVICE_CONNECTIONS, connections_needed, loop_connections
 from ket.store.contract import JobStore
 
 log = logging.getLogger("ket.worker")
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     catalog = Catalog.build(deployment_of(args))
     pool_settings(catalog, os.environ)  # refuse a pool too small before serving anything
     tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker
-    return asyncio.run(serve(catalog, args.database_url, args.tenant))
+    return run_service(serve(catalog, args.database_url, args.tenant))
 
 
 def pool_settings(catalog: Catalog, environ: Mapping[str, str]) -> tuple[int, float]:
@@ -116,9 +116,12 @@ async def serve(catalog: Catalog, database_url: str | None, tenant: str | None) 
         return await asyncio.to_thread(registry.databases)
 
     pool, wait = pool_settings(catalog, os.environ)
+    loops = loop_connections(catalog.worker)
 
     async def open_tenant(url: str) -> JobStore:
-        return await open_store(url, pool_size=pool, max_overflow=0, pool_timeout=wait)
+        return await open_store(
+            url, pool_size=pool, lane_size=loops, max_overflow=0, pool_timeout=wait
+        )
 
     identity = worker_id()
     fleet = Fleet(

@@ -1,34 +1,67 @@
-"""A queue's claim loop: claim as many jobs as there are free slots, launch them, and wait for a
-wake-up (or the adaptive poll interval) when the queue runs dry."""
+"""A queue's claim loop: claim jobs for the free slots (and a small prefetch buffer while jobs
+are short), launch them, and wait for a wake-up (or the adaptive poll interval) when the queue
+runs dry.
+
+Prefetch: while the queue's recent jobs take less than PREFETCH_BELOW_SECONDS, a claim also
+takes up to `slots` jobs that wait here for a slot, so a claim and a settle cover many jobs even
+at a small concurrency. They are leased and heartbeated like running work, started the moment a
+slot frees, and handed back at once when the worker stops. Long jobs get no prefetch: a job must
+not wait behind a long one in this worker while another worker is idle.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ket.declare.worker import WorkerConfig
 from ket.runtime.events import Event, Hooks
-from ket.runtime.lease import Attempts
+from ket.runtime.lease import Attempt, Attempts
 from ket.runtime.supervisor import Supervisor, backoff
 from ket.store.contract import JobStore, PushStore
-from ket.store.types import ClaimedJob, JobClaim
+from ket.store.types import JobClaim
 
-Launch = Callable[["QueueSlots", ClaimedJob, float], None]
+Launch = Callable[["QueueSlots"], None]
+
+# Prefetch only while the queue's jobs take less than this on average (recent jobs weigh most).
+PREFETCH_BELOW_SECONDS = 0.05
+_WEIGHT = 0.2  # of the newest job in the running average of durations
 
 
 @dataclass(eq=False)
 class QueueSlots:
-    """A queue's concurrency: how many of its jobs may run at once in this worker."""
+    """A queue's concurrency in this worker: its slots, the jobs running in them, and the
+    claimed jobs waiting for one."""
 
     name: str
     slots: int
     busy: int = 0
+    ready: deque[Attempt] = field(default_factory=deque)
     freed: asyncio.Event = field(default_factory=asyncio.Event)
+    # the running average of job durations; None until a job ended (no prefetch before)
+    average_seconds: float | None = None
 
-    def release(self) -> None:
+    @property
+    def prefetch(self) -> int:
+        """How many claimed jobs may wait for a slot."""
+        short = self.average_seconds is not None and self.average_seconds < PREFETCH_BELOW_SECONDS
+        return self.slots if short else 0
+
+    @property
+    def room(self) -> int:
+        """How many jobs a claim may take now."""
+        return self.slots + self.prefetch - self.busy - len(self.ready)
+
+    def release(self, seconds: float) -> None:
+        """A job ended after `seconds`: its slot is free."""
         self.busy -= 1
+        average = self.average_seconds
+        self.average_seconds = (
+            seconds if average is None else average + _WEIGHT * (seconds - average)
+        )
         self.freed.set()
 
 
@@ -70,8 +103,9 @@ class QueueLoop:
         failures = 0
         busy = False  # the last claim filled every free slot: work is flowing
         while not self._stopping.is_set():
-            free = queue.slots - queue.busy
-            if free <= 0:
+            free = queue.room
+            # while work flows, claim once a slot's worth of room is free, not for every job
+            if free <= 0 or (busy and free < min(queue.slots, queue.prefetch or 1)):
                 queue.freed.clear()
                 await queue.freed.wait()
                 continue
@@ -102,7 +136,8 @@ class QueueLoop:
                 failures = 0
                 self._supervisor.repeats.recovered(self._supervisor.where(self.name))
             for job in claimed:
-                self._launch(queue, job, sent)
+                queue.ready.append(attempts.add(job, sent))
+            self._launch(queue)
             busy = len(claimed) == free
             if busy:
                 if watch is not None:

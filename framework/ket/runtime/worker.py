@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from concurrent.futures import Executor, ThreadPoolExecutor
 
 from ket.catalog import Catalog
@@ -31,7 +32,7 @@ from ket.runtime.settler import Settler
 from ket.runtime.supervisor import Repeats, Supervisor
 from ket.runtime.sweep import SweepService
 from ket.store.contract import JobStore
-from ket.store.types import ClaimedJob, ErrorInfo, Settle
+from ket.store.types import ErrorInfo, Settle
 
 log = logging.getLogger("ket.worker")
 
@@ -44,6 +45,13 @@ def connections_needed(config: WorkerConfig) -> int:
     """The pool a tenant worker needs so that its services always get a connection: one per
     job slot (a handler in `ctx.tx` holds one), one per queue's claim loop, and the services."""
     return sum(config.queues.values()) + len(config.queues) + SERVICE_CONNECTIONS
+
+
+def loop_connections(config: WorkerConfig) -> int:
+    """Of those, the connections of the worker's own hot loops, each holding one only for a
+    statement: the claim loops, the settler, the heartbeat and the rescuer (on PostgreSQL the
+    store's lane serves them, and the handlers' enqueues)."""
+    return len(config.queues) + 3
 
 
 class TenantWorker:
@@ -122,6 +130,7 @@ class TenantWorker:
         self._stopping.set()
         for queue in self._queues.values():
             queue.freed.set()
+            self._launch(queue)  # hands back the claimed jobs that wait for a slot
         await self._wait_running(grace)
         for attempt in self.attempts:
             attempt.signal.abort("shutdown")
@@ -149,8 +158,9 @@ class TenantWorker:
 
     @property
     def running(self) -> int:
-        """How many attempts are running in this worker now."""
-        return len(self.attempts)
+        """How many attempts are running in this worker now (not the claimed jobs that wait
+        for a slot)."""
+        return sum(queue.busy for queue in self._queues.values())
 
     async def _wait_running(self, seconds: float) -> None:
         tasks = [a.task for a in self.attempts if a.task is not None]
@@ -159,13 +169,20 @@ class TenantWorker:
 
     # -- one job ----------------------------------------------------------------------------
 
-    def _launch(self, queue: QueueSlots, job: ClaimedJob, sent: float) -> None:
-        attempt = self.attempts.add(job, sent)
-        queue.busy += 1
-        attempt.task = asyncio.ensure_future(self._run(queue, attempt))
+    def _launch(self, queue: QueueSlots) -> None:
+        """Start the queue's claimed jobs while it has free slots."""
+        while queue.ready and queue.busy < queue.slots:
+            attempt = queue.ready.popleft()
+            if self._stopping.is_set() or attempt.signal.aborted:  # over before it started
+                self.attempts.remove(attempt.job.id)
+                self.settler.put(self.runner.abandoned(attempt.job, attempt.signal))
+                continue
+            queue.busy += 1
+            attempt.task = asyncio.ensure_future(self._run(queue, attempt))
 
     async def _run(self, queue: QueueSlots, attempt: Attempt) -> None:
         job = attempt.job
+        started = time.monotonic()
         try:
             result = await self.runner.run(job, attempt.signal)
         except asyncio.CancelledError:  # stop() stopped waiting for it
@@ -183,5 +200,6 @@ class TenantWorker:
             result = Result(job=job, settle=settle, kind="failed", error=reason)
         finally:
             self.attempts.remove(job.id)
-            queue.release()
+            queue.release(time.monotonic() - started)
         self.settler.put(result)
+        self._launch(queue)

@@ -41,6 +41,8 @@ MAX_INTEGER = 2**31 - 1
 # what "text" means in the messages below: what every database can store as a string
 _TEXT = " of UTF-8 text without NUL"
 OUTCOMES = ("completed", "retryable", "discarded", "snoozed", "cancelled")
+# payloads as compact JSON; one encoder for all (json.dumps with options builds one per call)
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def encode_payloads(jobs: Sequence[NewJob], *, limit: int = MAX_PAYLOAD_BYTES) -> list[str]:
@@ -82,7 +84,7 @@ def encode_payload(job: NewJob, *, limit: int = MAX_PAYLOAD_BYTES) -> str:
     if not isinstance(job.payload, dict):
         raise JobRejected(f"job {job.name!r}: payload must be a JSON object, got {job.payload!r}")
     try:
-        text = json.dumps(job.payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _JSON.encode(job.payload)
         size = len(text.encode("utf-8"))
     except (TypeError, ValueError) as error:  # UnicodeEncodeError (a lone surrogate) included
         raise JobRejected(f"job {job.name!r}: payload is not JSON-serialisable: {error}") from None

@@ -83,9 +83,19 @@ async def slightly_too_slow(ctx: Any, input: Any) -> None:
     await asyncio.sleep(0.3)  # past its 0.1 s timeout, but within the abort grace
 
 
+gate: asyncio.Event | None = None  # a scenario's gate for t.gated
+
+
+async def gated(ctx: Any, input: Any) -> None:
+    assert gate is not None
+    calls.append(f"gated {input.n}")
+    await gate.wait()
+
+
 module = define_module(
     name="t",
     jobs={
+        "gated": define_job(idempotent=True, input={"n": "int"}, handler=gated),
         "ok_async": define_job(idempotent=True, handler=ok_async),
         "ok_sync": define_job(
             idempotent=True, input={"n": "int"}, effects=["enqueue:t.ok_async"], handler=ok_sync
@@ -325,5 +335,116 @@ def test_a_handler_that_returns_after_its_timeout_fails_the_attempt() -> None:
         record = await settled(store, await enqueue(store, "t.slightly_too_slow"))
         assert record.state == "discarded"
         assert record.errors[0].error == "timed out after 0.1s (attempt 1 of 1: giving up)"
+
+    run(scenario)
+
+
+async def short_jobs_ran(store: MemoryStore) -> None:
+    """Run a few quick jobs, so the default queue knows its jobs are short (prefetch on)."""
+    for job_id in [await enqueue(store, "t.ok_async") for _ in range(4)]:
+        await settled(store, job_id)
+
+
+async def executing(store: MemoryStore) -> list[JobRecord]:
+    return await store.job_list(JobQuery(state="executing"))
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)
+
+
+def test_a_queue_of_short_jobs_claims_a_slot_ahead_and_starts_them_as_slots_free() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        global gate
+        gate = asyncio.Event()
+        await short_jobs_ran(store)
+        ids = [await enqueue(store, "t.gated", {"n": n}) for n in range(10)]
+
+        async def claimed_ahead() -> bool:
+            return len(await executing(store)) == 8
+
+        await until(claimed_ahead)  # 4 slots running, 4 more claimed and waiting
+        assert worker.running == 4
+        assert sorted(calls[4:]) == [f"gated {n}" for n in range(4)]
+        gate.set()
+        records = [await settled(store, job_id) for job_id in ids]
+        assert [(r.state, r.attempt) for r in records] == [("completed", 1)] * 10
+        assert sorted(calls[4:]) == sorted(f"gated {n}" for n in range(10))
+
+    run(scenario)
+
+
+def test_stopping_hands_back_the_claimed_jobs_that_waited_for_a_slot_without_running_them() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        global gate
+        gate = asyncio.Event()
+        await short_jobs_ran(store)
+        ids = [await enqueue(store, "t.gated", {"n": n}) for n in range(8)]
+
+        async def claimed_ahead() -> bool:
+            return len(await executing(store)) == 8
+
+        await until(claimed_ahead)
+        started = [c for c in calls if c.startswith("gated")]
+        assert len(started) == 4
+        gate.set()  # the running four finish within the grace
+        await worker.stop(grace_seconds=2.0)
+        records = {job_id: await store.job_get(job_id) for job_id in ids}
+        ran = {int(c.split()[1]) for c in calls if c.startswith("gated")}
+        assert len(ran) == 4
+        for n, job_id in enumerate(ids):
+            record = records[job_id]
+            assert record is not None
+            expected = ("completed", 1) if n in ran else ("available", 0)
+            assert (record.state, record.attempt, record.errors) == (*expected, ())
+        handed_back = [e for e in events if e.kind == "handed_back"]
+        assert len(handed_back) == 4
+
+    run(scenario)
+
+
+def test_a_job_cancelled_while_it_waits_for_a_slot_ends_cancelled_without_running() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        global gate
+        gate = asyncio.Event()
+        await short_jobs_ran(store)
+        ids = [await enqueue(store, "t.gated", {"n": n}) for n in range(8)]
+
+        async def claimed_ahead() -> bool:
+            return len(await executing(store)) == 8
+
+        await until(claimed_ahead)
+        ran = {int(c.split()[1]) for c in calls if c.startswith("gated")}
+        waiting = [job_id for n, job_id in enumerate(ids) if n not in ran]
+        change = await store.job_cancel(waiting[0])
+        assert change.reason == "cancel requested: its worker aborts it"
+        await asyncio.sleep(1.0)  # a heartbeat (every lease / 3) carries the request back
+        gate.set()
+        record = await settled(store, waiting[0])
+        assert (record.state, record.errors[-1].error) == (
+            "cancelled",
+            "cancelled by an operator while running",
+        )
+        for job_id in ids:
+            if job_id != waiting[0]:
+                assert (await settled(store, job_id)).state == "completed"
+        assert f"gated {ids.index(waiting[0])}" not in calls
+
+    run(scenario)
+
+
+def test_a_queue_of_long_jobs_claims_no_more_than_its_free_slots() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        global gate
+        gate = asyncio.Event()
+        ids = [await enqueue(store, "t.gated", {"n": n}) for n in range(6)]
+        await asyncio.sleep(0.3)  # several claim rounds: nothing ended yet, so no prefetch
+        assert len(await executing(store)) == 4
+        gate.set()
+        for job_id in ids:
+            assert (await settled(store, job_id)).state == "completed"
 
     run(scenario)

@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ket.store.sql.fetch import fetch_all, fetch_one
+from ket.store.sql.fetch import Rows, fetch_all, fetch_one
 from ket.store.sql.now import time_params
 from ket.store.sql.query import Statements
 from ket.store.sql.schema import job_errors, jobs
@@ -17,11 +17,11 @@ from ket.store.types import JobId, JobState, Prune, StateChange
 _PENDING = ("available", "scheduled", "retryable")
 
 
-async def wake(conn: AsyncConnection, sql: Statements, queues: Collection[str]) -> None:
+async def wake(rows: Rows, sql: Statements, queues: Collection[str]) -> None:
     """NOTIFY each of `queues` once, delivered when the transaction commits (PostgreSQL only:
     SQLite's waiters are all in-process, and the store wakes those after the commit)."""
     if queues and sql.notify is not None:
-        await conn.execute(sql.notify, {"queues": sorted(queues)})
+        await rows.rows(sql.notify, {"queues": sorted(queues)})
 
 
 def unchanged(job_id: JobId, state: JobState | None, reason: str) -> StateChange:

@@ -77,6 +77,9 @@ def create_engine(url: str | URL, *, pool_size: int = 5, **options: Any) -> Asyn
     # SQLAlchemy's errors and logs would quote every parameter of a statement: job payloads
     # (secrets among them) and model rows. The database's own message is enough.
     options.setdefault("hide_parameters", True)
+    # a pooled connection is checked before use, so the first operation after a database restart
+    # or a killed backend does not fail on a dead one (the hot operations run on the lane)
+    options.setdefault("pool_pre_ping", True)
     target = async_url(url)
     options.setdefault("max_overflow", pool_size)
     if target.get_backend_name() == "sqlite":
@@ -87,10 +90,15 @@ def create_engine(url: str | URL, *, pool_size: int = 5, **options: Any) -> Asyn
         )
         sqlite_discipline(engine.sync_engine)
         return engine
-    # the URL's own parameters (e.g. ?connect_timeout=3) win over these defaults
-    defaults = {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in target.query}
-    connect_args = {**defaults, **options.pop("connect_args", {})}
+    connect_args = postgres_connect_args(target, options.pop("connect_args", None))
     return create_async_engine(target, pool_size=pool_size, connect_args=connect_args, **options)
+
+
+def postgres_connect_args(url: URL, given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The keepalives and timeouts of POSTGRES_CONNECT_ARGS, then `given`; the URL's own
+    parameters (e.g. ?connect_timeout=3) win over the defaults."""
+    defaults = {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in url.query}
+    return {**defaults, **(given or {})}
 
 
 def sqlite_discipline(engine: Engine) -> None:

@@ -17,7 +17,6 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Executable,
-    Row,
     Text,
     bindparam,
     case,
@@ -29,18 +28,19 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ket.errors import StoreError
 from ket.store.sql.column import Instant
+from ket.store.sql.fetch import Rows
 from ket.store.sql.now import TimeSql
 from ket.store.sql.schema import ACTIVE, UNIQUE_ACTIVE, jobs
 from ket.store.types import Inserted, NewJob
 
 CHANNEL = "ket_jobs"
 _UNIQUE_TRIES = 5
-# From this many plain jobs on PostgreSQL, COPY beats a multi-row INSERT (whose huge query text
-# psycopg must parse for every page of rows).
+# From this many plain jobs, PostgreSQL gets them by COPY (two round trips whatever the number),
+# and SQLite, whose transaction holds the write lock, numbers them itself; fewer are inserted
+# one statement each (pipelined on PostgreSQL).
 COPY_FROM = 64
 _COPY_COLUMNS = (
     "id",
@@ -81,7 +81,7 @@ class Copy:
         return f"COPY ket_jobs ({', '.join(_COPY_COLUMNS)}) FROM STDIN"
 
 
-Plan = Generator[Step | Copy, list[Row[Any]], list[Inserted]]
+Plan = Generator[Step | Copy, list[Any], list[Inserted]]
 
 
 @dataclass(frozen=True)
@@ -136,10 +136,15 @@ def insert_sql(dialect: str) -> InsertSql:
         .select_from(text("sqlite_sequence"))
         .where(literal_column("name") == "ket_jobs"),
         numbered=insert(jobs).values({**values, "id": bindparam("p_id")}),
+        # one row: the ids as an array (10,000 rows of one id each cost more to read than the
+        # COPY that follows) and the transaction's now
         reserve_ids=select(
-            func.nextval(func.pg_get_serial_sequence("ket_jobs", "id")).label("id"),
+            select(func.array_agg(func.nextval(func.pg_get_serial_sequence("ket_jobs", "id"))))
+            .select_from(func.generate_series(1, bindparam("n")))
+            .scalar_subquery()
+            .label("ids"),
             now.label("now"),
-        ).select_from(func.generate_series(1, bindparam("n"))),
+        ),
         holder=select(jobs.c.id).where(
             jobs.c.name == bindparam("p_name"),
             jobs.c.unique_key == bindparam("p_unique_key"),
@@ -188,11 +193,11 @@ def insert_plan(
 
 def _copy(
     sql: InsertSql, batch: Sequence[NewJob], payloads: Sequence[str], now: datetime | None
-) -> Generator[Step | Copy, list[Row[Any]], list[int]]:
+) -> Generator[Step | Copy, list[Any], list[int]]:
     """Reserve ids and read the transaction's now in one round trip, then COPY the rows."""
-    rows = yield Step(sql.reserve_ids, {"n": len(batch), "now": now})
-    ids = [row.id for row in rows]
-    moment: datetime = rows[0].now
+    [row] = yield Step(sql.reserve_ids, {"n": len(batch), "now": now})
+    ids: list[int] = sorted(row.ids)  # array_agg keeps no order of its own
+    moment: datetime = row.now
     copied = []
     for job_id, job, payload in zip(ids, batch, payloads, strict=True):
         run_at = job.run_at or moment
@@ -223,7 +228,7 @@ def _copy(
 
 def _numbered(
     sql: InsertSql, batch: Sequence[NewJob], payloads: Sequence[str], now: datetime | None
-) -> Generator[Step | Copy, list[Row[Any]], list[int]]:
+) -> Generator[Step | Copy, list[Any], list[int]]:
     """SQLite: number the rows ourselves and insert them without RETURNING.
 
     Every SQLite transaction holds the write lock from its BEGIN IMMEDIATE, so nobody else can
@@ -244,7 +249,7 @@ def _numbered(
 
 def _insert_unique(
     sql: InsertSql, job: NewJob, payload: str, now: datetime | None
-) -> Generator[Step, list[Row[Any]], Inserted]:
+) -> Generator[Step, list[Any], Inserted]:
     for _ in range(_UNIQUE_TRIES):
         rows = yield Step(sql.ignoring_unique, _parameters(job, payload, now))
         if rows:
@@ -281,21 +286,20 @@ def _parameters(job: NewJob, payload: str, now: datetime | None) -> dict[str, An
     }
 
 
-async def run_async(connection: AsyncConnection, plan: Plan) -> list[Inserted]:
-    """Run a plan on an async connection (inside the caller's transaction)."""
+async def run_plan(rows: Rows, plan: Plan) -> list[Inserted]:
+    """Run a plan on a connection (inside the caller's transaction)."""
     try:
         step = next(plan)
         while True:
             if isinstance(step, Copy):
-                raw = (await connection.get_raw_connection()).driver_connection
-                assert raw is not None
-                async with raw.cursor() as cursor, cursor.copy(step.sql) as copy:
-                    for row in step.rows:
-                        await copy.write_row(row)
+                await rows.copy(step.sql, step.rows)
                 step = plan.send([])
-                continue
-            result = await connection.execute(step.statement, step.parameters)
-            step = plan.send(list(result.all()) if result.returns_rows else [])
+            elif isinstance(step.parameters, list) and len(step.parameters) > 1:
+                step = plan.send(await rows.many(step.statement, step.parameters))
+            elif isinstance(step.parameters, list):  # one row: a plain (prepared) statement
+                step = plan.send(await rows.rows(step.statement, step.parameters[0]))
+            else:
+                step = plan.send(await rows.rows(step.statement, step.parameters))
     except StopIteration as done:
         value: list[Inserted] = done.value
         return value

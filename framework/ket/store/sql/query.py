@@ -13,7 +13,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Text, bindparam, case, func, insert, select, tuple_, update
+from sqlalchemy import BigInteger, Text, bindparam, case, func, insert, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ket.store.sql.column import from_micros
@@ -72,7 +72,15 @@ class Statements:
     record_fire: Any
     counts: Any
     oldest: Any
+    clock: Any  # the database's now (or the test clock's, passed as `now`)
     notify: Any  # None where the database has no NOTIFY (SQLite)
+    arrays: bool  # (id, fence) pairs travel as two arrays (PostgreSQL), not an expanding IN
+
+    def pairs(self, pairs: Sequence[tuple[int, int]]) -> dict[str, Any]:
+        """The parameters naming (id, fence) pairs for complete_many and heartbeat."""
+        if self.arrays:
+            return {"ids": [p[0] for p in pairs], "fences": [p[1] for p in pairs]}
+        return {"pairs": list(pairs)}
 
 
 @cache
@@ -81,11 +89,12 @@ def statements(dialect: str) -> Statements:
     time = TimeSql(dialect)
     now = time.now()
     fenced = (jobs.c.id == bindparam("p_id"), jobs.c.fence == bindparam("p_fence"))
+    held = _held(dialect)
     dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return Statements(
         claim=_claim(time),
         complete_many=update(jobs)
-        .where(tuple_(jobs.c.id, jobs.c.fence).in_(bindparam("pairs", expanding=True)), EXECUTING)
+        .where(held, EXECUTING)
         .values(state="completed", finished_at=now, lease_until=None, cancel_requested=False)
         .returning(jobs.c.id),
         settle={
@@ -103,7 +112,7 @@ def statements(dialect: str) -> Statements:
             traceback=bindparam("p_traceback"),
         ),
         heartbeat=update(jobs)
-        .where(tuple_(jobs.c.id, jobs.c.fence).in_(bindparam("pairs", expanding=True)), EXECUTING)
+        .where(held, EXECUTING)
         .values(lease_until=time.at("lease"))
         .returning(jobs.c.id, jobs.c.cancel_requested),
         rescue=_rescue(time),
@@ -176,8 +185,26 @@ def statements(dialect: str) -> Statements:
             .scalar_subquery()
             .label("due"),
         ),
+        clock=select(now.label("now")),
         notify=_notify() if dialect == "postgresql" else None,
+        arrays=dialect == "postgresql",
     )
+
+
+def _held(dialect: str) -> Any:
+    """Rows whose (id, fence) is among the given pairs: two arrays on PostgreSQL, so that the
+    statement text stays the same (and prepared) whatever the number of pairs."""
+    if dialect != "postgresql":
+        return tuple_(jobs.c.id, jobs.c.fence).in_(bindparam("pairs", expanding=True))
+    pairs = (
+        func.unnest(
+            bindparam("ids", type_=postgresql.ARRAY(BigInteger)),
+            bindparam("fences", type_=postgresql.ARRAY(BigInteger)),
+        )
+        .table_valued("id", "fence")
+        .render_derived(name="pairs")
+    )
+    return tuple_(jobs.c.id, jobs.c.fence).in_(select(pairs.c.id, pairs.c.fence))
 
 
 def _notify() -> Any:
@@ -281,23 +308,24 @@ def errors_of(ids: Sequence[int]) -> Any:
 
 
 def claimed_job(row: Any) -> ClaimedJob:
+    """A claim's row (its fields in _CLAIMED order) as a ClaimedJob."""
     return ClaimedJob(
-        id=row.id,
-        name=row.name,
-        queue=row.queue,
-        payload=row.payload,
-        payload_version=row.payload_version,
-        priority=row.priority,
-        attempt=row.attempt,
-        max_attempts=row.max_attempts,
-        unique_key=row.unique_key,
-        company=row.company,
-        run_at=row.run_at,
-        enqueued_at=row.enqueued_at,
-        lease_until=row.lease_until,
-        fence=row.fence,
-        tick=row.tick,
-        ticks_skipped=row.ticks_skipped,
+        id=row[0],
+        name=row[1],
+        queue=row[2],
+        payload=row[3],
+        payload_version=row[4],
+        priority=row[5],
+        attempt=row[6],
+        max_attempts=row[7],
+        unique_key=row[8],
+        company=row[9],
+        run_at=row[10],
+        enqueued_at=row[11],
+        lease_until=row[12],
+        fence=row[13],
+        tick=row[14],
+        ticks_skipped=row[15],
     )
 
 

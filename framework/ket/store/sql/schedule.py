@@ -8,8 +8,8 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ket.store.sql.fetch import fetch_all
-from ket.store.sql.insert import insert_plan, run_async
+from ket.store.sql.fetch import EngineRows, fetch_all
+from ket.store.sql.insert import insert_plan, run_plan
 from ket.store.sql.query import Statements
 from ket.store.sql.schema import schedule_fires, schedules
 from ket.store.types import Fire, ScheduleState, TickClaim, TickResult
@@ -52,7 +52,7 @@ async def claim_tick(
         return TickResult(won=False)
     if claim.job is None:
         return TickResult(won=True)
-    [inserted] = await run_async(conn, insert_plan(dialect, now, [claim.job], payloads))
+    [inserted] = await run_plan(EngineRows(conn), insert_plan(dialect, now, [claim.job], payloads))
     fire = {**params, "p_skipped": claim.skipped, "p_job_id": inserted.id}
     await conn.execute(sql.record_fire, fire)
     return TickResult(won=True, job=inserted)

@@ -19,12 +19,13 @@ from ket.store.clock import Clock
 from ket.store.failure import Translate, translated
 from ket.store.sql import command, ledger, query, schedule
 from ket.store.sql import listener as listening
-from ket.store.sql.engine import create_engine, libpq_dsn, parse_url
+from ket.store.sql.engine import create_engine, libpq_dsn, parse_url, postgres_connect_args
 from ket.store.sql.failure import database_error, from_database, locked
-from ket.store.sql.fetch import fetch_all, fetch_one
-from ket.store.sql.insert import insert_plan, run_async, run_sync, wake_queues
+from ket.store.sql.fetch import EngineRows, Rows, fetch_all, fetch_one
+from ket.store.sql.insert import insert_plan, insert_sql, run_plan, run_sync, wake_queues
+from ket.store.sql.lane import Lane, compiled
 from ket.store.sql.migration import migrate
-from ket.store.sql.now import TimeSql, time_params
+from ket.store.sql.now import time_params
 from ket.store.sql.records import RecordCall, SqlRecords, install
 from ket.store.sql.schema import jobs
 from ket.store.types import (
@@ -63,11 +64,16 @@ _RUNNABLE_AGAIN = frozenset({"retryable", "snoozed"})
 class SqlStore:
     """Jobs in a PostgreSQL or SQLite database, through SQLAlchemy Core.
 
-    Open one with `await SqlStore.open(url)`; `clock` replaces the database's time (tests).
+    Open one with `await SqlStore.open(url)`; `clock` replaces the database's time (tests). On
+    PostgreSQL the hot operations (claim, settle, heartbeat, rescue, insert) run the same
+    statements through a lane of plain psycopg connections (lane.py).
     """
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, clock: Clock | None = None, lane: Lane | None = None
+    ) -> None:
         self._engine = engine
+        self._lane = lane
         self._clock = clock
         self.dialect = engine.dialect.name
         self._sql = query.statements(self.dialect)
@@ -95,13 +101,34 @@ class SqlStore:
         clock: Clock | None = None,
         migrate: bool = False,
         pool_size: int = 5,
+        lane_size: int | None = None,
         **engine_options: Any,
     ) -> SqlStore:
-        """A store on `url` (postgresql://... or sqlite:///file); `migrate` installs the schema."""
-        parse_url(url)
+        """A store on `url` (postgresql://... or sqlite:///file); `migrate` installs the schema.
+
+        On PostgreSQL, `lane_size` of the `pool_size` connections go to the lane and the rest to
+        the engine (by default each gets `pool_size`); `pool_timeout` and `connect_args` apply
+        to both. SQLite has no lane: the engine gets `pool_size`.
+        """
+        parsed = parse_url(url)
+        lane = None
+        if parsed.get_backend_name() == "postgresql":
+            if lane_size is not None:
+                if not 0 < lane_size < pool_size:
+                    raise StoreError(
+                        f"lane_size must be above 0 and below pool_size ({pool_size}), "
+                        f"got {lane_size!r}"
+                    )
+                pool_size -= lane_size
+            lane = Lane(
+                parsed,
+                size=pool_size if lane_size is None else lane_size,
+                timeout=float(engine_options.get("pool_timeout", 30.0)),
+                connect_args=postgres_connect_args(parsed, engine_options.get("connect_args")),
+            )
         with translated():  # e.g. an engine option SQLAlchemy does not know
             engine = create_engine(url, pool_size=pool_size, **engine_options)
-        store = cls(engine, clock=clock)
+        store = cls(engine, clock=clock, lane=lane)
         if migrate:
             await store.migrate()
         return store
@@ -109,6 +136,21 @@ class SqlStore:
     @property
     def engine(self) -> AsyncEngine:
         return self._engine
+
+    @property
+    def lane(self) -> Lane | None:
+        """The lane of psycopg connections for the hot operations (PostgreSQL), else None."""
+        return self._lane
+
+    async def connect(self) -> None:
+        """Open a connection now and build the insert statements, so that a long-lived client's
+        first enqueue pays no set-up; StoreError if the database cannot be reached."""
+        plain = insert_sql(self.dialect).plain
+        if self._lane is not None:
+            compiled(plain)
+        await self._hot(
+            lambda conn: conn.tuples(self._sql.clock, {"now": self._now()}), single=True
+        )
 
     async def migrate(self) -> list[int]:
         """Install or upgrade ket's schema; returns the migration versions applied."""
@@ -151,6 +193,20 @@ class SqlStore:
                 delay = min(delay * 2, 1.0)
         raise AssertionError("unreachable")
 
+    async def _hot(self, body: Callable[[Rows], Awaitable[T]], *, single: bool = False) -> T:
+        """Run a hot operation's `body` in one transaction: on the lane where there is one,
+        else on the engine (as `_transact`)."""
+        if self._lane is None:
+            return await self._transact(lambda conn: body(EngineRows(conn)), single=single)
+        if self._closed:
+            raise StoreError("the store is closed")
+        try:
+            return await self._lane.run(body, single=single)
+        except StoreError:
+            raise
+        except Exception as error:
+            raise self._failure(error) from error
+
     # -- insert -----------------------------------------------------------------------------
 
     async def job_insert(self, batch: Sequence[NewJob]) -> list[Inserted]:
@@ -161,8 +217,8 @@ class SqlStore:
         now = self._now()
         # one plain job is one statement; a batch may span several, so it needs a transaction
         single = len(batch) == 1 and batch[0].unique_key is None
-        inserted = await self._transact(
-            lambda conn: run_async(conn, insert_plan(self.dialect, now, batch, payloads)),
+        inserted = await self._hot(
+            lambda rows: run_plan(rows, insert_plan(self.dialect, now, batch, payloads)),
             single=single,
         )
         self._woken(batch, now)
@@ -184,7 +240,7 @@ class SqlStore:
             now = datetime.now(UTC)
         plan = insert_plan(connection.dialect.name, now, batch, payloads, write_locked=False)
         with translated(lambda error: database_error(error, connection.engine)):
-            return await run_async(connection, plan)
+            return await run_plan(EngineRows(connection), plan)
 
     def _woken(self, batch: Sequence[NewJob], now: datetime | None) -> None:
         self._wakeups.notify(wake_queues(batch, now))
@@ -225,9 +281,7 @@ class SqlStore:
         validate.check_claim(claim)
         params = time_params(self._now(), lease=claim.lease_seconds)
         params.update(p_queue=claim.queue, limit=claim.limit, p_worker_id=claim.worker_id)
-        rows = await self._transact(
-            lambda conn: fetch_all(conn, self._sql.claim, params), single=True
-        )
+        rows = await self._hot(lambda rows: rows.tuples(self._sql.claim, params), single=True)
         claimed = [query.claimed_job(row) for row in rows]
         return sorted(claimed, key=lambda job: (job.priority, job.run_at, job.id))
 
@@ -243,17 +297,17 @@ class SqlStore:
         others = [s for s in settlements if s.outcome != "completed"]
         woken: set[str] = set()
 
-        async def body(conn: AsyncConnection) -> set[JobId]:
+        async def body(conn: Rows) -> set[JobId]:
             applied: set[JobId] = set()
             if plain:
-                pairs = [(s.id, s.fence) for s in plain]
-                rows = await fetch_all(conn, self._sql.complete_many, {"now": now, "pairs": pairs})
-                applied.update(row.id for row in rows)
+                pairs = self._sql.pairs([(s.id, s.fence) for s in plain])
+                rows = await conn.tuples(self._sql.complete_many, {"now": now, **pairs})
+                applied.update(row[0] for row in rows)
             errors: list[dict[str, Any]] = []
             for settle in others:
                 params = time_params(now, delay=settle.delay_seconds)
                 params.update(p_id=settle.id, p_fence=settle.fence)
-                rows = await fetch_all(conn, self._sql.settle[settle.outcome], params)
+                rows = await conn.rows(self._sql.settle[settle.outcome], params)
                 if rows:
                     applied.add(settle.id)
                     if settle.error is not None and settle.outcome in _RECORDS_ERROR:
@@ -261,11 +315,11 @@ class SqlStore:
                     if settle.outcome in _RUNNABLE_AGAIN and settle.delay_seconds == 0:
                         woken.add(rows[0].queue)
             if errors:
-                await conn.execute(self._sql.append_errors, errors)
+                await conn.many(self._sql.append_errors, errors)
             await command.wake(conn, self._sql, woken)
             return applied
 
-        applied = await self._transact(body, single=not others)
+        applied = await self._hot(body, single=not others)
         self._wakeups.notify(woken)
         ids = [s.id for s in settlements]
         return SettleResult(
@@ -279,10 +333,8 @@ class SqlStore:
         if not heartbeat.leases:
             return HeartbeatResult(extended=(), lost=(), cancel_requested=())
         params = time_params(self._now(), lease=heartbeat.lease_seconds)
-        params["pairs"] = [(lease.id, lease.fence) for lease in heartbeat.leases]
-        rows = await self._transact(
-            lambda conn: fetch_all(conn, self._sql.heartbeat, params), single=True
-        )
+        params.update(self._sql.pairs([(lease.id, lease.fence) for lease in heartbeat.leases]))
+        rows = await self._hot(lambda conn: conn.rows(self._sql.heartbeat, params), single=True)
         extended = {row.id for row in rows}
         ids = [lease.id for lease in heartbeat.leases]
         return HeartbeatResult(
@@ -296,10 +348,10 @@ class SqlStore:
         validate.check_count("rescue limit", limit, minimum=1)
         now = self._now()
 
-        async def body(conn: AsyncConnection) -> list[Rescued]:
-            rows = await fetch_all(conn, self._sql.rescue, {"now": now, "limit": limit})
+        async def body(conn: Rows) -> list[Rescued]:
+            rows = await conn.rows(self._sql.rescue, {"now": now, "limit": limit})
             if rows:
-                await conn.execute(
+                await conn.many(
                     self._sql.append_errors,
                     [
                         _error_row(
@@ -327,7 +379,7 @@ class SqlStore:
                 for row in rows
             ]
 
-        rescued = await self._transact(body)
+        rescued = await self._hot(body)
         self._wakeups.notify(_retryable_queues(rescued))
         return rescued
 
@@ -347,7 +399,7 @@ class SqlStore:
         async def body(conn: AsyncConnection) -> tuple[StateChange, str | None]:
             change, queue = await command.retry(conn, self._sql, now, job_id)
             if queue is not None:
-                await command.wake(conn, self._sql, [queue])
+                await command.wake(EngineRows(conn), self._sql, [queue])
             return change, queue
 
         try:
@@ -397,11 +449,9 @@ class SqlStore:
         value = self._now()
         if value is not None:
             return value
-        statement = select(TimeSql(self.dialect).now())
-        row = await self._transact(
-            lambda conn: fetch_one(conn, statement, {"now": None}), single=True
-        )
-        result: datetime = row[0]
+        statement = self._sql.clock
+        rows = await self._hot(lambda conn: conn.tuples(statement, {"now": None}), single=True)
+        result: datetime = rows[0][0]
         return result
 
     # -- observation ------------------------------------------------------------------------
@@ -493,6 +543,8 @@ class SqlStore:
         with translated(self._failure):
             if self._listener is not None and self._dsn is not None:
                 await listening.release(self._dsn, self._listener)
+            if self._lane is not None:
+                await self._lane.close()
             await self._engine.dispose()
 
     # -- model rows (RecordStore; statements in records.py) ---------------------------------
@@ -573,7 +625,7 @@ class SqlTransaction:
         now = self._store._now()
         plan = insert_plan(self._store.dialect, now, batch, payloads)
         with translated(self._store._failure):
-            inserted = await run_async(self.connection, plan)
+            inserted = await run_plan(EngineRows(self.connection), plan)
         self.pending.append((batch, now))
         return inserted
 
