@@ -38,7 +38,7 @@ class Setting:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Concurrency:
+class HostConcurrency:
     """The operator's settings, by queue, after the flag has won over the variable."""
 
     settings: Mapping[str, Setting]
@@ -75,12 +75,12 @@ def add_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def read(flags: Iterable[str], environ: Mapping[str, str]) -> Concurrency:
+def read(flags: Iterable[str], environ: Mapping[str, str]) -> HostConcurrency:
     """The settings of the command line and the environment; KetError naming a malformed item,
     a number that breaks the rule, or a queue named twice by one of them."""
     from_variable = _parse([environ.get(VARIABLE, "")], VARIABLE)
     from_flags = _parse(flags, FLAG)
-    return Concurrency(settings={**from_variable, **from_flags})
+    return HostConcurrency(settings={**from_variable, **from_flags})
 
 
 def _parse(texts: Iterable[str], source: str) -> dict[str, Setting]:

@@ -17,7 +17,7 @@ import sys
 from ket.catalog import Catalog
 from ket.cli import concurrency
 from ket.cli.call import call_on_tenant, parse_input, redactor
-from ket.cli.concurrency import Concurrency
+from ket.cli.concurrency import HostConcurrency
 from ket.cli.migrate import migrate_all
 from ket.cli.options import deployment_of
 from ket.cli.output import clip, configure_logging, escape
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 async def _dev(
     catalog: Catalog,
     args: argparse.Namespace,
-    settings: Concurrency,
+    settings: HostConcurrency,
     urls: dict[str, str],
     calls: list[tuple[str, dict[str, object]]],
 ) -> int:

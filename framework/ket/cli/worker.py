@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from ket.catalog import Catalog
 from ket.cli import concurrency
-from ket.cli.concurrency import Concurrency
+from ket.cli.concurrency import HostConcurrency
 from ket.cli.options import deployment_of
 from ket.cli.output import configure_logging
 from ket.cli.runtime import open_registry, open_store, tenant_urls, worker_id
@@ -101,7 +101,7 @@ async def serve(
     catalog: Catalog,
     database_url: str | None,
     tenant: str | None,
-    settings: Concurrency | None = None,
+    settings: HostConcurrency | None = None,
 ) -> int:
     """Serve until a signal; returns the exit code. `catalog` carries the concurrency to run,
     `settings` says which of it this host set (for the start-up line)."""
@@ -147,7 +147,7 @@ async def serve(
         "worker %s serving deployment %s with queues %s; up to %d database connections per tenant",
         identity,
         catalog.deployment,
-        (settings or Concurrency(settings={})).describe(catalog.worker),
+        (settings or HostConcurrency(settings={})).describe(catalog.worker),
         pool,
     )
     try:

@@ -9,7 +9,7 @@ import pytest
 
 from ket import define_deployment, define_job, define_module
 from ket.catalog import Catalog
-from ket.cli.concurrency import Concurrency, read
+from ket.cli.concurrency import HostConcurrency, read
 from ket.cli.worker import pool_settings
 from ket.errors import KetError
 
@@ -163,7 +163,7 @@ def test_the_start_up_line_says_where_each_concurrency_came_from() -> None:
     assert settings.describe(settings.apply(CATALOG).worker) == (
         "default=7 (--concurrency), mail=5 (KET_WORKER_CONCURRENCY)"
     )
-    assert Concurrency(settings={}).describe(CATALOG.worker) == (
+    assert HostConcurrency(settings={}).describe(CATALOG.worker) == (
         "default=2 (declared), mail=4 (declared)"
     )
 
