@@ -340,6 +340,9 @@ def test_running_commands_outside_a_project(place: Place, data: st.DataObject) -
     flags.pop("--workspace")
     if command != "migrate":
         flags["--log-level"] = _choice("DEBUG", "INFO")
+        flags["--concurrency"] = _choice(
+            "default=5", "default=0", "a=1,a=2", "default=1,", "default=" + "9" * 5_000
+        )
     argv = data.draw(argv_for([command], flags, []))
     result = run(argv, place.empty, place.empty)
     check(result, argv)
@@ -424,6 +427,8 @@ def _slots(place: Place) -> list[tuple[list[str], int, str | None]]:
         (["manifest", "--deployment", "main"], 2, None),
         (["check", "--workspace", "app/workspace.py"], 2, None),
         (["tenants", "remove", "acme"], 2, None),
+        # a value that parses ends at the missing workspace: the worker never starts here
+        (["worker", "--workspace", "gone.py", "--concurrency", "default=5"], 4, "gone.py"),
     ]
     return lines
 

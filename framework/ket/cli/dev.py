@@ -3,6 +3,7 @@
 Migrates the tenant databases (an embedded SQLite file under `.ket/` unless KET_DATABASE_URL says
 otherwise), then runs the worker with readable logs until Ctrl-C. `--call NAME JSON` calls a
 function once the worker is running, e.g. to place a first order and watch its jobs run.
+--concurrency QUEUE=N (or KET_WORKER_CONCURRENCY) changes a queue's concurrency as for `ket worker`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
 from ket.catalog import Catalog
+from ket.cli import concurrency
 from ket.cli.call import call_on_tenant, parse_input, redactor
+from ket.cli.concurrency import HostConcurrency
 from ket.cli.migrate import migrate_all
 from ket.cli.options import deployment_of
 from ket.cli.output import clip, configure_logging, escape
@@ -46,6 +50,7 @@ def add_parser(
         metavar=("NAME", "JSON"),
         help="call a function once the worker runs (repeatable)",
     )
+    concurrency.add_option(parser)
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
@@ -55,23 +60,24 @@ def add_parser(
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, "%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     logging.getLogger("ket.jobs").setLevel(min(logging.DEBUG, logging.getLevelName(args.log_level)))
-    catalog = Catalog.build(deployment_of(args))
+    settings = concurrency.read(args.concurrency, os.environ)
+    catalog = settings.apply(Catalog.build(deployment_of(args)))
     calls = [(name, parse_input(text)) for name, text in args.call]
     urls = tenant_urls(args)
     if calls:
         urls = dict([single_tenant(args)])  # --call needs one tenant
     asyncio.run(migrate_all(catalog, urls))
-    return run_service(_dev(catalog, args.database_url, args.tenant, urls, calls))
+    return run_service(_dev(catalog, args, settings, urls, calls))
 
 
 async def _dev(
     catalog: Catalog,
-    database_url: str | None,
-    tenant: str | None,
+    args: argparse.Namespace,
+    settings: HostConcurrency,
     urls: dict[str, str],
     calls: list[tuple[str, dict[str, object]]],
 ) -> int:
-    serving = asyncio.ensure_future(serve(catalog, database_url, tenant))
+    serving = asyncio.ensure_future(serve(catalog, args.database_url, args.tenant, settings))
     if calls:
         await asyncio.sleep(0.5)
         [(name, url)] = urls.items()

@@ -1,5 +1,8 @@
 """`ket worker`: run the deployment's jobs for every tenant (or one) until told to stop.
 
+Each queue runs up to its declared concurrency of jobs at once per tenant, unless this host says
+otherwise with --concurrency QUEUE=N or KET_WORKER_CONCURRENCY="QUEUE=N,..." (the flag wins).
+
 SIGTERM or SIGINT stops claiming, lets running jobs finish within `shutdown_grace_ms`, aborts
 the rest (reason `shutdown`) and hands them back, then exits 0. A second signal hands back what
 it can within half a second and exits within a second, whatever handler threads are doing.
@@ -18,6 +21,8 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from ket.catalog import Catalog
+from ket.cli import concurrency
+from ket.cli.concurrency import HostConcurrency
 from ket.cli.options import deployment_of
 from ket.cli.output import configure_logging
 from ket.cli.runtime import open_registry, open_store, run_service, tenant_urls, worker_id
@@ -47,6 +52,7 @@ def add_parser(
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    concurrency.add_option(parser)
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
@@ -55,16 +61,17 @@ def add_parser(
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
-    catalog = Catalog.build(deployment_of(args))
+    settings = concurrency.read(args.concurrency, os.environ)
+    catalog = settings.apply(Catalog.build(deployment_of(args)))
     pool_settings(catalog, os.environ)  # refuse a pool too small before serving anything
     tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker
-    return run_service(serve(catalog, args.database_url, args.tenant))
+    return run_service(serve(catalog, args.database_url, args.tenant, settings))
 
 
 def pool_settings(catalog: Catalog, environ: Mapping[str, str]) -> tuple[int, float]:
-    """Each tenant's connection pool: its size (KET_POOL_SIZE, at least what the declared
+    """Each tenant's connection pool: its size (KET_POOL_SIZE, at least what the queues'
     concurrency needs, which is the default) and how long work waits for a connection
-    (KET_POOL_TIMEOUT_S, default 30 s)."""
+    (KET_POOL_TIMEOUT_S, default 30 s). `catalog` carries the concurrency this host runs."""
     needed = connections_needed(catalog.worker)
     size = _number(environ, "KET_POOL_SIZE", needed, int)
     if size < needed:
@@ -90,8 +97,14 @@ def _number(environ: Mapping[str, str], name: str, default: T, kind: Callable[[s
         raise KetError(f"{name} must be a number, got {text!r}") from None
 
 
-async def serve(catalog: Catalog, database_url: str | None, tenant: str | None) -> int:
-    """Serve until a signal; returns the exit code."""
+async def serve(
+    catalog: Catalog,
+    database_url: str | None,
+    tenant: str | None,
+    settings: HostConcurrency | None = None,
+) -> int:
+    """Serve until a signal; returns the exit code. `catalog` carries the concurrency to run,
+    `settings` says which of it this host set (for the start-up line)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     fleet: Fleet | None = None
@@ -134,9 +147,10 @@ async def serve(catalog: Catalog, database_url: str | None, tenant: str | None) 
         only=tenant,
     )
     log.info(
-        "worker %s serving deployment %s (up to %d database connections per tenant)",
+        "worker %s serving deployment %s with queues %s; up to %d database connections per tenant",
         identity,
         catalog.deployment,
+        (settings or HostConcurrency(settings={})).describe(catalog.worker),
         pool,
     )
     try:

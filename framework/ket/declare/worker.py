@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from collections.abc import Mapping
+from typing import Annotated
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 DEFAULT_QUEUES = {"default": 10}
+
+# A queue's jobs at once, per tenant: each needs a thread or task and a connection of the pool
+# in reach, so a number past this is a typo (an extra zero) rather than a plan.
+MAX_CONCURRENCY = 1000
+Concurrency = Annotated[int, Field(gt=0, le=MAX_CONCURRENCY)]
+_CONCURRENCY: TypeAdapter[int] = TypeAdapter(Concurrency)
 
 
 class WorkerConfig(BaseModel):
@@ -13,7 +30,7 @@ class WorkerConfig(BaseModel):
     # strict: a declared value is Python, so True or "50" is a mistake, not a 1 or a 50
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    queues: dict[str, PositiveInt] = Field(default_factory=lambda: dict(DEFAULT_QUEUES))
+    queues: dict[str, Concurrency] = Field(default_factory=lambda: dict(DEFAULT_QUEUES))
     poll_min_ms: PositiveInt = 50
     poll_max_ms: PositiveInt = 2_000
     tenant_refresh_ms: PositiveInt = 30_000
@@ -31,3 +48,32 @@ class WorkerConfig(BaseModel):
         if not self.queues:
             raise ValueError("queues must name at least one queue")
         return self
+
+    def with_concurrency(self, concurrency: Mapping[str, int]) -> WorkerConfig:
+        """This configuration with the concurrency of some of its queues replaced (an operator's
+        per-host setting), held to the rule of a declared one; ValueError naming a queue the
+        configuration lacks, or a concurrency out of range.
+
+        >>> WorkerConfig().with_concurrency({"default": 50}).queues
+        {'default': 50}
+        """
+        for queue, value in concurrency.items():
+            if queue not in self.queues:
+                declared = ", ".join(sorted(self.queues))
+                raise ValueError(f"queue {queue!r} is not declared (declared: {declared})")
+            check_concurrency(value)
+        return WorkerConfig.model_validate(
+            {**self.model_dump(), "queues": {**self.queues, **concurrency}}
+        )
+
+
+def check_concurrency(value: object) -> int:
+    """`value` if it is a queue's concurrency (a whole number from 1 to MAX_CONCURRENCY), else
+    ValueError naming it."""
+    try:
+        return _CONCURRENCY.validate_python(value, strict=True)
+    except ValidationError:
+        raise ValueError(
+            f"a queue's concurrency must be a whole number from 1 to {MAX_CONCURRENCY}, "
+            f"got {value!r}"
+        ) from None

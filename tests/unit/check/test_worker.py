@@ -101,6 +101,10 @@ def test_valid_queue_name_is_silent(queue: str) -> None:
             {"queues": {"default": 0}},
             "queues.default: Input should be greater than 0, got 0",
         ),
+        (
+            {"queues": {"default": 1001}},
+            "queues.default: Input should be less than or equal to 1000, got 1001",
+        ),
         ({"queues": {}}, "worker: Value error, queues must name at least one queue"),
         (
             {"shutdown_grace_ms": -1},
@@ -114,6 +118,7 @@ def test_valid_queue_name_is_silent(queue: str) -> None:
         "poll-max-below-min",
         "unknown-key",
         "concurrency-zero",
+        "concurrency-over-1000",
         "no-queues",
         "grace-negative",
         "bool",

@@ -1,4 +1,4 @@
-"""WorkerConfig: documented defaults, strict values, and the poll range."""
+"""WorkerConfig: documented defaults, strict values, the poll range, and per-host concurrency."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from ket.declare import WorkerConfig
+from ket.declare.worker import MAX_CONCURRENCY, check_concurrency
 
 
 def test_worker_config_defaults() -> None:
@@ -39,6 +40,7 @@ def test_given_values_replace_defaults() -> None:
         {"poll_min_ms": 0},
         {"lease_ms": -1},
         {"queues": {"default": 0}},
+        {"queues": {"default": MAX_CONCURRENCY + 1}},
         {"queues": {}},
         {"poll_min_ms": 300, "poll_max_ms": 200},
         {"shutdown_grace_ms": -1},
@@ -64,3 +66,37 @@ def test_zero_shutdown_grace_and_equal_poll_bounds_are_allowed() -> None:
 def test_worker_config_is_frozen() -> None:
     with pytest.raises(ValidationError):
         WorkerConfig().lease_ms = 1
+
+
+def test_a_concurrency_of_up_to_the_maximum_is_allowed() -> None:
+    config = WorkerConfig.model_validate({"queues": {"default": 1, "mail": MAX_CONCURRENCY}})
+    assert config.queues == {"default": 1, "mail": MAX_CONCURRENCY}
+
+
+def test_with_concurrency_replaces_the_named_queues_and_keeps_the_rest() -> None:
+    config = WorkerConfig.model_validate({"queues": {"default": 2, "mail": 4}, "lease_ms": 5_000})
+    changed = config.with_concurrency({"mail": 9})
+    assert (changed.queues, changed.lease_ms) == ({"default": 2, "mail": 9}, 5_000)
+    assert config.queues == {"default": 2, "mail": 4}
+
+
+def test_with_concurrency_refuses_a_queue_that_is_not_declared_naming_the_declared_ones() -> None:
+    config = WorkerConfig.model_validate({"queues": {"mail": 4, "default": 2}})
+    with pytest.raises(ValueError) as raised:
+        config.with_concurrency({"reports": 3})
+    assert str(raised.value) == "queue 'reports' is not declared (declared: default, mail)"
+
+
+@pytest.mark.parametrize("value", [0, -1, MAX_CONCURRENCY + 1, True, "5", 5.0])
+def test_with_concurrency_holds_a_value_to_the_rule_of_a_declared_one(value: object) -> None:
+    with pytest.raises(ValidationError):  # the declared rule...
+        WorkerConfig.model_validate({"queues": {"default": value}})
+    with pytest.raises(ValueError) as raised:  # ...is the one an override meets
+        WorkerConfig().with_concurrency({"default": value})  # type: ignore[dict-item]
+    assert str(raised.value) == (
+        f"a queue's concurrency must be a whole number from 1 to 1000, got {value!r}"
+    )
+
+
+def test_check_concurrency_returns_a_valid_value() -> None:
+    assert [check_concurrency(n) for n in (1, 50, MAX_CONCURRENCY)] == [1, 50, MAX_CONCURRENCY]

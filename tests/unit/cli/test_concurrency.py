@@ -1,0 +1,188 @@
+"""`--concurrency QUEUE=N` and KET_WORKER_CONCURRENCY: parsed, checked against the deployment,
+and carried into the worker configuration and the connection pool it needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ket import define_deployment, define_job, define_module
+from ket.catalog import Catalog
+from ket.cli.concurrency import HostConcurrency, read
+from ket.cli.worker import pool_settings
+from ket.errors import KetError
+
+
+def handler(ctx: Any, input: Any) -> None:
+    """A handler."""
+
+
+SHOP = define_module(
+    name="shop",
+    jobs={
+        "ship": define_job(idempotent=True, handler=handler),
+        "mail": define_job(idempotent=True, queue="mail", handler=handler),
+    },
+)
+CATALOG = Catalog.build(
+    define_deployment(name="shop", modules=[SHOP], worker={"queues": {"default": 2, "mail": 4}}),
+    environ={},
+)
+
+
+def queues(flags: list[str], variable: str | None = None) -> dict[str, int]:
+    environ = {} if variable is None else {"KET_WORKER_CONCURRENCY": variable}
+    return dict(read(flags, environ).apply(CATALOG).worker.queues)
+
+
+def refusal(flags: list[str], variable: str | None = None) -> str:
+    with pytest.raises(KetError) as raised:
+        queues(flags, variable)
+    return raised.value.message
+
+
+def test_nothing_set_keeps_the_declared_concurrency() -> None:
+    assert queues([]) == {"default": 2, "mail": 4}
+    assert queues([], "") == {"default": 2, "mail": 4}  # an empty variable is an unset one
+    assert queues([], "  ") == {"default": 2, "mail": 4}
+
+
+def test_the_flag_replaces_the_queues_it_names() -> None:
+    assert queues(["default=50"]) == {"default": 50, "mail": 4}
+    assert queues(["default=50", "mail=5"]) == {"default": 50, "mail": 5}
+
+
+def test_one_flag_may_list_several_queues_as_the_variable_does() -> None:
+    assert queues(["default=50, mail=5"]) == {"default": 50, "mail": 5}
+
+
+def test_the_variable_replaces_the_queues_it_names() -> None:
+    assert queues([], "default=50,mail=5") == {"default": 50, "mail": 5}
+    assert queues([], " mail = 1 ") == {"default": 2, "mail": 1}
+
+
+def test_the_flag_wins_over_the_variable_for_the_queues_it_names() -> None:
+    assert queues(["default=7"], "default=50,mail=5") == {"default": 7, "mail": 5}
+
+
+def test_the_catalog_it_was_given_is_left_alone() -> None:
+    read(["default=50"], {}).apply(CATALOG)
+    assert CATALOG.worker.queues == {"default": 2, "mail": 4}
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["default"], "--concurrency 'default': expected QUEUE=N, such as default=50"),
+        (["=5"], "--concurrency '=5': expected QUEUE=N, such as default=50"),
+        (["default=5 0"], "--concurrency 'default=5 0': expected QUEUE=N, such as default=50"),
+        (
+            ["default=x"],
+            "--concurrency 'default=x': a queue's concurrency must be a whole number "
+            "from 1 to 1000, got 'x'",
+        ),
+        (
+            ["default="],
+            "--concurrency 'default=': a queue's concurrency must be a whole number "
+            "from 1 to 1000, got ''",
+        ),
+        (
+            ["default=+5"],
+            "--concurrency 'default=+5': a queue's concurrency must be a whole number "
+            "from 1 to 1000, got '+5'",
+        ),
+        (
+            ["default=0"],
+            "--concurrency 'default=0': a queue's concurrency must be a whole number "
+            "from 1 to 1000, got 0 (0 is refused: every worker serves every queue of its "
+            "deployment)",
+        ),
+        (
+            ["default=1001"],
+            "--concurrency 'default=1001': a queue's concurrency must be a whole number "
+            "from 1 to 1000, got 1001",
+        ),
+        (
+            ["default=5", "default=6"],
+            "--concurrency names queue 'default' twice ('default=5' and 'default=6'); "
+            "give each queue once",
+        ),
+        (
+            ["default=" + "9" * 5_000],  # past int()'s digit limit: refused all the same
+            "--concurrency 'default=" + "9" * 5_000 + "': a queue's concurrency must be a whole "
+            "number from 1 to 1000, got '" + "9" * 5_000 + "'",
+        ),
+        (["default=5,"], "--concurrency 'default=5,' has an empty item; expected QUEUE=N,..."),
+        ([""], "--concurrency '' has an empty item; expected QUEUE=N,..."),
+        (
+            ["reports=5"],
+            "--concurrency 'reports=5': queue 'reports' is not declared (declared: default, mail)",
+        ),
+    ],
+)
+def test_a_malformed_or_unknown_setting_is_refused_naming_it(
+    flags: list[str], message: str
+) -> None:
+    assert refusal(flags) == message
+
+
+@pytest.mark.parametrize(
+    ("variable", "message"),
+    [
+        ("default", "KET_WORKER_CONCURRENCY 'default': expected QUEUE=N, such as default=50"),
+        (
+            "default=5,mail=0",
+            "KET_WORKER_CONCURRENCY 'mail=0': a queue's concurrency must be a whole number "
+            "from 1 to 1000, got 0 (0 is refused: every worker serves every queue of its "
+            "deployment)",
+        ),
+        (
+            "mail=1,mail=2",
+            "KET_WORKER_CONCURRENCY names queue 'mail' twice ('mail=1' and 'mail=2'); "
+            "give each queue once",
+        ),
+        (
+            "reports=5",
+            "KET_WORKER_CONCURRENCY 'reports=5': queue 'reports' is not declared "
+            "(declared: default, mail)",
+        ),
+    ],
+)
+def test_a_malformed_variable_is_refused_naming_it(variable: str, message: str) -> None:
+    assert refusal([], variable) == message
+
+
+def test_a_malformed_variable_is_refused_even_for_a_queue_the_flag_names() -> None:
+    # the variable is meant for every worker of the host: a mistake in it must not hide
+    assert refusal(["default=5"], "default=x").startswith("KET_WORKER_CONCURRENCY 'default=x'")
+
+
+def test_the_start_up_line_says_where_each_concurrency_came_from() -> None:
+    settings = read(["default=7"], {"KET_WORKER_CONCURRENCY": "mail=5"})
+    assert settings.describe(settings.apply(CATALOG).worker) == (
+        "default=7 (--concurrency), mail=5 (KET_WORKER_CONCURRENCY)"
+    )
+    assert HostConcurrency(settings={}).describe(CATALOG.worker) == (
+        "default=2 (declared), mail=4 (declared)"
+    )
+
+
+def test_the_connection_pool_follows_the_concurrency_this_host_runs() -> None:
+    # one connection per job slot, one per queue's claim loop, and five for the services
+    assert pool_settings(CATALOG, {}) == (2 + 4 + 2 + 5, 30.0)
+    raised = read(["default=50"], {}).apply(CATALOG)
+    assert pool_settings(raised, {}) == (50 + 4 + 2 + 5, 30.0)
+    lowered = read([], {"KET_WORKER_CONCURRENCY": "default=1,mail=1"}).apply(CATALOG)
+    assert pool_settings(lowered, {}) == (1 + 1 + 2 + 5, 30.0)
+
+
+def test_a_pool_size_too_small_for_the_raised_concurrency_is_refused_with_the_numbers() -> None:
+    raised = read(["default=50"], {}).apply(CATALOG)
+    assert pool_settings(CATALOG, {"KET_POOL_SIZE": "20"})[0] == 20
+    with pytest.raises(KetError) as refused:
+        pool_settings(raised, {"KET_POOL_SIZE": "20"})
+    assert refused.value.message == (
+        "KET_POOL_SIZE=20 is too small for this deployment: it needs 61 connections per tenant "
+        "(54 job slots + 2 queue claim loops + 5 services); raise it or unset it"
+    )
