@@ -162,7 +162,8 @@ class TenantWorker:
     def _launch(self, queue: QueueSlots, job: ClaimedJob, sent: float) -> None:
         attempt = self.attempts.add(job, sent)
         queue.busy += 1
-        attempt.task = asyncio.ensure_future(self._run(queue, attempt))
+        # the attempt's own task: an async handler runs in it (see JobRunner.run)
+        attempt.task = asyncio.get_running_loop().create_task(self._run(queue, attempt))
 
     async def _run(self, queue: QueueSlots, attempt: Attempt) -> None:
         job = attempt.job
