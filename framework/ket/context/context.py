@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
+from typing import Any
 
 from ket.context.db import Database
 from ket.context.info import JobInfo, ScheduleInfo
@@ -46,3 +47,45 @@ class JobContext(FunctionContext):
     job: JobInfo
     signal: AbortSignal
     schedule: ScheduleInfo | None
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for a member not made yet, in a context from `job_context_made_on_use`.
+        make = self.__dict__.get(_MAKE)
+        if make is None or name not in MADE_ON_USE:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = make(name)
+        object.__setattr__(self, name, value)
+        return value
+
+    def __dir__(self) -> list[str]:
+        names = set(object.__dir__(self)) | {f.name for f in fields(self)}
+        return sorted(names - {_MAKE})
+
+
+# The members of a job's context that `job_context_made_on_use` makes when first read.
+MADE_ON_USE = frozenset({"job", "log", "db", "tx", "jobs", "storage", "transport"})
+_MAKE = "_JobContext__make"  # kept in the instance, mangled: off the handler's surface
+
+
+def job_context_made_on_use(
+    make: Callable[[str], object],
+    *,
+    tenant: str,
+    company: str | None,
+    clock: Callable[[], datetime],
+    signal: AbortSignal,
+    schedule: ScheduleInfo | None,
+) -> JobContext:
+    """A JobContext whose MADE_ON_USE members are made by `make(name)` when first read, and
+    kept: most handlers use few of them, and an attempt pays for none it does not use."""
+    ctx = object.__new__(JobContext)
+    members = {
+        "tenant": tenant,
+        "company": company,
+        "clock": clock,
+        "signal": signal,
+        "schedule": schedule,
+        _MAKE: make,
+    }
+    object.__setattr__(ctx, "__dict__", members)
+    return ctx

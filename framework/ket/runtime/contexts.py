@@ -1,11 +1,14 @@
 """Building the `ctx` of a job or a function, the same way for the worker, `ket call` and tests.
 
 The parts that depend only on the operation (its database view, storage and transport) are built
-once per operation and reused; the per-run parts (the job, its signal, the log fields) are cheap.
+once per operation and reused. A job's context is made for every attempt, so it makes its members
+(the job, the log, the parts fenced by the attempt's signal) only when the handler first reads
+them: an attempt that reads none costs one small object.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
@@ -26,6 +29,7 @@ from ket.context import (
     Transport,
     build_db_and_tx,
 )
+from ket.context.context import job_context_made_on_use
 from ket.context.db import Database, records_of
 from ket.context.fence import fence
 from ket.context.storage import DEFAULT_STORAGE_ROOT, max_blob_bytes_from
@@ -92,34 +96,39 @@ class Contexts:
 
     def for_job(self, job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> JobContext:
         """The context of one attempt of `job`: every effect call raises Aborted once `signal`
-        is aborted, so an attempt that is over can change nothing."""
-        jobs, storage, transport = self._operation(spec)
-        db, transactor = self._data(spec, job.company)
-        info = JobInfo(
-            id=job.id,
-            name=job.name,
-            key=job.unique_key,
-            queue=job.queue,
-            attempt=job.attempt,
-            max_attempts=job.max_attempts,
+        is aborted, so an attempt that is over can change nothing. Its parts are made when the
+        handler first uses them (most use few), from parts built once per operation."""
+        tick = job.tick
+        schedule = None if tick is None else ScheduleInfo(tick=tick, skipped=job.ticks_skipped or 0)
+        return job_context_made_on_use(
+            functools.partial(self._job_part, job, spec, signal),
             tenant=self._tenant,
             company=job.company,
-        )
-        tick = ScheduleInfo(tick=job.tick, skipped=job.ticks_skipped or 0) if job.tick else None
-        return JobContext(
-            tenant=self._tenant,
-            company=job.company,
-            db=fence(db, signal),
-            tx=transactor.fenced(signal),
-            jobs=fence(jobs, signal),
-            storage=fence(storage, signal),
-            transport=fence(transport, signal),
-            log=ContextLog({"tenant": self._tenant, "job_id": job.id, "job": job.name}),
             clock=self._clock,
-            job=info,
             signal=signal,
-            schedule=tick,
+            schedule=schedule,
         )
+
+    def _job_part(self, job: ClaimedJob, spec: JobSpec, signal: AbortSignal, name: str) -> object:
+        """The member `name` of the context of an attempt of `job` (see for_job)."""
+        if name == "job":
+            return JobInfo(
+                id=job.id,
+                name=job.name,
+                key=job.unique_key,
+                queue=job.queue,
+                attempt=job.attempt,
+                max_attempts=job.max_attempts,
+                tenant=self._tenant,
+                company=job.company,
+            )
+        if name == "log":
+            return ContextLog({"tenant": self._tenant, "job_id": job.id, "job": job.name})
+        if name == "db":
+            return fence(self._data(spec, job.company)[0], signal)
+        if name == "tx":
+            return self._data(spec, job.company)[1].fenced(signal)
+        return fence(self._operation(spec)[_OPERATION_PARTS[name]], signal)
 
     def for_function(self, spec: OperationSpec, company: str | None = None) -> FunctionContext:
         """The context of one call of a function."""
@@ -187,3 +196,6 @@ class Contexts:
             return inserted
 
         return insert_and_report
+
+
+_OPERATION_PARTS = {"jobs": 0, "storage": 1, "transport": 2}  # as Contexts._operation has them

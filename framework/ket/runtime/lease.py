@@ -32,7 +32,7 @@ log = logging.getLogger("ket.worker")
 LEASE_SAFETY_MARGIN = 0.25
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Attempt:
     """One running attempt: its job, its signal, and until when its lease is surely held."""
 

@@ -11,6 +11,11 @@ async handler that ignores the signal is cancelled after ABORT_GRACE_SECONDS; a 
 thread cannot be stopped, so the attempt waits for it: its slot and lease stay held, and a
 warning names it while it overruns, so it never overlaps its own retry in this process.
 
+Most attempts are a few microseconds of ket around a handler that returns, so the step keeps
+their path short: an async handler is awaited in the attempt's own task (the caller's, one per
+attempt), the timeout and the abort grace are loop callbacks rather than tasks that wait, and
+the context makes its parts when the handler first uses them.
+
 The handler's input is built from the stored payload here, and only here are sealed secrets
 opened: a job whose secrets no key opens is discarded at once, naming the job and the field (a
 retry could not help; `ket jobs retry` brings it back once the key is restored). The texts of
@@ -21,15 +26,15 @@ values hidden, then the deployment's `redact` hook applied.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import inspect
 import logging
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ket.catalog import Catalog, JobSpec
 from ket.context.blocking import Blocking
@@ -55,7 +60,7 @@ log = logging.getLogger("ket.worker")
 # How long an async handler may take to wind down after its signal is aborted before it is
 # cancelled (and how long shutdown waits for a plain handler's thread before handing it back).
 ABORT_GRACE_SECONDS = 2.0
-# How often a plain handler's thread that ignores its abort is named in a warning.
+# How often a handler that ignores its abort (a plain handler's thread) is named in a warning.
 OVERRUN_WARNING_SECONDS = 30.0
 
 _EVENT: dict[str, Kind] = {
@@ -79,6 +84,11 @@ class Result:
     duration_ms: float = 0.0
 
 
+# How a handler ended: None (it returned: the attempt completed), what it raised (a failure,
+# described once the duration is known), or the attempt's result decided otherwise (aborted).
+Ended = Result | BaseException | None
+
+
 class JobRunner:
     """Runs attempts of one tenant's jobs and reports their outcomes as lifecycle events."""
 
@@ -96,9 +106,15 @@ class JobRunner:
         self._executor = executor
         self.hooks = hooks
         self.tenant = tenant
+        self._is_async: dict[str, bool] = {}  # by job name: is its handler `async def`
+        self._empty_inputs: dict[str, BaseModel] = {}  # by job name, see _input
 
     async def run(self, job: ClaimedJob, signal: AbortSignal) -> Result:
-        """Run one attempt of `job` under `signal`; never raises for what the handler did."""
+        """Run one attempt of `job` under `signal`; never raises for what the handler did.
+
+        An async handler runs in the calling task, which must be the attempt's own (the worker
+        runs each attempt in a task; so do the test helpers): a cancel of that task from
+        elsewhere raises CancelledError here, the worker's cue for `abandoned()`."""
         started = time.perf_counter()
         spec = self.catalog.jobs.get(job.name)
         if spec is None:  # rows of a job this deployment no longer ships
@@ -107,23 +123,29 @@ class JobRunner:
         if self.hooks.wanted("started"):
             self.hooks.emit(self._event("started", job))
         try:
-            payload, secrets = self.catalog.job_input(spec, job.payload)
+            payload, secrets = self._input(spec, job.payload)
         except SecretKeyError as error:
             reason = f"job {job.id}: cannot open its secret input: {error.message}"
             return _discard(job, safe_text(reason, ERROR_TEXT_MAX), None)
         except ValidationError as error:
             reason = f"payload does not match the input of {job.name}: {_one_line(error)}"
             return _discard(job, safe_text(reason, ERROR_TEXT_MAX), None)
-        redact = Redactor.of(secrets, self.catalog.redact)
-        result = await self._attempt(job, spec, payload, signal, redact)
+        is_async = self._is_async.get(job.name)
+        if is_async is None:
+            is_async = self._is_async[job.name] = inspect.iscoroutinefunction(spec.handler)
+        ctx = self._contexts.for_job(job, spec, signal)
+        if is_async:
+            ended = await self._run_async(job, spec, ctx, payload, signal)
+        else:
+            ended = await self._run_plain(job, spec, ctx, payload, signal)
         duration = round((time.perf_counter() - started) * 1000, 3)
-        return Result(
-            job=job,
-            settle=result.settle,
-            kind=result.kind,
-            error=result.error,
-            duration_ms=duration,
-        )
+        if ended is None:
+            settle = Settle(id=job.id, fence=job.fence, outcome="completed")
+            return Result(job=job, settle=settle, kind="completed", duration_ms=duration)
+        if isinstance(ended, BaseException):
+            redact = Redactor.of(secrets, self.catalog.redact)
+            return replace(_failed(job, spec, ended, redact), duration_ms=duration)
+        return replace(ended, duration_ms=duration)
 
     def abandoned(self, job: ClaimedJob, signal: AbortSignal) -> Result:
         """The outcome of an attempt the worker stopped waiting for (shutdown)."""
@@ -156,69 +178,80 @@ class JobRunner:
             **fields,
         )
 
+    def _input(self, spec: JobSpec, payload: dict[str, Any]) -> tuple[Any, list[str]]:
+        """The handler's input and the secret values it held. Many jobs take no input: when
+        every instance their input model makes of `{}` is the same immutable value (see
+        _one_empty_value), it is validated once and shared."""
+        if not payload:
+            empty = self._empty_inputs.get(spec.name)
+            if empty is not None:
+                return empty, []
+        value, secrets = self.catalog.job_input(spec, payload)
+        if not payload and _one_empty_value(spec.input_model):
+            self._empty_inputs[spec.name] = value
+        return value, secrets
+
     # -- the attempt ------------------------------------------------------------------------
 
-    async def _attempt(
-        self, job: ClaimedJob, spec: JobSpec, payload: Any, signal: AbortSignal, redact: Redact
-    ) -> Result:
+    async def _run_async(
+        self, job: ClaimedJob, spec: JobSpec, ctx: Any, payload: Any, signal: AbortSignal
+    ) -> Ended:
+        """Await the handler in this task. The watch cancels the task once an abort's grace is
+        over; that cancel ends the attempt as its signal says, one from elsewhere propagates."""
         loop = asyncio.get_running_loop()
-        timer: asyncio.TimerHandle | None = None
-
-        def start_clock() -> None:
-            nonlocal timer
-            if timer is None:
-                timer = loop.call_later(spec.timeout_seconds, signal.abort, "timeout")
-
-        ctx = self._contexts.for_job(job, spec, signal)
+        task = asyncio.current_task(loop)
+        if task is None:
+            raise RuntimeError("JobRunner.run must run in a task of its own")
+        watch = _Watch(loop, signal, spec.timeout_seconds, job, self.tenant, task=task)
+        watch.start_clock()
         try:
-            if inspect.iscoroutinefunction(spec.handler):
-                start_clock()
-                work: asyncio.Future[Any] = asyncio.ensure_future(spec.handler(ctx, payload))
-            else:
-                blocking = Blocking(ctx, loop)
-
-                def in_thread() -> Any:
-                    # an attempt that ended while it waited for a thread must not start now
-                    signal.throw_if_aborted()
-                    loop.call_soon_threadsafe(start_clock)  # the clock starts with the handler
-                    return spec.handler(blocking, payload)
-
-                work = asyncio.wrap_future(self._executor.submit(in_thread))
-            return await self._outcome(job, spec, signal, work, redact)
+            await spec.handler(ctx, payload)
+        except asyncio.CancelledError:
+            if not watch.cut and task.cancelling():  # the worker stopped waiting for it
+                raise
+            # cut off after the grace, or the handler's own CancelledError (an inner task's)
+            return _aborted(job, spec, signal)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as error:
+            return _raised(job, spec, signal, error)
         finally:
-            if timer is not None:
-                timer.cancel()
+            watch.close()
+        return _returned(job, spec, signal)
 
-    async def _outcome(
-        self,
-        job: ClaimedJob,
-        spec: JobSpec,
-        signal: AbortSignal,
-        work: asyncio.Future[Any],
-        redact: Redact,
-    ) -> Result:
-        aborted = asyncio.ensure_future(signal.wait())
+    async def _run_plain(
+        self, job: ClaimedJob, spec: JobSpec, ctx: Any, payload: Any, signal: AbortSignal
+    ) -> Ended:
+        """Run the handler in a thread of the executor; wait for it, or for an abort's grace."""
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+        watch = _Watch(loop, signal, spec.timeout_seconds, job, self.tenant, woken=woken)
+        blocking = Blocking(ctx, loop)
+        handler = spec.handler
+
+        def in_thread() -> Any:
+            # an attempt that ended while it waited for a thread must not start now
+            signal.throw_if_aborted()
+            loop.call_soon_threadsafe(watch.start_clock)  # the clock starts with the handler
+            return handler(blocking, payload)
+
+        work = asyncio.wrap_future(self._executor.submit(in_thread))
+        work.add_done_callback(functools.partial(_wake, woken))
         try:
-            await asyncio.wait([work, aborted], return_when=asyncio.FIRST_COMPLETED)
+            await woken
+            if not work.done():  # aborted, and the grace is over
+                if signal.reason == "shutdown":  # the process is going: hand the job back
+                    _discard_result(work)
+                    return _handed_back(job)
+                await self._overrun(job, signal, work)
         finally:
-            aborted.cancel()
-        if work.done():
-            return _finished(job, spec, signal, work, redact)
-        # aborted while running: give the handler a moment to notice
-        await asyncio.wait([work], timeout=ABORT_GRACE_SECONDS)
-        if work.done():
-            return _finished(job, spec, signal, work, redact)
-        if not isinstance(work, asyncio.Task):  # a plain handler's thread
-            if signal.reason == "shutdown":  # the process is going: hand the job back
-                _discard_result(work)
-                return _handed_back(job)
-            await self._overrun(job, signal, work)
-            return _finished(job, spec, signal, work, redact)
-        work.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait([work], timeout=0.1)
-        _discard_result(work)
-        return _aborted(job, spec, signal)
+            watch.close()
+        if work.cancelled():
+            return _aborted(job, spec, signal)
+        error = work.exception()
+        if error is None:
+            return _returned(job, spec, signal)
+        return _raised(job, spec, signal, error)
 
     async def _overrun(
         self, job: ClaimedJob, signal: AbortSignal, work: asyncio.Future[Any]
@@ -238,29 +271,143 @@ class JobRunner:
             await asyncio.wait([work], timeout=OVERRUN_WARNING_SECONDS)
 
 
-def _finished(
-    job: ClaimedJob,
-    spec: JobSpec,
-    signal: AbortSignal,
-    work: asyncio.Future[Any],
-    redact: Redact,
-) -> Result:
-    """The outcome of a handler that ended (returned or raised)."""
-    if work.cancelled() or (signal.aborted and signal.reason != "shutdown"):
-        # a cancel or a timeout decides the outcome even if the handler returned as it fired;
-        # a shutdown that the handler finished its work through completes it
-        _discard_result(work)
-        return _aborted(job, spec, signal)
-    error = work.exception()
-    if error is None:
-        return Result(
-            job=job,
-            settle=Settle(id=job.id, fence=job.fence, outcome="completed"),
-            kind="completed",
+class _Watch:
+    """An attempt's clock and abort, kept by loop callbacks rather than tasks that wait: the
+    timeout aborts the signal; an abort, from whatever thread, gives the handler
+    ABORT_GRACE_SECONDS to end, then cuts it off (cancels the async handler's task, or wakes
+    the waiter of a plain handler's thread)."""
+
+    __slots__ = (
+        "_grace",
+        "_job",
+        "_loop",
+        "_signal",
+        "_task",
+        "_tenant",
+        "_timeout",
+        "_timer",
+        "_woken",
+        "cut",
+    )
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        signal: AbortSignal,
+        timeout: float,
+        job: ClaimedJob,
+        tenant: str,
+        *,
+        task: asyncio.Task[Any] | None = None,
+        woken: asyncio.Future[None] | None = None,
+    ) -> None:
+        self._loop = loop
+        self._signal: AbortSignal | None = signal  # None once the attempt is over
+        self._timeout = timeout
+        self._job = job
+        self._tenant = tenant
+        self._task = task
+        self._woken = woken
+        self._timer: asyncio.TimerHandle | None = None
+        self._grace: asyncio.TimerHandle | None = None
+        self.cut = False  # the grace ran out and the handler was cut off
+        signal._on_abort(loop, self._aborted)
+
+    def start_clock(self) -> None:
+        """Start the timeout (once; never after the attempt is over)."""
+        signal = self._signal
+        if signal is not None and self._timer is None:
+            self._timer = self._loop.call_later(self._timeout, signal.abort, "timeout")
+
+    def close(self) -> None:
+        """The attempt is over: no timeout, no cut-off any more."""
+        self._signal = None
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._grace is not None:
+            self._grace.cancel()
+        if self.cut and self._task is not None:
+            self._task.uncancel()  # the task goes on to report the outcome, uncancelled
+
+    def _aborted(self) -> None:
+        if self._signal is not None and self._grace is None:
+            self._grace = self._loop.call_later(ABORT_GRACE_SECONDS, self._grace_over)
+
+    def _grace_over(self) -> None:
+        if self._signal is None:
+            return
+        self.cut = True
+        if self._woken is not None:
+            _resolve(self._woken)
+        if self._task is not None:
+            self._task.cancel()
+            self._grace = self._loop.call_later(CANCEL_WAIT_SECONDS, self._ignores_cancel)
+
+    def _ignores_cancel(self) -> None:
+        """An async handler that caught its CancelledError and runs on: like a plain handler's
+        thread, it keeps its slot and lease until it returns, and is named every so often."""
+        signal = self._signal
+        if signal is None:
+            return
+        job = self._job
+        log.warning(
+            "job %s (%s) of tenant %s ignores its abort (%s) and the cancel that followed; "
+            "it keeps its slot and lease until it returns",
+            job.id,
+            job.name,
+            self._tenant,
+            signal.reason,
         )
-    if isinstance(error, Aborted) or signal.aborted:
+        self._grace = self._loop.call_later(OVERRUN_WARNING_SECONDS, self._ignores_cancel)
+
+
+# How long after cancelling an async handler it is taken to ignore the cancel.
+CANCEL_WAIT_SECONDS = 0.1
+
+
+def _wake(woken: asyncio.Future[None], work: asyncio.Future[Any]) -> None:
+    _resolve(woken)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _returned(job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> Result | None:
+    """A handler that returned: completed, unless a cancel or a timeout decided the outcome as
+    it returned (a shutdown that the handler finished its work through completes it)."""
+    if signal.aborted and signal.reason != "shutdown":
         return _aborted(job, spec, signal)
-    return _failed(job, spec, error, redact)
+    return None
+
+
+def _raised(
+    job: ClaimedJob, spec: JobSpec, signal: AbortSignal, error: BaseException
+) -> Result | BaseException:
+    """A handler that raised: aborted if its signal was, whatever it raised; else a failure."""
+    if signal.aborted or isinstance(error, Aborted):
+        return _aborted(job, spec, signal)
+    return error
+
+
+def _one_empty_value(model: type[BaseModel]) -> bool:
+    """Whether validating `{}` as `model` always gives equal immutable instances and runs no
+    code of the app's: no fields, frozen, no validators, no post-init, no private attributes
+    (true of the model a job declared without input gets)."""
+    decorators = model.__pydantic_decorators__
+    return (
+        not model.model_fields
+        and bool(model.model_config.get("frozen"))
+        and model.__pydantic_post_init__ is None
+        and not model.__private_attributes__
+        and not (
+            decorators.validators
+            or decorators.field_validators
+            or decorators.root_validators
+            or decorators.model_validators
+        )
+    )
 
 
 def _aborted(job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> Result:

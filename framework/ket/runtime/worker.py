@@ -171,6 +171,7 @@ class TenantWorker:
 
     def _launch(self, queue: QueueSlots) -> None:
         """Start the queue's claimed jobs while it has free slots."""
+        loop = asyncio.get_running_loop()
         while queue.ready and queue.busy < queue.slots:
             attempt = queue.ready.popleft()
             if self._stopping.is_set() or attempt.signal.aborted:  # over before it started
@@ -178,7 +179,8 @@ class TenantWorker:
                 self.settler.put(self.runner.abandoned(attempt.job, attempt.signal))
                 continue
             queue.busy += 1
-            attempt.task = asyncio.ensure_future(self._run(queue, attempt))
+            # the attempt's own task: an async handler runs in it (see JobRunner.run)
+            attempt.task = loop.create_task(self._run(queue, attempt))
 
     async def _run(self, queue: QueueSlots, attempt: Attempt) -> None:
         job = attempt.job

@@ -8,6 +8,7 @@ with create_test_deployment(erp) as e2e:          # fresh embedded store
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -196,8 +197,10 @@ class TestDeployment:
                 completed += await self._run(job)
 
     async def _run(self, job: ClaimedJob) -> int:
-        """The worker's per-job step, then its recording, for one job."""
-        result = await self._runner.run(job, AbortSignal())
+        """The worker's per-job step, then its recording, for one job. The attempt runs in a
+        task of its own, as in the worker: what its handler changes in its task's context
+        (context variables) stays in that attempt."""
+        result = await asyncio.get_running_loop().create_task(self._runner.run(job, AbortSignal()))
         left = await record(self.store, [result], self._runner.report, self._repeats)
         if left:
             raise RuntimeError(f"drain_jobs could not record the outcome of job {job.id}")

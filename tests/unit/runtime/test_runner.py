@@ -4,6 +4,7 @@ start with the handler and end it; a refused outcome is reported as lease_lost."
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from ket import Retry, define_deployment, define_job, define_model, define_module
 from ket.catalog import Catalog
@@ -93,6 +95,38 @@ def late_writer(ctx: Any, input: Any) -> None:
         seen.append("thread returned")
 
 
+async def swallows_its_cancel(ctx: Any, input: Any) -> None:
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        seen.append("cancel caught")
+    await asyncio.sleep(0.3)  # runs on, past the cancel
+    seen.append("handler returned")
+
+
+async def runs_until_cancelled(ctx: Any, input: Any) -> None:
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        seen.append("handler cancelled")
+        raise
+
+
+class Counted(BaseModel):
+    """An input without fields whose validator counts its runs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    @model_validator(mode="after")
+    def count(self) -> Counted:
+        seen.append("validated")
+        return self
+
+
+async def takes_counted(ctx: Any, input: Counted) -> None:
+    seen.append(type(input).__name__)
+
+
 def job(handler: Any, **options: Any) -> Any:
     return define_job(idempotent=True, max_attempts=5, handler=handler, **options)
 
@@ -114,6 +148,9 @@ module = define_module(
         "quick_plain": job(quick_plain, timeout_ms=200),
         "late_writer": job(late_writer, timeout_ms=100, effects=["write:t.Note"]),
         "records_that_it_ran": job(records_that_it_ran),
+        "swallows_its_cancel": job(swallows_its_cancel, timeout_ms=100),
+        "runs_until_cancelled": job(runs_until_cancelled),
+        "takes_counted": job(takes_counted, input=Counted),
     },
 )
 CATALOG = Catalog.build(define_deployment(name="test", modules=[module]))
@@ -363,6 +400,48 @@ def test_a_plain_handler_whose_attempt_ended_before_it_got_a_thread_never_runs(
         assert seen == []
 
     run(scenario, threads=1)
+
+
+def test_an_async_handler_that_catches_its_cancel_keeps_the_attempt_until_it_returns(
+    run: Callable[..., None], short_grace: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario(s: Setup) -> None:
+        result, record = await s.attempt("t.swallows_its_cancel")
+        assert seen == ["cancel caught", "handler returned"]  # over before run() returned
+        assert (result.kind, record.state) == ("failed", "retryable")
+        assert record.errors[0].error == "timed out after 0.1s"
+        [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert "ignores its abort (timeout) and the cancel that followed" in warning.message
+
+    run(scenario)
+
+
+def test_a_cancel_of_the_attempts_task_from_outside_ends_the_handler_and_propagates(
+    run: Callable[..., None],
+) -> None:
+    async def scenario(s: Setup) -> None:
+        claimed = await s.claim("t.runs_until_cancelled")
+        task = asyncio.ensure_future(s.runner.run(claimed, AbortSignal()))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):  # the worker's cue to hand the job back
+            await task
+        assert seen == ["handler cancelled"]
+
+    run(scenario)
+
+
+def test_an_input_without_fields_is_still_validated_for_every_attempt(
+    run: Callable[..., None],
+) -> None:
+    async def scenario(s: Setup) -> None:
+        for _ in range(2):
+            _, record = await s.attempt("t.takes_counted")
+            assert record.state == "completed"
+        # once at enqueue, once when the attempt builds its input
+        assert seen == ["validated", "validated", "Counted"] * 2
+
+    run(scenario)
 
 
 # -- reporting -------------------------------------------------------------------------------

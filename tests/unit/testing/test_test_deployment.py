@@ -3,6 +3,7 @@ PostgreSQL via database_url."""
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +25,14 @@ async def nightly(ctx: Any, input: Any) -> None:
     runs.append(("nightly", ctx.schedule.skipped, ctx.schedule.tick))
 
 
+left_behind: ContextVar[str | None] = ContextVar("left_behind", default=None)
+
+
+async def sets_a_context_variable(ctx: Any, input: Any) -> None:
+    runs.append(("sets", ctx.job.id, left_behind.get()))
+    left_behind.set(f"set by job {ctx.job.id}")
+
+
 def _deployment(at: str) -> Any:
     module = define_module(
         name="t",
@@ -34,6 +43,7 @@ def _deployment(at: str) -> Any:
                 schedule={"daily_at": at, "timezone": "America/New_York"},
                 handler=nightly,
             ),
+            "sets": define_job(idempotent=True, handler=sets_a_context_variable),
         },
     )
     return define_deployment(name="t", modules=[module])
@@ -127,3 +137,11 @@ def test_drain_discards_rows_of_a_job_the_deployment_no_longer_declares() -> Non
             "discarded",
             ["no job 't.removed' in deployment 't'"],
         )
+
+
+def test_what_a_handler_sets_in_its_context_variables_stays_in_its_attempt() -> None:
+    runs.clear()
+    with create_test_deployment(_deployment("02:30")) as e2e:
+        first, second = e2e.enqueue("t.sets"), e2e.enqueue("t.sets")
+        assert e2e.drain_jobs() == 2
+        assert runs == [("sets", first.id, None), ("sets", second.id, None)]
