@@ -13,7 +13,19 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import BigInteger, Text, bindparam, case, func, insert, select, tuple_, update
+from sqlalchemy import (
+    BigInteger,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    case,
+    func,
+    insert,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ket.store.sql.column import from_micros
@@ -94,7 +106,7 @@ def statements(dialect: str) -> Statements:
     return Statements(
         claim=_claim(time),
         complete_many=update(jobs)
-        .where(held, EXECUTING)
+        .where(held)
         .values(state="completed", finished_at=now, lease_until=None, cancel_requested=False)
         .returning(jobs.c.id),
         settle={
@@ -112,7 +124,7 @@ def statements(dialect: str) -> Statements:
             traceback=bindparam("p_traceback"),
         ),
         heartbeat=update(jobs)
-        .where(held, EXECUTING)
+        .where(held)
         .values(lease_until=time.at("lease"))
         .returning(jobs.c.id, jobs.c.cancel_requested),
         rescue=_rescue(time),
@@ -192,19 +204,31 @@ def statements(dialect: str) -> Statements:
 
 
 def _held(dialect: str) -> Any:
-    """Rows whose (id, fence) is among the given pairs: two arrays on PostgreSQL, so that the
-    statement text stays the same (and prepared) whatever the number of pairs."""
+    """Executing rows whose (id, fence) is among the given pairs.
+
+    On PostgreSQL the pairs are two arrays, so that the statement text stays the same (and
+    prepared) whatever their number, and the rows are found by primary key (`id = ANY(ids)`),
+    never through the executing rows: the partial index on those is out of reach, because the
+    state is compared with a parameter. Statistics taken while the jobs were still queued say
+    that almost nothing executes, and a plan that trusted them scanned every executing row for
+    each settlement (30 ms for 500 pairs among 15,000 executing rows, quadratic in a drain).
+    """
     if dialect != "postgresql":
-        return tuple_(jobs.c.id, jobs.c.fence).in_(bindparam("pairs", expanding=True))
-    pairs = (
-        func.unnest(
-            bindparam("ids", type_=postgresql.ARRAY(BigInteger)),
-            bindparam("fences", type_=postgresql.ARRAY(BigInteger)),
+        return and_(
+            tuple_(jobs.c.id, jobs.c.fence).in_(bindparam("pairs", expanding=True)), EXECUTING
         )
+    ids = bindparam("ids", type_=postgresql.ARRAY(BigInteger))
+    pairs = (
+        func.unnest(ids, bindparam("fences", type_=postgresql.ARRAY(BigInteger)))
         .table_valued("id", "fence")
         .render_derived(name="pairs")
     )
-    return tuple_(jobs.c.id, jobs.c.fence).in_(select(pairs.c.id, pairs.c.fence))
+    return and_(
+        jobs.c.id == any_(ids),
+        jobs.c.id == pairs.c.id,
+        jobs.c.fence == pairs.c.fence,
+        jobs.c.state == bindparam("executing_state", "executing"),
+    )
 
 
 def _notify() -> Any:
