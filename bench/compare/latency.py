@@ -38,19 +38,24 @@ async def latency(side: Side, folder: Path, probes: int) -> Latency:
         try:
             log = folder / f"{side.name}-latency.log"
             with WorkerProcess(command, folder, log) as worker:
-                await _probe(producer, reader, worker, WARM_UP_TIMEOUT_S)
+                await probe(producer, reader, worker, WARM_UP_TIMEOUT_S)
                 await asyncio.sleep(SETTLE_S)
                 delays = []
                 for _ in range(probes):
                     await asyncio.sleep(GAP_S)
-                    delays.append(await _probe(producer, reader, worker, PROBE_TIMEOUT_S))
+                    delays.append(await probe(producer, reader, worker, PROBE_TIMEOUT_S))
                 await _settled(side, connection, worker, probes + 1)
         finally:
             await producer.close()
         side.verify(connection, probes + 1)
+    return quantiles(delays)
+
+
+def quantiles(delays: list[float]) -> Latency:
+    """p50 / p95 / p99 of the delays (seconds), in ms."""
     cuts = statistics.quantiles(delays, n=100, method="inclusive")
     return Latency(
-        probes=probes,
+        probes=len(delays),
         p50_ms=cuts[49] * 1000,
         p95_ms=cuts[94] * 1000,
         p99_ms=cuts[98] * 1000,
@@ -58,9 +63,10 @@ async def latency(side: Side, folder: Path, probes: int) -> Latency:
     )
 
 
-async def _probe(
+async def probe(
     producer: Producer, reader: StartReader, worker: WorkerProcess, timeout: float
 ) -> float:
+    """Enqueue one job and wait for its handler to start; the delay in seconds."""
     sent = time.time()  # just before the enqueue call: the round trip and commit count
     job_id = await producer.enqueue_one()
     while job_id not in reader.read():

@@ -12,7 +12,7 @@ from result import Pass
 @dataclass(frozen=True, kw_only=True)
 class Row:
     label: str
-    value: Callable[[Pass], float]
+    value: Callable[[Pass], float | None]  # None: the library has no such measure
     digits: int  # decimals shown
     higher_is_better: bool
 
@@ -98,10 +98,30 @@ def rows(jobs: int) -> list[Row]:
             digits=2,
             higher_is_better=False,
         ),
+        Row(
+            label="embedded SQLite, enqueue from another process, p50, ms",
+            value=lambda p: p.sqlite_latency.p50_ms if p.sqlite_latency else None,
+            digits=1,
+            higher_is_better=False,
+        ),
+        Row(
+            label="embedded SQLite, enqueue from another process, p95, ms",
+            value=lambda p: p.sqlite_latency.p95_ms if p.sqlite_latency else None,
+            digits=1,
+            higher_is_better=False,
+        ),
+        Row(
+            label="embedded SQLite, enqueue from another process, p99, ms",
+            value=lambda p: p.sqlite_latency.p99_ms if p.sqlite_latency else None,
+            digits=1,
+            higher_is_better=False,
+        ),
     ]
 
 
 def _cell(values: Sequence[float], digits: int) -> str:
+    if not values:
+        return "-"
     median = f"{statistics.median(values):,.{digits}f}"
     if len(values) == 1:
         return median
@@ -116,15 +136,24 @@ def table(passes: Sequence[Pass], libraries: Sequence[str], jobs: int) -> str:
         "| --- | ---: | ---: | ---: | :---: |",
     ]
     for row in rows(jobs):
-        mine = [row.value(p) for p in passes if p.library == first]
-        theirs = [row.value(p) for p in passes if p.library == second]
-        ratio = statistics.median(mine) / statistics.median(theirs)
+        mine = _values(row, passes, first)
+        theirs = _values(row, passes, second)
+        ratio = (
+            f"{statistics.median(mine) / statistics.median(theirs):.2f}x"
+            if mine and theirs
+            else "-"
+        )
         better = "higher" if row.higher_is_better else "lower"
         lines.append(
             f"| {row.label} | {_cell(mine, row.digits)} | {_cell(theirs, row.digits)} "
-            f"| {ratio:.2f}x | {better} |"
+            f"| {ratio} | {better} |"
         )
     return "\n".join(lines)
+
+
+def _values(row: Row, passes: Sequence[Pass], library: str) -> list[float]:
+    found = (row.value(p) for p in passes if p.library == library)
+    return [value for value in found if value is not None]
 
 
 def loads(passes: Sequence[Pass]) -> str:

@@ -43,3 +43,5 @@ class Pass:
     drain_default: Drain
     drain_best: Drain
     latency: Latency
+    # ket only (PgQueuer has no SQLite): sqlite_latency.py, the probes from the harness process
+    sqlite_latency: Latency | None = None

@@ -28,8 +28,9 @@ from latency import latency
 from peer_side import PeerSide
 from procfs import load_average
 from report import loads, table
-from result import Pass
+from result import Latency, Pass
 from side import Side
+from sqlite_latency import sqlite_latency
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,8 +76,14 @@ async def _pass(side: Side, folder: Path, settings: Settings, round: int) -> Pas
     best = await drain(side, folder, settings.jobs, best=True, poll_s=settings.poll_s)
     say(f"{best.rate:,.0f} jobs/s; latency")
     probed = await latency(side, folder, settings.probes)
+    say(f"p50 {probed.p50_ms:.1f} ms, p99 {probed.p99_ms:.1f} ms")
+    embedded: Latency | None = None
+    if side.name == KetSide.name:  # PgQueuer has no SQLite
+        say("latency on embedded SQLite, enqueued from this process")
+        embedded = await sqlite_latency(folder, settings.probes)
+        say(f"p50 {embedded.p50_ms:.1f} ms, p99 {embedded.p99_ms:.1f} ms")
     after = load_average()
-    say(f"p50 {probed.p50_ms:.1f} ms, p99 {probed.p99_ms:.1f} ms; load {after:.2f}")
+    say(f"load {after:.2f}")
     return Pass(
         library=side.name,
         round=round,
@@ -87,6 +94,7 @@ async def _pass(side: Side, folder: Path, settings: Settings, round: int) -> Pas
         drain_default=default,
         drain_best=best,
         latency=probed,
+        sqlite_latency=embedded,
     )
 
 

@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import Connection, create_engine
+from sqlalchemy import Connection
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -42,9 +42,11 @@ from ket.store.database_file import sqlite_path
 from ket.store.database_url import PLACEHOLDER, parse_database_url
 from ket.store.failure import translated
 from ket.store.sql import SqlStore, insert_on
-from ket.store.sql.engine import sqlite_discipline, sync_url
+from ket.store.sql.engine import create_sync_engine
 from ket.store.sql.failure import database_error
+from ket.store.sql.insert import wake_queues
 from ket.store.sql.registry import TenantRegistry
+from ket.store.sql.sqlite_wakeup import WakeFolder
 from ket.store.tenant import check_tenant_name
 from ket.store.types import Inserted, NewJob
 
@@ -115,6 +117,8 @@ class Client:
     def __init__(self, catalog: Catalog, engine: Engine) -> None:
         self._catalog = catalog
         self._engine = engine
+        # SQLite: workers in other processes hear of a commit through its wake folder
+        self._wake_folder = WakeFolder.of(engine.url)
 
     def enqueue(
         self,
@@ -149,7 +153,10 @@ class Client:
                 translated(lambda error: database_error(error, self._engine)),
                 self._engine.begin() as own,
             ):
-                return insert_on(own, jobs, write_locked=True)
+                inserted = insert_on(own, jobs, write_locked=True)
+            if self._wake_folder is not None:
+                self._wake_folder.ring(wake_queues(jobs, None))
+            return inserted
 
     def close(self) -> None:
         """Release the client's connections."""
@@ -227,9 +234,7 @@ def open_client(
 ) -> Client:
     """A client for `tenant`; its database: `database_url`, else KET_DATABASE_URL, else default."""
     # hide_parameters: SQLAlchemy's errors and logs never quote a job's payload
-    engine = create_engine(sync_url(_url(tenant, database_url)), hide_parameters=True)
-    if engine.dialect.name == "sqlite":
-        sqlite_discipline(engine)
+    engine = create_sync_engine(_url(tenant, database_url), hide_parameters=True)
     return Client(Catalog.build(deployment), engine)
 
 

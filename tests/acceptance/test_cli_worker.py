@@ -236,3 +236,12 @@ def test_an_unmigrated_database_says_to_run_migrate(project: Project) -> None:
     result = run_ket("jobs", "list", cwd=root)
     assert result.code == 2
     assert "this database has no ket tables yet; run `ket migrate`" in result.err
+
+
+def test_a_bad_sqlite_synchronous_level_is_refused_naming_it(project: Project) -> None:
+    root = project({"app/workspace.py": APP})
+    url = "sqlite:///.ket/{tenant}.db?synchronous=fast"
+    result = run_ket("migrate", "--database-url", url, cwd=root)
+    assert result.code == 2
+    assert "synchronous must be one of off, normal, full, extra, got 'fast'" in result.err
+    assert "Traceback" not in result.err

@@ -64,7 +64,10 @@ _SHARED: dict[str, Wakeups] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared(key: str) -> Wakeups:
-    """The process-wide Wakeups of one database (by key), shared by all its handles."""
+def shared(key: str, make: Callable[[], Wakeups] = Wakeups) -> Wakeups:
+    """The process-wide Wakeups of one database (by key), shared by all its handles; `make`
+    builds it on first use."""
     with _SHARED_LOCK:
-        return _SHARED.setdefault(key, Wakeups())
+        if key not in _SHARED:
+            _SHARED[key] = make()
+        return _SHARED[key]

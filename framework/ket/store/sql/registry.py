@@ -18,7 +18,6 @@ from sqlalchemy import (
     MetaData,
     Table,
     Text,
-    create_engine,
     delete,
     insert,
     select,
@@ -36,7 +35,7 @@ from ket.store.database_url import (
 )
 from ket.store.failure import translated
 from ket.store.sql.column import Instant
-from ket.store.sql.engine import sqlite_discipline, sync_url
+from ket.store.sql.engine import create_sync_engine, sync_url
 from ket.store.sql.failure import database_error, hide_password
 from ket.store.tenant import check_tenant_name
 
@@ -69,9 +68,7 @@ class TenantRegistry:
     def __init__(self, url: str) -> None:
         target = sync_url(url)
         with translated():
-            self._engine = create_engine(target)
-            if self._engine.dialect.name == "sqlite":
-                sqlite_discipline(self._engine)
+            self._engine = create_sync_engine(url)
         self.url = url
         shown = shown_url(target)
         try:

@@ -17,7 +17,7 @@ from ket.errors import StoreError
 from ket.store import validate
 from ket.store.clock import Clock
 from ket.store.failure import Translate, translated
-from ket.store.sql import command, ledger, query, schedule
+from ket.store.sql import command, ledger, query, schedule, sqlite_wakeup
 from ket.store.sql import listener as listening
 from ket.store.sql.engine import create_engine, libpq_dsn, parse_url, postgres_connect_args
 from ket.store.sql.failure import database_error, from_database, locked
@@ -86,8 +86,13 @@ class SqlStore:
         )
         key = engine.url.render_as_string(hide_password=True)
         # handles of one database in this process share their wake-ups; PostgreSQL adds NOTIFY
-        # for the other processes
-        self._wakeups: Wakeups = shared(key)
+        # for the other processes, SQLite a datagram to each one waiting (sqlite_wakeup)
+        self._wakeups: Wakeups = (
+            sqlite_wakeup.shared_wakeups(key, engine.url)
+            if self.dialect == "sqlite"
+            else shared(key)
+        )
+        self._inbox: sqlite_wakeup.Inbox | None = None  # SQLite's; taken on the first wait
         self._dsn = libpq_dsn(engine.url) if self.dialect == "postgresql" else None
         self._listener: listening.Listener | None = None  # shared; taken on the first wait
         self._closed = False
@@ -523,7 +528,7 @@ class SqlStore:
     # -- wake-ups and lifecycle -------------------------------------------------------------
 
     async def wait_for_jobs(self, queues: Collection[str], timeout: float) -> bool:
-        """Wait for a wake-up (NOTIFY on PostgreSQL, in-process on SQLite) or the timeout."""
+        """Wait for a wake-up (NOTIFY on PostgreSQL, a datagram on SQLite) or the timeout."""
         validate.check_timeout(timeout)
         if self._closed:
             raise StoreError("the store is closed")
@@ -533,6 +538,8 @@ class SqlStore:
                     self._listener = listening.acquire(self._dsn, self._wakeups)
                 await self._listener.ready(timeout)
                 timeout = self._listener.max_wait(timeout)  # poll-only while NOTIFY is deaf
+            elif isinstance(self._wakeups, sqlite_wakeup.FolderWakeups):
+                self._inbox = sqlite_wakeup.listening(self._wakeups, self._inbox)
             return await self._wakeups.wait(queues, timeout)
 
     async def close(self) -> None:
@@ -545,6 +552,8 @@ class SqlStore:
                 await listening.release(self._dsn, self._listener)
             if self._lane is not None:
                 await self._lane.close()
+            if self._inbox is not None:
+                sqlite_wakeup.release(self._inbox)
             await self._engine.dispose()
 
     # -- model rows (RecordStore; statements in records.py) ---------------------------------
