@@ -52,6 +52,7 @@ class Attempts:
     running: dict[JobId, Attempt] = field(default_factory=dict)
     # cleared while heartbeats fail and attempts were given up: queue loops wait on it
     reachable: asyncio.Event = field(default_factory=asyncio.Event)
+    started: int = 0  # attempts ever added: claims made here (the vacuumer counts them)
 
     def __post_init__(self) -> None:
         self.reachable.set()
@@ -59,6 +60,7 @@ class Attempts:
     def add(self, job: ClaimedJob, sent: float) -> Attempt:
         attempt = Attempt(job=job, signal=AbortSignal(), held_until=sent + self.lease_seconds)
         self.running[job.id] = attempt
+        self.started += 1
         return attempt
 
     def remove(self, job_id: JobId) -> None:

@@ -2,8 +2,8 @@
 
 It only composes: each queue's claim loop (runtime/queue.py) launches claimed jobs through the
 per-job step (runtime/runner.py); outcomes go to the settler (runtime/settler.py); heartbeats and
-the lease guard (runtime/lease.py), rescue, schedule sweeps and pruning run beside them, and all
-of them run under one supervisor (runtime/supervisor.py), which owns the error policy.
+the lease guard (runtime/lease.py), rescue, schedule sweeps, pruning and vacuuming run beside them,
+and all of them run under one supervisor (runtime/supervisor.py), which owns the error policy.
 
 `stop()` stops claiming, lets running work finish within the grace period, then aborts it
 (reason `shutdown`) and hands unfinished jobs back at once. `hand_back_now()` is the second
@@ -31,14 +31,17 @@ from ket.runtime.runner import ABORT_GRACE_SECONDS, JobRunner, Result
 from ket.runtime.settler import Settler
 from ket.runtime.supervisor import Repeats, Supervisor
 from ket.runtime.sweep import SweepService
-from ket.store.contract import JobStore
+from ket.runtime.vacuum import VacuumService
+from ket.store.contract import JobStore, VacuumStore
 from ket.store.types import ErrorInfo, Settle
 
 log = logging.getLogger("ket.worker")
 
 # Connections a tenant worker's own services may hold at once besides its running jobs: one claim
-# per queue, and the settler, heartbeat, rescue, sweep and prune.
-SERVICE_CONNECTIONS = 5
+# per queue, and the settler, heartbeat, rescue, sweep, prune and vacuum.
+SERVICE_CONNECTIONS = 6
+# A VACUUM reads the table's indexes whole: minutes for a table of many millions of rows.
+VACUUM_TIMEOUT_SECONDS = 1_800.0
 
 
 def connections_needed(config: WorkerConfig) -> int:
@@ -123,6 +126,9 @@ class TenantWorker:
         )
         sup.every(SweepService(store, self.catalog, self.hooks, tenant=self.tenant), at_once=True)
         sup.every(PruneService(store, retention_seconds=self._retention), timeout=120.0)
+        if isinstance(store, VacuumStore):
+            vacuum = VacuumService(store, attempts, tenant=self.tenant)
+            sup.every(vacuum, timeout=VACUUM_TIMEOUT_SECONDS)
 
     async def stop(self, grace_seconds: float | None = None) -> None:
         """Stop claiming; wait for running work up to the grace, then abort and hand it back."""

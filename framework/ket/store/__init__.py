@@ -9,6 +9,7 @@ from ket.store.contract import (
     RecordStore,
     StoreTransaction,
     TransactionalStore,
+    VacuumStore,
 )
 from ket.store.types import (
     ACTIVE_STATES,
@@ -39,6 +40,9 @@ from ket.store.types import (
     StateChange,
     TickClaim,
     TickResult,
+    Vacuum,
+    Vacuumed,
+    VacuumOutcome,
     Where,
 )
 
@@ -81,5 +85,9 @@ __all__ = [
     "TickClaim",
     "TickResult",
     "TransactionalStore",
+    "Vacuum",
+    "VacuumOutcome",
+    "VacuumStore",
+    "Vacuumed",
     "Where",
 ]

@@ -1,8 +1,8 @@
 """The storage contract: the small JobStore protocol, and the capabilities a store may add.
 
 Any store that passes the conformance kit (`ket.tck`) is a valid backend. The core protocol is
-the minimum a store must get right to run jobs safely; observation, push wake-ups and enqueue in a
-caller's transaction are separate protocols that callers test for with isinstance().
+the minimum a store must get right to run jobs safely; observation, push wake-ups, enqueue in a
+caller's transaction and vacuuming are separate protocols that callers test for with isinstance().
 
 Errors: every operation raises StoreError or a subclass; nothing else escapes. A call the store
 refuses (a bad value, named in the message) raises JobRejected before anything is written, the
@@ -44,6 +44,8 @@ from ket.store.types import (
     StateChange,
     TickClaim,
     TickResult,
+    Vacuum,
+    Vacuumed,
     Where,
 )
 
@@ -193,6 +195,22 @@ class SentLedger(Protocol):
 
     async def message_sent(self, key: str) -> bool:
         """Whether the message with `key` was confirmed sent (a mere claim is not)."""
+        ...
+
+
+@runtime_checkable
+class VacuumStore(Protocol):
+    """Capability: the store reclaims the dead row versions that claimed and finished jobs leave
+    in the jobs table (PostgreSQL keeps them until a VACUUM).
+
+    Until they are reclaimed a claim walks past the index entries of every job claimed since the
+    last vacuum, so a large backlog drains slower the further it gets; autovacuum, where it runs
+    at all, comes at most once a minute (`autovacuum_naptime`).
+    """
+
+    async def job_vacuum(self, vacuum: Vacuum) -> Vacuumed:
+        """Vacuum the jobs table if it holds as many dead row versions as `vacuum` says; never
+        waits for a vacuum already running, never blocks claims or settlements."""
         ...
 
 

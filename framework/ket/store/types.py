@@ -201,6 +201,29 @@ class Prune:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Vacuum:
+    """Reclaim the jobs table's dead row versions once they number at least `threshold` plus
+    `scale_factor` times its live rows (autovacuum's rule, with thresholds of the caller's)."""
+
+    threshold: int = 1_000
+    scale_factor: float = 0.05
+
+
+# vacuumed; not_due: fewer dead row versions than asked for; not_permitted: the store's role may
+# not vacuum the table; not_needed: the database keeps no dead row versions (SQLite)
+VacuumOutcome = Literal["vacuumed", "not_due", "not_permitted", "not_needed"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Vacuumed:
+    """What a vacuum request did; the dead row versions counted before it and left after it."""
+
+    outcome: VacuumOutcome
+    dead_before: int = 0
+    dead_after: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ScheduleState:
     """A schedule's state row: the fingerprint it was installed with and the last tick claimed."""
 

@@ -27,6 +27,7 @@ from ket.store.types import (
     Prune,
     Settle,
     TickClaim,
+    Vacuum,
 )
 
 MAX_PAYLOAD_BYTES = 1_048_576
@@ -137,6 +138,18 @@ def check_prune(prune: Prune) -> None:
     bad = [s for s in prune.states if s not in TERMINAL_STATES]
     if bad or not prune.states:
         raise JobRejected(f"prune removes terminal states only, got {prune.states!r}")
+
+
+def check_vacuum(vacuum: Vacuum) -> None:
+    """Refuse a negative threshold or a scale factor that is not a finite number from 0 to 100."""
+    check_count("vacuum threshold", vacuum.threshold, minimum=0)
+    factor = vacuum.scale_factor
+    if (
+        isinstance(factor, bool)
+        or not isinstance(factor, int | float)
+        or not 0 <= factor <= 100  # NaN fails both comparisons
+    ):
+        raise JobRejected(f"vacuum scale_factor must be a number from 0 to 100, got {factor!r}")
 
 
 def check_job_id(job_id: object) -> None:

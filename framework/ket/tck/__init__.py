@@ -10,8 +10,9 @@ A store joins by defining one pytest fixture, `ket_store_factory`, and importing
         return MyStoreFactory(tmp_path / "jobs.db")
 
 One area of docs/stores.md per module. A capability the store lacks (PushStore, QueryableStore,
-TransactionalStore, SentLedger, RecordStore) skips the tests that need it, with the reason shown;
-so does a factory that cannot make a handle fail on demand (FaultyStoreFactory, see harness).
+TransactionalStore, SentLedger, RecordStore, VacuumStore) skips the tests that need it, with the
+reason shown; so does a factory that cannot make a handle fail on demand (FaultyStoreFactory, see
+harness).
 """
 
 # ruff: noqa: E402, F403
@@ -35,6 +36,7 @@ AREAS = (
     "concurrency",
     "ledger",
     "records",
+    "vacuum",
     "errors",
 )
 
@@ -58,6 +60,7 @@ from ket.tck import (
     schedule,
     settle,
     transaction,
+    vacuum,
 )
 from ket.tck.cancel import *
 from ket.tck.claim import *
@@ -76,6 +79,7 @@ from ket.tck.rescue import *
 from ket.tck.schedule import *
 from ket.tck.settle import *
 from ket.tck.transaction import *
+from ket.tck.vacuum import *
 
 __all__ = [
     "FaultyStoreFactory",
@@ -98,5 +102,6 @@ __all__ = [
     *concurrency.__all__,
     *ledger.__all__,
     *records.__all__,
+    *vacuum.__all__,
     *errors.__all__,
 ]

@@ -169,12 +169,12 @@ def test_the_start_up_line_says_where_each_concurrency_came_from() -> None:
 
 
 def test_the_connection_pool_follows_the_concurrency_this_host_runs() -> None:
-    # one connection per job slot, one per queue's claim loop, and five for the services
-    assert pool_settings(CATALOG, {}) == (2 + 4 + 2 + 5, 30.0)
+    # one connection per job slot, one per queue's claim loop, and six for the services
+    assert pool_settings(CATALOG, {}) == (2 + 4 + 2 + 6, 30.0)
     raised = read(["default=50"], {}).apply(CATALOG)
-    assert pool_settings(raised, {}) == (50 + 4 + 2 + 5, 30.0)
+    assert pool_settings(raised, {}) == (50 + 4 + 2 + 6, 30.0)
     lowered = read([], {"KET_WORKER_CONCURRENCY": "default=1,mail=1"}).apply(CATALOG)
-    assert pool_settings(lowered, {}) == (1 + 1 + 2 + 5, 30.0)
+    assert pool_settings(lowered, {}) == (1 + 1 + 2 + 6, 30.0)
 
 
 def test_a_pool_size_too_small_for_the_raised_concurrency_is_refused_with_the_numbers() -> None:
@@ -183,6 +183,6 @@ def test_a_pool_size_too_small_for_the_raised_concurrency_is_refused_with_the_nu
     with pytest.raises(KetError) as refused:
         pool_settings(raised, {"KET_POOL_SIZE": "20"})
     assert refused.value.message == (
-        "KET_POOL_SIZE=20 is too small for this deployment: it needs 61 connections per tenant "
-        "(54 job slots + 2 queue claim loops + 5 services); raise it or unset it"
+        "KET_POOL_SIZE=20 is too small for this deployment: it needs 62 connections per tenant "
+        "(54 job slots + 2 queue claim loops + 6 services); raise it or unset it"
     )

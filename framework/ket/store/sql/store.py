@@ -28,6 +28,7 @@ from ket.store.sql.migration import migrate
 from ket.store.sql.now import time_params
 from ket.store.sql.records import RecordCall, SqlRecords, install
 from ket.store.sql.schema import jobs
+from ket.store.sql.vacuum import vacuum_jobs
 from ket.store.types import (
     ClaimedJob,
     ErrorInfo,
@@ -50,6 +51,8 @@ from ket.store.types import (
     StateChange,
     TickClaim,
     TickResult,
+    Vacuum,
+    Vacuumed,
     Where,
 )
 from ket.store.wakeup import Wakeups, shared
@@ -422,6 +425,14 @@ class SqlStore:
         validate.check_prune(prune)
         now = self._now()
         return await self._transact(lambda conn: command.prune(conn, self._sql, now, prune))
+
+    async def job_vacuum(self, vacuum: Vacuum) -> Vacuumed:
+        """VACUUM the jobs table once dead row versions pile up (PostgreSQL; see vacuum.py)."""
+        validate.check_vacuum(vacuum)
+        if self._autocommit is None:  # SQLite rewrites rows in place: nothing is left dead
+            return Vacuumed(outcome="not_needed")
+        # single: an autocommit connection, as VACUUM cannot run inside a transaction
+        return await self._transact(lambda conn: vacuum_jobs(conn, vacuum), single=True)
 
     # -- schedules --------------------------------------------------------------------------
 
