@@ -105,7 +105,8 @@ async def drain(worker: TenantWorker, queue: Any, claimed: list[ClaimedJob], siz
     sent = worker.attempts.clock()
     for start in range(0, len(claimed), size):
         for job in claimed[start : start + size]:
-            worker._launch(queue, job, sent)
+            queue.ready.append(worker.attempts.add(job, sent))
+        worker._launch(queue)
         while queue.busy:
             queue.freed.clear()
             await queue.freed.wait()
