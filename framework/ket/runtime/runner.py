@@ -60,6 +60,8 @@ log = logging.getLogger("ket.worker")
 # How long an async handler may take to wind down after its signal is aborted before it is
 # cancelled (and how long shutdown waits for a plain handler's thread before handing it back).
 ABORT_GRACE_SECONDS = 2.0
+# How long an async handler has to end once cancelled before it is taken to ignore the cancel.
+CANCEL_WAIT_SECONDS = 0.1
 # How often a handler that ignores its abort (a plain handler's thread) is named in a warning.
 OVERRUN_WARNING_SECONDS = 30.0
 
@@ -359,10 +361,6 @@ class _Watch:
             signal.reason,
         )
         self._grace = self._loop.call_later(OVERRUN_WARNING_SECONDS, self._ignores_cancel)
-
-
-# How long after cancelling an async handler it is taken to ignore the cancel.
-CANCEL_WAIT_SECONDS = 0.1
 
 
 def _wake(woken: asyncio.Future[None], work: asyncio.Future[Any]) -> None:
