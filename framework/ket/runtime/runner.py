@@ -13,8 +13,8 @@ warning names it while it overruns, so it never overlaps its own retry in this p
 
 Most attempts are a few microseconds of ket around a handler that returns, so the step keeps
 their path short: an async handler is awaited in the attempt's own task (the caller's, one per
-attempt), the timeout and the abort grace are loop callbacks rather than tasks that wait, and
-the context makes its parts when the handler first uses them.
+attempt), the timeout and the abort grace are loop callbacks rather than tasks that wait
+(runtime/watch.py), and the context makes its parts when the handler first uses them.
 
 The handler's input is built from the stored payload here, and only here are sealed secrets
 opened: a job whose secrets no key opens is discarded at once, naming the job and the field (a
@@ -26,7 +26,6 @@ values hidden, then the deployment's `redact` hook applied.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import logging
 import time
@@ -52,6 +51,7 @@ from ket.runtime.outcome import (
     safe_text,
     trace_of,
 )
+from ket.runtime.watch import OVERRUN_WARNING_SECONDS, AttemptWatch, resolve
 from ket.secret import Redact, Redactor
 from ket.store.types import ClaimedJob, ErrorInfo, Settle
 
@@ -60,8 +60,6 @@ log = logging.getLogger("ket.worker")
 # How long an async handler may take to wind down after its signal is aborted before it is
 # cancelled (and how long shutdown waits for a plain handler's thread before handing it back).
 ABORT_GRACE_SECONDS = 2.0
-# How often a handler that ignores its abort (a plain handler's thread) is named in a warning.
-OVERRUN_WARNING_SECONDS = 30.0
 
 _EVENT: dict[str, Kind] = {
     "completed": "completed",
@@ -202,7 +200,7 @@ class JobRunner:
         task = asyncio.current_task(loop)
         if task is None:
             raise RuntimeError("JobRunner.run must run in a task of its own")
-        watch = _Watch(loop, signal, spec.timeout_seconds, job, self.tenant, task=task)
+        watch = self._watch(loop, signal, spec, job, task=task)
         watch.start_clock()
         try:
             await spec.handler(ctx, payload)
@@ -225,7 +223,7 @@ class JobRunner:
         """Run the handler in a thread of the executor; wait for it, or for an abort's grace."""
         loop = asyncio.get_running_loop()
         woken: asyncio.Future[None] = loop.create_future()
-        watch = _Watch(loop, signal, spec.timeout_seconds, job, self.tenant, woken=woken)
+        watch = self._watch(loop, signal, spec, job, woken=woken)
         blocking = Blocking(ctx, loop)
         handler = spec.handler
 
@@ -236,7 +234,7 @@ class JobRunner:
             return handler(blocking, payload)
 
         work = asyncio.wrap_future(self._executor.submit(in_thread))
-        work.add_done_callback(functools.partial(_wake, woken))
+        work.add_done_callback(lambda _: resolve(woken))
         try:
             await woken
             if not work.done():  # aborted, and the grace is over
@@ -252,6 +250,27 @@ class JobRunner:
         if error is None:
             return _returned(job, spec, signal)
         return _raised(job, spec, signal, error)
+
+    def _watch(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        signal: AbortSignal,
+        spec: JobSpec,
+        job: ClaimedJob,
+        *,
+        task: asyncio.Task[Any] | None = None,
+        woken: asyncio.Future[None] | None = None,
+    ) -> AttemptWatch:
+        return AttemptWatch(
+            loop,
+            signal,
+            timeout=spec.timeout_seconds,
+            grace=ABORT_GRACE_SECONDS,  # read at each attempt: tests shorten it
+            job=job,
+            tenant=self.tenant,
+            task=task,
+            woken=woken,
+        )
 
     async def _overrun(
         self, job: ClaimedJob, signal: AbortSignal, work: asyncio.Future[Any]
@@ -269,109 +288,6 @@ class JobRunner:
                 time.monotonic() - since,
             )
             await asyncio.wait([work], timeout=OVERRUN_WARNING_SECONDS)
-
-
-class _Watch:
-    """An attempt's clock and abort, kept by loop callbacks rather than tasks that wait: the
-    timeout aborts the signal; an abort, from whatever thread, gives the handler
-    ABORT_GRACE_SECONDS to end, then cuts it off (cancels the async handler's task, or wakes
-    the waiter of a plain handler's thread)."""
-
-    __slots__ = (
-        "_grace",
-        "_job",
-        "_loop",
-        "_signal",
-        "_task",
-        "_tenant",
-        "_timeout",
-        "_timer",
-        "_woken",
-        "cut",
-    )
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        signal: AbortSignal,
-        timeout: float,
-        job: ClaimedJob,
-        tenant: str,
-        *,
-        task: asyncio.Task[Any] | None = None,
-        woken: asyncio.Future[None] | None = None,
-    ) -> None:
-        self._loop = loop
-        self._signal: AbortSignal | None = signal  # None once the attempt is over
-        self._timeout = timeout
-        self._job = job
-        self._tenant = tenant
-        self._task = task
-        self._woken = woken
-        self._timer: asyncio.TimerHandle | None = None
-        self._grace: asyncio.TimerHandle | None = None
-        self.cut = False  # the grace ran out and the handler was cut off
-        signal._on_abort(loop, self._aborted)
-
-    def start_clock(self) -> None:
-        """Start the timeout (once; never after the attempt is over)."""
-        signal = self._signal
-        if signal is not None and self._timer is None:
-            self._timer = self._loop.call_later(self._timeout, signal.abort, "timeout")
-
-    def close(self) -> None:
-        """The attempt is over: no timeout, no cut-off any more."""
-        self._signal = None
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._grace is not None:
-            self._grace.cancel()
-        if self.cut and self._task is not None:
-            self._task.uncancel()  # the task goes on to report the outcome, uncancelled
-
-    def _aborted(self) -> None:
-        if self._signal is not None and self._grace is None:
-            self._grace = self._loop.call_later(ABORT_GRACE_SECONDS, self._grace_over)
-
-    def _grace_over(self) -> None:
-        if self._signal is None:
-            return
-        self.cut = True
-        if self._woken is not None:
-            _resolve(self._woken)
-        if self._task is not None:
-            self._task.cancel()
-            self._grace = self._loop.call_later(CANCEL_WAIT_SECONDS, self._ignores_cancel)
-
-    def _ignores_cancel(self) -> None:
-        """An async handler that caught its CancelledError and runs on: like a plain handler's
-        thread, it keeps its slot and lease until it returns, and is named every so often."""
-        signal = self._signal
-        if signal is None:
-            return
-        job = self._job
-        log.warning(
-            "job %s (%s) of tenant %s ignores its abort (%s) and the cancel that followed; "
-            "it keeps its slot and lease until it returns",
-            job.id,
-            job.name,
-            self._tenant,
-            signal.reason,
-        )
-        self._grace = self._loop.call_later(OVERRUN_WARNING_SECONDS, self._ignores_cancel)
-
-
-# How long after cancelling an async handler it is taken to ignore the cancel.
-CANCEL_WAIT_SECONDS = 0.1
-
-
-def _wake(woken: asyncio.Future[None], work: asyncio.Future[Any]) -> None:
-    _resolve(woken)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def _returned(job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> Result | None:
