@@ -9,7 +9,9 @@ Each drain gets a fresh database (`ket migrate`), a backlog enqueued in bulk and
 every job must have completed exactly once. Rounds interleave the sizes (small, large, large,
 small, ...). CPU per job, over the drain window (sampled at every poll, interpolated at the first
 claim and the last finish), is the worker process's and that of the PostgreSQL backends serving it
-(so other databases' work on a shared machine does not count).
+(so other databases' work on a shared machine does not count); buffers per job are the shared
+buffers the drain's database read or hit (pg_stat_database, the harness's polls included), a
+measure of the database's work that a busy machine does not inflate as it does CPU time.
 Half-way through each drain the claim statement runs once under EXPLAIN (ANALYZE, BUFFERS) in a
 transaction that is rolled back: the buffers its index scan of `ket_jobs_runnable` read show how
 many dead index entries the claim walks past. The table's vacuum count at the end shows how often
@@ -53,6 +55,7 @@ class Run:
     claim_ms: float
     vacuums: int
     server_cpu_ms: float  # per job: the CPU time of the PostgreSQL backends serving the worker
+    buffers: float  # per job: shared buffers the database's backends read or hit
     worker_cpu_ms: float  # per job: the worker process's CPU time
 
 
@@ -129,6 +132,17 @@ def _at(samples: list[Sample], instant: float, counter: Callable[[Sample], float
     return counter(before) + (counter(after) - counter(before)) * share
 
 
+def _buffers(connection: psycopg.Connection) -> int:
+    """Shared buffers read or hit in this database so far, by every backend that has reported
+    (this one's own pending counts are sent first). A measure of work that, unlike CPU time, a
+    busy machine does not inflate."""
+    connection.execute("SELECT pg_stat_force_next_flush()")
+    return _count(
+        connection,
+        "SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()",
+    )
+
+
 def _count(connection: psycopg.Connection, sql: Any) -> int:
     row = connection.execute(sql).fetchone()
     return int(row[0]) if row else 0
@@ -148,6 +162,7 @@ async def drain(jobs: int, folder: Path) -> Run:
         probe: tuple[int, float] | None = None
         log = folder / f"worker-{jobs}.log"
         samples: list[Sample] = []
+        buffers_before = _buffers(connection)
         with WorkerProcess(side.worker(database, folder, best=False), folder, log) as worker:
             done, progressed = -1, time.monotonic()
             while True:
@@ -164,12 +179,14 @@ async def drain(jobs: int, folder: Path) -> Run:
                     raise RuntimeError(f"stuck at {finished}/{jobs}:\n{worker.tail()}")
                 worker.check_alive()
                 time.sleep(poll_s)
+        time.sleep(0.5)  # the worker's backends send their counts as they exit
+        database_buffers = _buffers(connection) - buffers_before
         side.verify(connection, jobs)
         window = side.window(connection)
         vacuums = _count(
             connection, "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'ket_jobs'"
         )
-    buffers, ms = probe if probe is not None else (0, 0.0)
+    claim_buffers, claim_ms = probe if probe is not None else (0, 0.0)
     rate = jobs / (window.last_finish - window.first_claim)
 
     def per_job_ms(counter: Callable[[Sample], float]) -> float:
@@ -180,10 +197,11 @@ async def drain(jobs: int, folder: Path) -> Run:
     return Run(
         jobs=jobs,
         rate=rate,
-        claim_buffers=buffers,
-        claim_ms=ms,
+        claim_buffers=claim_buffers,
+        claim_ms=claim_ms,
         vacuums=vacuums,
         server_cpu_ms=per_job_ms(lambda sample: sample.server_cpu),
+        buffers=database_buffers / jobs,
         worker_cpu_ms=per_job_ms(lambda sample: sample.worker_cpu),
     )
 
@@ -213,8 +231,8 @@ async def main(argv: list[str] | None = None) -> None:
                 print(
                     f"round {round + 1}: {jobs:,} jobs {run.rate:,.0f}/s, claim half-way "
                     f"{run.claim_buffers} buffers {run.claim_ms:.2f} ms, {run.vacuums} vacuums, "
-                    f"CPU per job: PostgreSQL {run.server_cpu_ms:.3f} ms, "
-                    f"worker {run.worker_cpu_ms:.3f} ms "
+                    f"per job: {run.buffers:.1f} buffers, CPU PostgreSQL "
+                    f"{run.server_cpu_ms:.3f} ms, worker {run.worker_cpu_ms:.3f} ms "
                     f"(load {before:.2f} -> {load_average():.2f})",
                     flush=True,
                 )
@@ -232,8 +250,10 @@ async def main(argv: list[str] | None = None) -> None:
     for jobs in (args.small, args.large):
         server = statistics.median(r.server_cpu_ms for r in runs[jobs])
         worker = statistics.median(r.worker_cpu_ms for r in runs[jobs])
+        buffers = statistics.median(r.buffers for r in runs[jobs])
         print(
-            f"CPU per job at {jobs:,}: PostgreSQL {server:.3f} ms, worker {worker:.3f} ms (medians)"
+            f"per job at {jobs:,}: {buffers:.1f} buffers, CPU PostgreSQL {server:.3f} ms, "
+            f"worker {worker:.3f} ms (medians)"
         )
 
 
