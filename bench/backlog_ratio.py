@@ -42,6 +42,8 @@ from ket_side import KetSide  # noqa: E402
 from procfs import cpu_seconds, load_average  # noqa: E402
 from worker import WorkerProcess  # noqa: E402
 
+from ket.store.sql.lane import compiled  # noqa: E402
+from ket.store.sql.now import time_params  # noqa: E402
 from ket.store.sql.query import statements  # noqa: E402
 
 STALL_S = 60.0
@@ -59,25 +61,11 @@ class Run:
     worker_cpu_ms: float  # per job: the worker process's CPU time
 
 
-def _claim_sql() -> str:
-    from sqlalchemy.dialects import postgresql
-
-    compiled = statements("postgresql").claim.compile(dialect=postgresql.dialect())
-    return str(compiled)
-
-
-_CLAIM_PARAMS = {
-    "p_queue": "default",
-    "limit": 10,
-    "now": None,
-    "p_worker_id": "bench-probe",
-    "lease_at": None,
-    "lease_s": 30.0,
-    "state": "executing",
-    "attempt_1": 1,
-    "fence_1": 1,
-    "cancel_requested": False,
-}
+def _claim() -> tuple[str, dict[str, Any]]:
+    """The claim as the store's lane runs it, with the parameters of a 10-job claim."""
+    claim = compiled(statements("postgresql").claim)
+    given = {**time_params(None, lease=30.0), "p_queue": "default", "limit": 10}
+    return claim.text, claim.params({**given, "p_worker_id": "bench-probe"})
 
 
 def _index_buffers(plan: dict[str, Any]) -> int:
@@ -88,9 +76,10 @@ def _index_buffers(plan: dict[str, Any]) -> int:
 
 def _probe_claim(connection: psycopg.Connection) -> tuple[int, float]:
     """One claim under EXPLAIN ANALYZE, rolled back: the runnable index's buffers, and ms."""
-    sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _claim_sql()
+    sql, params = _claim()
     with connection.transaction(force_rollback=True):
-        row = connection.execute(sql, _CLAIM_PARAMS).fetchone()  # type: ignore[arg-type]
+        explain = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql
+        row = connection.execute(explain, params).fetchone()  # type: ignore[arg-type]
     assert row is not None
     result = row[0][0]
     return _index_buffers(result["Plan"]), float(result["Execution Time"])

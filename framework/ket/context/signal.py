@@ -61,7 +61,7 @@ class AbortSignal:
             return self._reason
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        self._on_abort(loop, functools.partial(_resolve, future))
+        self._on_abort(loop, functools.partial(resolve, future))
         await future
         assert self._reason is not None
         return self._reason
@@ -108,6 +108,7 @@ def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) 
             loop.call_soon_threadsafe(callback)
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
+def resolve(future: asyncio.Future[None]) -> None:
+    """Resolve `future` unless it is done (or cancelled) already."""
     if not future.done():
         future.set_result(None)

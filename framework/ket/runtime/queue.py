@@ -104,8 +104,9 @@ class QueueLoop:
         busy = False  # the last claim filled every free slot: work is flowing
         while not self._stopping.is_set():
             free = queue.room
-            # while work flows, claim once a slot's worth of room is free, not for every job
-            if free <= 0 or (busy and free < min(queue.slots, queue.prefetch or 1)):
+            # while work flows with prefetch on, claim once a slot's worth of room is free, not
+            # for every job that ends
+            if free <= 0 or (busy and free < queue.prefetch):
                 queue.freed.clear()
                 await queue.freed.wait()
                 continue

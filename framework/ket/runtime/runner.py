@@ -37,7 +37,7 @@ from pydantic import BaseModel, ValidationError
 
 from ket.catalog import Catalog, JobSpec
 from ket.context.blocking import Blocking
-from ket.context.signal import AbortSignal
+from ket.context.signal import AbortSignal, resolve
 from ket.errors import Aborted, Discard, EffectError, MessageRejected, Retry, SecretKeyError
 from ket.runtime.contexts import Contexts
 from ket.runtime.events import Event, Hooks, Kind
@@ -51,7 +51,7 @@ from ket.runtime.outcome import (
     safe_text,
     trace_of,
 )
-from ket.runtime.watch import OVERRUN_WARNING_SECONDS, AttemptWatch, resolve
+from ket.runtime.watch import OVERRUN_WARNING_SECONDS, AttemptWatch
 from ket.secret import Redact, Redactor
 from ket.store.types import ClaimedJob, ErrorInfo, Settle
 

@@ -21,7 +21,7 @@ import asyncio
 import logging
 from typing import Any
 
-from ket.context.signal import AbortSignal
+from ket.context.signal import AbortSignal, resolve
 from ket.store.types import ClaimedJob
 
 log = logging.getLogger("ket.worker")
@@ -120,9 +120,3 @@ class AttemptWatch:
             signal.reason,
         )
         self._grace = self._loop.call_later(OVERRUN_WARNING_SECONDS, self._ignores_cancel)
-
-
-def resolve(future: asyncio.Future[None]) -> None:
-    """Resolve `future` unless it is done (or cancelled) already."""
-    if not future.done():
-        future.set_result(None)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from concurrent.futures import Executor, ThreadPoolExecutor
 
 from ket.catalog import Catalog
@@ -178,9 +177,10 @@ class TenantWorker:
     def _launch(self, queue: QueueSlots) -> None:
         """Start the queue's claimed jobs while it has free slots."""
         loop = asyncio.get_running_loop()
-        while queue.ready and queue.busy < queue.slots:
+        stopping = self._stopping.is_set()  # then every waiting job goes back, slots or not
+        while queue.ready and (stopping or queue.busy < queue.slots):
             attempt = queue.ready.popleft()
-            if self._stopping.is_set() or attempt.signal.aborted:  # over before it started
+            if stopping or attempt.signal.aborted:  # over before it started
                 self.attempts.remove(attempt.job.id)
                 self.settler.put(self.runner.abandoned(attempt.job, attempt.signal))
                 continue
@@ -190,7 +190,7 @@ class TenantWorker:
 
     async def _run(self, queue: QueueSlots, attempt: Attempt) -> None:
         job = attempt.job
-        started = time.monotonic()
+        result: Result | None = None
         try:
             result = await self.runner.run(job, attempt.signal)
         except asyncio.CancelledError:  # stop() stopped waiting for it
@@ -208,6 +208,7 @@ class TenantWorker:
             result = Result(job=job, settle=settle, kind="failed", error=reason)
         finally:
             self.attempts.remove(job.id)
-            queue.release(time.monotonic() - started)
+            # the runner timed the attempt; its duration steers the queue's prefetch
+            queue.release(result.duration_ms / 1000 if result is not None else 0.0)
         self.settler.put(result)
         self._launch(queue)

@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, cast
 
 from ket.errors import JobRejected
 from ket.store.types import (
@@ -22,6 +22,7 @@ from ket.store.types import (
     TERMINAL_STATES,
     Heartbeat,
     JobClaim,
+    JobId,
     JobQuery,
     NewJob,
     Prune,
@@ -119,8 +120,7 @@ def check_settlements(settlements: Sequence[Settle]) -> None:
         _fence(settle.id, settle.fence)
         if settle.outcome not in OUTCOMES:
             raise JobRejected(f"job {settle.id}: unknown outcome {settle.outcome!r}")
-        if not _plain_seconds(settle.delay_seconds):  # the check, and its message, when odd
-            check_seconds(f"job {settle.id}: delay_seconds", settle.delay_seconds, positive=False)
+        check_seconds("delay_seconds", settle.delay_seconds, positive=False, job=settle.id)
 
 
 def check_heartbeat(heartbeat: Heartbeat) -> None:
@@ -170,13 +170,14 @@ def check_count(field: str, value: object, *, minimum: int) -> None:
         )
 
 
-def _plain_seconds(value: object) -> bool:
-    """A quick yes for the common case: an int or float from 0 to a century (NaN fails)."""
-    return type(value) in (int, float) and 0 <= value <= MAX_SECONDS  # type: ignore[operator]
-
-
-def check_seconds(field: str, value: object, *, positive: bool) -> None:
-    """Refuse a duration that is not a finite number of seconds within a century."""
+def check_seconds(field: str, value: object, *, positive: bool, job: JobId | None = None) -> None:
+    """Refuse a duration that is not a finite number of seconds within a century; the message
+    names `field` (of `job`, when given), built only for a refusal: this runs for every
+    settlement."""
+    if type(value) in (int, float):  # the common case, at once (NaN fails every comparison)
+        number = cast(float, value)
+        if (number > 0 if positive else number >= 0) and number <= MAX_SECONDS:
+            return
     low = "a positive" if positive else "a non-negative"
     if (
         isinstance(value, bool)
@@ -186,8 +187,9 @@ def check_seconds(field: str, value: object, *, positive: bool) -> None:
         or (positive and value == 0)
         or value > MAX_SECONDS
     ):
+        name = field if job is None else f"job {job}: {field}"
         raise JobRejected(
-            f"{field} must be {low} finite number of seconds, at most {MAX_SECONDS} "
+            f"{name} must be {low} finite number of seconds, at most {MAX_SECONDS} "
             f"(a century), got {value!r}"
         )
 

@@ -341,7 +341,7 @@ def test_a_handler_that_returns_after_its_timeout_fails_the_attempt() -> None:
 
 async def short_jobs_ran(store: MemoryStore) -> None:
     """Run a few quick jobs, so the default queue knows its jobs are short (prefetch on)."""
-    for job_id in [await enqueue(store, "t.ok_async") for _ in range(4)]:
+    for job_id in [await enqueue(store, "t.gated", {"n": -1}) for _ in range(4)]:
         await settled(store, job_id)
 
 
@@ -356,72 +356,76 @@ async def until(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> 
         await asyncio.sleep(0.01)
 
 
+async def claimed_ahead(store: MemoryStore, count: int) -> tuple[list[int], set[int]]:
+    """Enqueue `count` gated jobs on a queue of short jobs (4 slots), and wait until 8 are
+    claimed: 4 running behind the gate, 4 waiting for a slot. Their ids, and the n of those
+    running."""
+    global gate
+    gate = asyncio.Event()
+    gate.set()
+    await short_jobs_ran(store)
+    calls.clear()
+    gate.clear()
+    ids = [await enqueue(store, "t.gated", {"n": n}) for n in range(count)]
+
+    async def eight() -> bool:
+        return len(await executing(store)) == 8
+
+    await until(eight)
+    await asyncio.sleep(0.05)  # the four with a slot have started
+    ran = {int(c.split()[1]) for c in calls}
+    assert len(ran) == 4
+    return ids, ran
+
+
 def test_a_queue_of_short_jobs_claims_a_slot_ahead_and_starts_them_as_slots_free() -> None:
     async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
-        global gate
-        gate = asyncio.Event()
-        await short_jobs_ran(store)
-        ids = [await enqueue(store, "t.gated", {"n": n}) for n in range(10)]
-
-        async def claimed_ahead() -> bool:
-            return len(await executing(store)) == 8
-
-        await until(claimed_ahead)  # 4 slots running, 4 more claimed and waiting
+        ids, _ = await claimed_ahead(store, 10)
         assert worker.running == 4
-        assert sorted(calls[4:]) == [f"gated {n}" for n in range(4)]
+        assert gate is not None
         gate.set()
         records = [await settled(store, job_id) for job_id in ids]
         assert [(r.state, r.attempt) for r in records] == [("completed", 1)] * 10
-        assert sorted(calls[4:]) == sorted(f"gated {n}" for n in range(10))
+        assert sorted(calls) == sorted(f"gated {n}" for n in range(10))
 
     run(scenario)
 
 
-def test_stopping_hands_back_the_claimed_jobs_that_waited_for_a_slot_without_running_them() -> None:
+def test_stopping_hands_back_the_claimed_jobs_that_waited_for_a_slot_at_once() -> None:
     async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
-        global gate
-        gate = asyncio.Event()
-        await short_jobs_ran(store)
-        ids = [await enqueue(store, "t.gated", {"n": n}) for n in range(8)]
+        ids, ran = await claimed_ahead(store, 8)
+        stopping = asyncio.ensure_future(worker.stop(grace_seconds=5.0))
+        waiting = [job_id for n, job_id in enumerate(ids) if n not in ran]
 
-        async def claimed_ahead() -> bool:
-            return len(await executing(store)) == 8
+        async def handed_back() -> bool:
+            records = [await store.job_get(job_id) for job_id in waiting]
+            return all(r is not None and r.state == "available" for r in records)
 
-        await until(claimed_ahead)
-        started = [c for c in calls if c.startswith("gated")]
-        assert len(started) == 4
+        # back while every slot is still taken: they do not wait for the running jobs to end
+        await until(handed_back, timeout=2.0)
+        assert len(await executing(store)) == 4
+        assert gate is not None
         gate.set()  # the running four finish within the grace
-        await worker.stop(grace_seconds=2.0)
-        records = {job_id: await store.job_get(job_id) for job_id in ids}
-        ran = {int(c.split()[1]) for c in calls if c.startswith("gated")}
-        assert len(ran) == 4
+        await stopping
         for n, job_id in enumerate(ids):
-            record = records[job_id]
+            record = await store.job_get(job_id)
             assert record is not None
             expected = ("completed", 1) if n in ran else ("available", 0)
             assert (record.state, record.attempt, record.errors) == (*expected, ())
-        handed_back = [e for e in events if e.kind == "handed_back"]
-        assert len(handed_back) == 4
+        assert {int(c.split()[1]) for c in calls} == ran
+        assert len([e for e in events if e.kind == "handed_back"]) == 4
 
     run(scenario)
 
 
 def test_a_job_cancelled_while_it_waits_for_a_slot_ends_cancelled_without_running() -> None:
     async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
-        global gate
-        gate = asyncio.Event()
-        await short_jobs_ran(store)
-        ids = [await enqueue(store, "t.gated", {"n": n}) for n in range(8)]
-
-        async def claimed_ahead() -> bool:
-            return len(await executing(store)) == 8
-
-        await until(claimed_ahead)
-        ran = {int(c.split()[1]) for c in calls if c.startswith("gated")}
+        ids, ran = await claimed_ahead(store, 8)
         waiting = [job_id for n, job_id in enumerate(ids) if n not in ran]
         change = await store.job_cancel(waiting[0])
         assert change.reason == "cancel requested: its worker aborts it"
         await asyncio.sleep(1.0)  # a heartbeat (every lease / 3) carries the request back
+        assert gate is not None
         gate.set()
         record = await settled(store, waiting[0])
         assert (record.state, record.errors[-1].error) == (

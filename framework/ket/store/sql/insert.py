@@ -294,12 +294,13 @@ async def run_plan(rows: Rows, plan: Plan) -> list[Inserted]:
             if isinstance(step, Copy):
                 await rows.copy(step.sql, step.rows)
                 step = plan.send([])
-            elif isinstance(step.parameters, list) and len(step.parameters) > 1:
-                step = plan.send(await rows.many(step.statement, step.parameters))
-            elif isinstance(step.parameters, list):  # one row: a plain (prepared) statement
-                step = plan.send(await rows.rows(step.statement, step.parameters[0]))
-            else:
-                step = plan.send(await rows.rows(step.statement, step.parameters))
+                continue
+            params = step.parameters
+            if isinstance(params, list) and len(params) > 1:
+                step = plan.send(await rows.many(step.statement, params))
+            else:  # one row is a plain (prepared) statement
+                one = params[0] if isinstance(params, list) else params
+                step = plan.send(await rows.rows(step.statement, one))
     except StopIteration as done:
         value: list[Inserted] = done.value
         return value

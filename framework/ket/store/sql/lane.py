@@ -15,6 +15,7 @@ drops one that broke, and makes a caller wait at most `timeout` seconds for a fr
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -40,28 +41,20 @@ class Compiled:
 
     text: str
     constants: dict[str, Any]
+    returning: bool  # it returns rows
 
     def params(self, given: dict[str, Any] | None) -> dict[str, Any]:
         return {**self.constants, **given} if given else dict(self.constants)
 
 
-_COMPILED: dict[int, tuple[Any, Compiled]] = {}
-
-
+@functools.lru_cache(maxsize=256)  # the store's statements are module constants: a few dozen
 def compiled(statement: Any) -> Compiled:
     """`statement` (a constant SQLAlchemy Core statement) compiled once for psycopg."""
-    entry = _COMPILED.get(id(statement))
-    if entry is not None and entry[0] is statement:
-        return entry[1]
-    if len(_COMPILED) > 1_000:  # only constant statements come here; stay bounded anyway
-        _COMPILED.clear()
     done = statement.compile(dialect=_DIALECT)
     constants = {
         name: bind.effective_value for bind, name in done.bind_names.items() if not bind.required
     }
-    result = Compiled(text=done.string, constants=constants)
-    _COMPILED[id(statement)] = (statement, result)  # the statement is kept: its id stays its own
-    return result
+    return Compiled(text=done.string, constants=constants, returning=bool(done.returning))
 
 
 class LaneConnection:
@@ -87,10 +80,11 @@ class LaneConnection:
     async def many(self, statement: Any, params: Sequence[dict[str, Any]]) -> list[Any]:
         """Run `statement` once per parameter set (pipelined); the rows of each, in order."""
         sql = compiled(statement)
-        returning = "RETURNING" in sql.text
         async with self.raw.cursor(row_factory=namedtuple_row) as cursor:
-            await cursor.executemany(sql.text, [sql.params(p) for p in params], returning=returning)
-            if not returning:
+            await cursor.executemany(
+                sql.text, [sql.params(p) for p in params], returning=sql.returning
+            )
+            if not sql.returning:
                 return []
             found: list[Any] = []
             while True:

@@ -121,16 +121,18 @@ class SqlStore:
         parsed = parse_url(url)
         lane = None
         if parsed.get_backend_name() == "postgresql":
-            if lane_size is not None:
-                if not 0 < lane_size < pool_size:
-                    raise StoreError(
-                        f"lane_size must be above 0 and below pool_size ({pool_size}), "
-                        f"got {lane_size!r}"
-                    )
+            if lane_size is None:
+                lane_size = pool_size
+            elif 0 < lane_size < pool_size:
                 pool_size -= lane_size
+            else:
+                raise StoreError(
+                    f"lane_size must be above 0 and below pool_size ({pool_size}), "
+                    f"got {lane_size!r}"
+                )
             lane = Lane(
                 parsed,
-                size=pool_size if lane_size is None else lane_size,
+                size=lane_size,
                 timeout=float(engine_options.get("pool_timeout", 30.0)),
                 connect_args=postgres_connect_args(parsed, engine_options.get("connect_args")),
             )
