@@ -117,7 +117,9 @@ app = define_module(
     models={"Mark": define_model({"job": "string", "attempt": "int"})},
     jobs={
         "work": define_job(idempotent=True, input={"ms": "int"}, handler=work),
+        # retried at once: the retry is due while the first attempt's thread still runs
         "late": define_job(idempotent=True, input={"ms": "int"}, timeout_ms=300,
+                           backoff=lambda attempt: 0.1,
                            effects=["write:app.Mark"], handler=plain_late_write),
         "stuck": define_job(idempotent=True, handler=stuck),
         "hold": define_job(idempotent=True, input={"ms": "int"}, effects=["write:app.Mark"],

@@ -81,11 +81,11 @@ class Fleet:
             timeout=60,
         )
 
-    def start(self) -> subprocess.Popen[str]:
+    def start(self, log_level: str = "WARNING") -> subprocess.Popen[str]:
         log = self.root / f"worker-{len(self.processes)}.log"
         with log.open("w") as output:  # the child keeps its own copy of the descriptor
             process = subprocess.Popen(
-                [sys.executable, "-m", "ket.cli.main", "worker", "--log-level", "WARNING"],
+                [sys.executable, "-m", "ket.cli.main", "worker", "--log-level", log_level],
                 cwd=self.root,
                 env=self.environment(),
                 stdout=output,
@@ -108,6 +108,9 @@ class Fleet:
     def query(self, statement: str) -> list[tuple[object, ...]]:
         with psycopg.connect(self.url) as connection:
             return connection.execute(statement).fetchall()
+
+    def log_of(self, number: int) -> str:
+        return (self.root / f"worker-{number}.log").read_text(errors="replace")
 
     def runs_of(self, prefix: str = "") -> list[str]:
         return sorted(p.name for p in self.runs.iterdir() if p.name.startswith(prefix))
@@ -177,9 +180,15 @@ def test_three_workers_run_each_of_a_thousand_jobs_exactly_once(
     fleet_factory: Callable[..., Fleet],
 ) -> None:
     fleet = fleet_factory()
-    ids = fleet.enqueue([NewJob(name="app.work", payload={"n": n}) for n in range(1_000)])
     for _ in range(3):
-        fleet.start()
+        fleet.start(log_level="INFO")
+    # every replica serving before the backlog lands, so that each has its share to take
+    _until(
+        lambda: all("serving deployment" in fleet.log_of(n) for n in range(3)),
+        60,
+        "three serving workers",
+    )
+    ids = fleet.enqueue([NewJob(name="app.work", payload={"n": n}) for n in range(1_000)])
     try:
         _until(
             lambda: (

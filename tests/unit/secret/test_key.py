@@ -44,6 +44,7 @@ def test_a_token_no_key_opens_is_refused_naming_the_key_count_not_the_token() ->
         (f"{A},short", "key 2 of 2 is not a Fernet key"),
         (" , ", "key 1 of 1 is not a Fernet key"),
     ],
+    ids=["not-a-key", "second-short", "blank"],  # the keys are random: ids name the cases
 )
 def test_a_malformed_key_is_named_by_position_never_quoted(text: str, problem: str) -> None:
     with pytest.raises(SecretKeyError) as refused:
