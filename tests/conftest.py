@@ -7,9 +7,11 @@ be reached they skip, with one line saying how to enable them, unless KET_REQUIR
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -55,3 +57,33 @@ def postgres_schema(postgres_url: str) -> Iterator[str]:
     finally:
         with psycopg.connect(postgres_url, autocommit=True) as connection:
             connection.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def tenant_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A migrated, empty tenant database on each store (a file; a database of its own on the
+    server, dropped afterwards): its URL."""
+    from ket.store.sql import SqlStore
+
+    async def migrate(url: str) -> None:
+        store = await SqlStore.open(url, migrate=True)
+        await store.close()
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'tenant.db'}"
+        asyncio.run(migrate(url))
+        yield url
+        return
+    server: str = request.getfixturevalue("postgres_url")
+    name = f"ket_tenant_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        url = f"{server.rsplit('/', 1)[0]}/{name}"
+        asyncio.run(migrate(url))
+        yield url
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )

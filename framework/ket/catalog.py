@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -21,10 +21,10 @@ from ket.check import error_messages, run_checks
 from ket.declare import resolve
 from ket.declare.deployment import DeploymentDecl
 from ket.declare.effect import Effect
-from ket.declare.job import JobDecl, default_backoff_seconds
+from ket.declare.job import JobDecl, Upgrade, default_backoff_seconds
 from ket.declare.operation import Handler, OperationDecl
 from ket.declare.worker import WorkerConfig
-from ket.errors import CheckFailed, JobRejected
+from ket.errors import CheckFailed, JobRejected, PayloadVersionError
 from ket.schedule import Schedule
 from ket.secret import (
     Redact,
@@ -67,6 +67,8 @@ class JobSpec(OperationSpec):
     timeout_seconds: float
     backoff: Backoff
     schedule: Schedule | None
+    input_version: int = 1
+    upgrades: Mapping[int, Upgrade] = field(default_factory=dict)  # by the version upgraded from
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +151,7 @@ class Catalog:
             run_at=run_at,
             priority=spec.priority if priority is None else priority,
             max_attempts=spec.max_attempts,
+            payload_version=spec.input_version,
             unique_key=unique_key,
             company=company,
             tick=tick,
@@ -156,13 +159,61 @@ class Catalog:
         )
 
     def job_input(
-        self, spec: OperationSpec, payload: dict[str, Any]
+        self, spec: OperationSpec, payload: dict[str, Any], version: int = 1
     ) -> tuple[BaseModel, list[str]]:
-        """A stored payload as its handler's input, and the secret values it held (to keep
-        them out of error texts). SecretKeyError, naming the field, when a sealed secret cannot
-        be opened; pydantic's ValidationError when the payload no longer fits the input."""
+        """A stored payload of input `version` as its handler's input, and the secret values it
+        held (to keep them out of error texts).
+
+        An older payload goes through the job's upgrades first, one version at a time;
+        PayloadVersionError when none reaches it or it is newer than the job. SecretKeyError,
+        naming the field, when a sealed secret cannot be opened; pydantic's ValidationError when
+        the payload does not fit the input; UpgradeFailed when an upgrade raises."""
         data, secrets = open_payload(payload, self.keys)  # it copies what it opens
+        if isinstance(spec, JobSpec) and version != spec.input_version:
+            try:
+                data = upgraded(spec, data, version)
+            except PayloadVersionError:
+                raise
+            except Exception as error:
+                raise UpgradeFailed(error, secrets) from error
         return spec.input_model.model_validate(data), secrets
+
+
+class UpgradeFailed(Exception):
+    """An upgrade raised `error` (or returned no dict); `secrets` are the payload's secret
+    values, to keep out of the error's text."""
+
+    def __init__(self, error: Exception, secrets: list[str]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.secrets = secrets
+
+
+def upgraded(spec: JobSpec, data: dict[str, Any], version: int) -> dict[str, Any]:
+    """`data`, a payload of input `version`, brought to the job's input version."""
+    if version > spec.input_version:
+        raise PayloadVersionError(
+            f"its payload is of input version {version}, newer than this deployment's "
+            f"{spec.input_version} of {spec.name}: a newer deployment enqueued it",
+            newer=True,
+        )
+    for step in range(version, spec.input_version):
+        upgrade = spec.upgrades.get(step)
+        if upgrade is None:
+            reachable = ", ".join(str(v) for v in sorted(spec.upgrades)) or "none"
+            raise PayloadVersionError(
+                f"its payload is of input version {version} and {spec.name} has no upgrade "
+                f"from version {step} (upgrades from: {reachable})",
+                newer=False,
+            )
+        result = upgrade(data)
+        if not isinstance(result, Mapping):
+            raise TypeError(
+                f"the upgrade of {spec.name} from input version {step} returned "
+                f"{type(result).__name__}, not a dict"
+            )
+        data = dict(result)
+    return data
 
 
 def validate_input(spec: OperationSpec, input: BaseModel | Mapping[str, Any] | None) -> BaseModel:
@@ -231,6 +282,8 @@ def _job(decl: JobDecl, timezone: str | None) -> JobSpec:
         timeout_seconds=int(decl.timeout_ms) / 1000,  # type: ignore[call-overload]
         backoff=backoff,
         schedule=resolve.schedule(decl, timezone),
+        input_version=int(decl.input_version),  # type: ignore[call-overload]
+        upgrades=dict(decl.upgrade or {}),  # type: ignore[call-overload]
     )
 
 

@@ -101,6 +101,15 @@ class SecretKeyError(KetError):
     """The secret keys (KET_SECRET_KEYS) are malformed or cannot open a sealed secret."""
 
 
+class PayloadVersionError(KetError):
+    """A stored payload's input version cannot be brought to the job's: no upgrade reaches it
+    from an older version (`newer` False), or it was written by a newer deployment (True)."""
+
+    def __init__(self, message: str, *, newer: bool) -> None:
+        super().__init__(message)
+        self.newer = newer
+
+
 class StorageKeyError(KetError, ValueError):
     """The storage key is not a safe relative path, or a symbolic link stands on its path."""
 

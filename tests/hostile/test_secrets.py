@@ -17,8 +17,6 @@ import subprocess
 import sys
 import time
 import traceback
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,6 @@ import psycopg
 import pytest
 import yaml
 from cryptography.fernet import Fernet
-from psycopg import sql
 from pydantic import ValidationError
 from sqlalchemy import create_engine, make_url
 
@@ -84,32 +81,15 @@ main = define_deployment(
 """
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A migrated, empty tenant database on each store, dropped afterwards; its URL."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'tenant.db'}"
-        asyncio.run(_migrate(url))
-        yield url
-        return
-    server: str = request.getfixturevalue("postgres_url")
-    name = f"ket_secrets_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = make_url(server).set(database=name).render_as_string(hide_password=False)
-    try:
-        asyncio.run(_migrate(url))
-        yield url
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-
 async def _migrate(url: str) -> None:
     store = await SqlStore.open(url, migrate=True)
     await store.close()
+
+
+@pytest.fixture
+def database(tenant_database: str) -> str:
+    """A migrated, empty tenant database on each store (tests/conftest.py)."""
+    return tenant_database
 
 
 @pytest.fixture

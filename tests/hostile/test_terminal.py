@@ -261,8 +261,8 @@ def test_worker_log_lines_cannot_be_forged_by_a_jobs_exception(tmp_path: Path) -
 
 def test_escaping_a_long_text_is_fast() -> None:
     text = (ESC + "x\n") * 200_000
-    started = time.monotonic()
+    started = time.process_time()  # CPU: a busy machine does not inflate it
     escaped = escape(text)
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
     assert escaped.count("\\x1b") == 200_000
     assert "\n" not in escaped

@@ -440,9 +440,9 @@ def test_a_subject_longer_than_a_header_line_is_refused_at_once(
     # 400,000 characters took seconds, on the event loop, before the cap
     kind, job, _ = outcome(database_url, smtp, tmp_path, "subject_at_cap")
     assert (kind, job.state) == ("completed", "completed")
-    started = time.perf_counter()
+    started = time.process_time()  # CPU: a busy machine does not inflate it
     kind, job, _ = outcome(database_url, smtp, tmp_path, "subject_over_cap")
-    assert time.perf_counter() - started < 2
+    assert time.process_time() - started < 2
     assert (kind, job.state, job.attempt) == ("discarded", "discarded", 1)
     assert "'subject' must be one line of text, got 'word word" in job.errors[0].error
     assert "it is 400000 characters long, more than 998 (RFC 5322)" in job.errors[0].error
@@ -483,9 +483,9 @@ def test_long_non_ascii_display_names_for_every_recipient_are_written_in_linear_
         "to": [{"address": f"r{n}@example.com", "name": name} for n in range(100)],
     }
     checked = parse_message(hostile)
-    started = time.perf_counter()
+    started = time.process_time()  # CPU: a busy machine does not inflate it
     data = checked.to_email(tenant="acme", date=START).as_bytes()
-    assert time.perf_counter() - started < 1
+    assert time.process_time() - started < 1
     mail = email.message_from_bytes(data, policy=email.policy.default)
     assert [a.addr_spec for a in mail["To"].addresses] == [f"r{n}@example.com" for n in range(100)]
     assert max(len(line) for line in data.splitlines()) <= 78

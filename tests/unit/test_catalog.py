@@ -10,7 +10,7 @@ from cryptography.fernet import Fernet
 from pydantic import BaseModel, SecretStr, ValidationError, field_validator
 
 from ket import define_deployment, define_function, define_job, define_module
-from ket.catalog import Catalog, validate_input
+from ket.catalog import Catalog, UpgradeFailed, validate_input
 from ket.errors import SecretKeyError
 
 KEY = Fernet.generate_key().decode()
@@ -108,3 +108,44 @@ def test_refused_input_without_secret_fields_keeps_pydantics_message() -> None:
 def test_malformed_keys_stop_the_catalog_being_built() -> None:
     with pytest.raises(SecretKeyError, match="key 1 of 1 is not a Fernet key"):
         catalog("not-a-key")
+
+
+def _versioned(**options: Any) -> Catalog:
+    job = define_job(
+        idempotent=True, input={"a": "int", "b": "int", "c": "int"}, handler=handler, **options
+    )
+    return Catalog.build(
+        define_deployment(name="d", modules=[define_module(name="v", jobs={"up": job})])
+    )
+
+
+def test_an_enqueued_job_carries_its_input_version() -> None:
+    catalog = _versioned(input_version=3, upgrade={2: dict})
+    assert catalog.new_job("v.up", {"a": 1, "b": 2, "c": 3}).payload_version == 3
+
+
+def test_an_old_payload_goes_through_each_upgrade_in_turn() -> None:
+    steps: list[int] = []
+
+    def step(version: int, field: str) -> Any:
+        def upgrade(payload: dict[str, Any]) -> dict[str, Any]:
+            steps.append(version)
+            return {**payload, field: len(steps)}
+
+        return upgrade
+
+    catalog = _versioned(input_version=3, upgrade={1: step(1, "b"), 2: step(2, "c")})
+    spec = catalog.jobs["v.up"]
+    value, _ = catalog.job_input(spec, {"a": 0}, 1)
+    assert (value.a, value.b, value.c, steps) == (0, 1, 2, [1, 2])  # type: ignore[attr-defined]
+    value, _ = catalog.job_input(spec, {"a": 0, "b": 5}, 2)
+    assert (value.b, value.c, steps) == (5, 3, [1, 2, 2])  # type: ignore[attr-defined]
+
+
+def test_an_upgrade_that_returns_no_dict_fails_naming_the_job_and_version() -> None:
+    catalog = _versioned(input_version=2, upgrade={1: lambda payload: None})
+    with pytest.raises(UpgradeFailed) as failed:
+        catalog.job_input(catalog.jobs["v.up"], {"a": 0}, 1)
+    assert str(failed.value.error) == (
+        "the upgrade of v.up from input version 1 returned NoneType, not a dict"
+    )

@@ -92,6 +92,19 @@ CODES: dict[str, Code] = {
             hint="Write idempotent= and cross_company= as True or False.",
         ),
         Code(
+            id="KET109",
+            level=E,
+            title="input_version must be a positive integer",
+            hint="Number the shape of the job's input 1, 2, 3, ...; leave it out for 1.",
+        ),
+        Code(
+            id="KET110",
+            level=E,
+            title="upgrade cannot bring old payloads to input_version",
+            hint="Give upgrade={version: fn} with one fn(payload) -> payload for each version "
+            "from the oldest you still accept up to input_version - 1.",
+        ),
+        Code(
             id="KET201",
             level=E,
             title="schedule does not parse",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ket.check.catalog import Subject, finding
 from ket.check.message import CheckMessage
@@ -99,7 +99,51 @@ def _job_options(job: JobDecl) -> list[CheckMessage]:
                 where,
             )
         )
+    version = job.input_version
+    if not _is_int(version) or not 1 <= version <= MAX_INPUT_VERSION:  # type: ignore[operator]
+        found.append(
+            finding(
+                "KET109",
+                f"input_version must be an integer from 1 to {MAX_INPUT_VERSION}, got {version!r}",
+                where,
+            )
+        )
+    elif job.upgrade is not None:
+        found.extend(finding("KET110", problem, where) for problem in _upgrade(job, version))  # type: ignore[arg-type]
     return found
+
+
+# The stored column is a 32-bit integer.
+MAX_INPUT_VERSION = 2**31 - 1
+
+
+def _upgrade(job: JobDecl, version: int) -> list[str]:
+    """What keeps `upgrade` from bringing stored payloads up to `version`, one line each."""
+    upgrade = job.upgrade
+    if not isinstance(upgrade, Mapping):
+        return [f"upgrade must be a dict of input version to function, got {upgrade!r}"]
+    problems: list[str] = []
+    steps: list[int] = []
+    for old, step in upgrade.items():
+        if not _is_int(old) or not 1 <= old < version:
+            problems.append(
+                f"upgrade key {old!r} is not an input version below input_version {version}"
+            )
+            continue
+        steps.append(old)
+        if not (callable(step) and _accepts(step, 1)):
+            problems.append(
+                f"upgrade from version {old}: {_describe(step)} cannot be called as fn(payload)"
+            )
+    if steps and not problems:
+        missing = sorted(set(range(min(steps), version)) - set(steps))
+        if missing:
+            listed = ", ".join(str(v) for v in missing)
+            problems.append(
+                f"upgrade has no step from version {listed}: payloads of version "
+                f"{min(steps)} cannot reach input_version {version}"
+            )
+    return problems
 
 
 def _describe(value: object) -> str:

@@ -152,6 +152,7 @@ def _show(args: argparse.Namespace) -> int:
         value = fields.get(key)
         sys.stdout.write(f"{key + ':':<14}{'-' if value is None else escape(str(value))}\n")
     payload = json.dumps(redact_payload(record.payload), sort_keys=True)
+    sys.stdout.write(f"{'version:':<14}{record.payload_version}\n")  # the payload's input version
     sys.stdout.write(f"{'payload:':<14}{payload}\n")
     sys.stdout.write(f"errors ({len(record.errors)}):\n")
     for error in record.errors:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ket.declare.operation import Handler, OperationDecl, effect_tuple
 from ket.declare.source import caller
@@ -14,6 +15,8 @@ DEFAULT_TIMEOUT_MS = 300_000
 DEFAULT_PRIORITY = 0
 
 Backoff = Callable[[int], float]
+# An upgrade takes a stored payload of one input version and returns it as the next version's.
+Upgrade = Callable[[dict[str, Any]], Mapping[str, Any]]
 
 
 def default_backoff_seconds(attempt: int) -> float:
@@ -32,6 +35,8 @@ class JobDecl(OperationDecl):
     priority: object = DEFAULT_PRIORITY
     backoff: object = None
     schedule: object = None
+    input_version: object = 1
+    upgrade: object = None
 
 
 def define_job(
@@ -47,6 +52,8 @@ def define_job(
     backoff: Backoff | None = None,
     schedule: Mapping[str, str] | None = None,
     cross_company: bool = False,
+    input_version: int = 1,
+    upgrade: Mapping[int, Upgrade] | None = None,
 ) -> JobDecl:
     """Declare a job: `handler(ctx, input) -> None`, sync or async, run at least once.
 
@@ -61,6 +68,10 @@ def define_job(
             timeout_ms=30_000,
             handler=send_confirmation,
         )
+
+    `input_version` numbers the shape of `input`; when it changes, raise the version and give
+    `upgrade={old_version: fn}`, where `fn(payload) -> payload` turns a stored payload of
+    `old_version` into one of the next version: rows already queued are upgraded as they run.
     """
     source = caller()
     return JobDecl(
@@ -75,5 +86,7 @@ def define_job(
         backoff=backoff,
         schedule=schedule,
         cross_company=cross_company,
+        input_version=input_version,
+        upgrade=upgrade,
         source=source,
     )

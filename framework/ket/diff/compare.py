@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 
 from ket.diff.change import Change, Severity, ordered
-from ket.diff.field import FieldRule, dump, field_findings
-from ket.diff.operation import FUNCTION_RULES, JOB_RULES, bound, changed
+from ket.diff.field import FieldRule, dump, field_changed, field_findings
+from ket.diff.operation import FUNCTION_RULES, JOB_RULES, QUEUED, bound, changed
 from ket.diff.rule import Finding, classify
-from ket.manifest.model import Manifest, WorkerEntry
+from ket.diff.schema import input_findings
+from ket.manifest.model import JobEntry, Manifest, WorkerEntry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +36,7 @@ def diff_manifests(old: Manifest, new: Manifest) -> list[Change]:
         *_manifest(old, new),
         *_family(MODULES, old.modules, new.modules),
         *_family(JOBS, old.jobs(), new.jobs()),
+        *_job_inputs(old.jobs(), new.jobs()),
         *_family(FUNCTIONS, old.functions(), new.functions()),
         *_family(MODELS, old.models(), new.models()),
         *_queues(old.worker.queues, new.worker.queues),
@@ -58,6 +60,78 @@ def _family(
     for name in sorted(old.keys() & new.keys()):
         for _, finding in field_findings(old[name], new[name], family.rules, skip=family.skip):
             yield classify(f"{noun} {name}", finding, ceiling=family.ceiling)
+
+
+def _job_inputs(old: Mapping[str, JobEntry], new: Mapping[str, JobEntry]) -> Iterator[Change]:
+    """A job's input and its version, together: an input change that raises the version with an
+    upgrade from the old one cannot strand a queued row (each is upgraded as it runs), so it is
+    safe; without one, what it would break is breaking."""
+    for name in sorted(old.keys() & new.keys()):
+        before, after = old[name], new[name]
+        subject = f"job {name}"
+        was, now = before.input_version, after.input_version
+        upgraded = now > was and was in after.upgrades_from
+        if now > was and upgraded:
+            message = (
+                f"input version raised from {was} to {now}; rows already queued at version "
+                f"{was} are upgraded as they run"
+            )
+            yield classify(
+                subject, Finding(kind="input_version_raised", message=message, old=was, new=now)
+            )
+        elif now > was:
+            message = (
+                f"input version raised from {was} to {now} with no upgrade from version {was}; "
+                f"rows already queued at version {was} would be discarded"
+            )
+            finding = Finding(
+                kind="input_version_raised_without_upgrade", message=message, old=was, new=now
+            )
+            yield classify(subject, finding)
+        elif now < was:
+            message = (
+                f"input version lowered from {was} to {now}; rows already queued at version "
+                f"{was} are left for a worker of a newer deployment"
+            )
+            yield classify(
+                subject, Finding(kind="input_version_lowered", message=message, old=was, new=now)
+            )
+        findings = input_findings(before.input, after.input, who=QUEUED)
+        if not findings and before.input != after.input:  # a title-only edit: still reported
+            findings = [field_changed("input", before.input, after.input)]
+        for finding in findings:
+            yield classify(subject, finding, ceiling="safe" if upgraded else "breaking")
+        yield from _upgrades(subject, before, after)
+
+
+def _upgrades(subject: str, before: JobEntry, after: JobEntry) -> Iterator[Change]:
+    """Upgrades dropped (review: rows still queued at those versions would be discarded) or
+    added other than the step a raised version needs (safe)."""
+    removed = sorted(set(before.upgrades_from) - set(after.upgrades_from))
+    needed = set(range(before.input_version, after.input_version))
+    added = sorted(set(after.upgrades_from) - set(before.upgrades_from) - needed)
+    if removed:
+        listed = ", ".join(str(v) for v in removed)
+        message = (
+            f"upgrade from input version {listed} removed; rows still queued at that version "
+            "would be discarded"
+        )
+        finding = Finding(
+            kind="input_upgrade_removed",
+            message=message,
+            old=before.upgrades_from,
+            new=after.upgrades_from,
+        )
+        yield classify(subject, finding)
+    if added:
+        message = f"upgrade from input version {', '.join(str(v) for v in added)} added"
+        finding = Finding(
+            kind="input_upgrade_added",
+            message=message,
+            old=before.upgrades_from,
+            new=after.upgrades_from,
+        )
+        yield classify(subject, finding)
 
 
 def _queues(old: Mapping[str, int], new: Mapping[str, int]) -> Iterator[Change]:
@@ -119,6 +193,7 @@ JOBS = Family(
     noun="job",
     removed="job removed; rows already queued under this name could no longer run",
     rules=JOB_RULES,
+    skip=frozenset({"input", "input_version", "upgrades_from"}),  # see _job_inputs
 )
 # No queued row names a function, so what breaks its callers is for review, never breaking.
 FUNCTIONS = Family(

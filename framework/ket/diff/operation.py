@@ -141,9 +141,9 @@ FUNCTION_RULES: Mapping[str, FieldRule] = {
     "cross_company": _cross_company,
 }
 
+# A job's input is compared together with its input version (compare._job_inputs).
 JOB_RULES: Mapping[str, FieldRule] = {
     **FUNCTION_RULES,
-    "input": _input(QUEUED),
     "queue": _queue,
     "idempotent": changed("idempotent_changed", "idempotent"),
     "max_attempts": bound("max_attempts", "failing runs get fewer retries"),

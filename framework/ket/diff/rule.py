@@ -32,6 +32,8 @@ RULES: Mapping[str, Severity] = {
     "input_field_required": "breaking",
     "input_field_type_changed": "breaking",
     "input_field_removed": "breaking",
+    "input_version_raised_without_upgrade": "breaking",
+    "input_version_lowered": "breaking",
     # Nothing queued breaks, but a person should look: more power, other timing, less patience,
     # callers or stored data at stake.
     "effects_widened": "review",
@@ -54,6 +56,9 @@ RULES: Mapping[str, Severity] = {
     "input_closed": "review",
     # Values of a field that stops being secret will be shown and stored in clear.
     "input_field_not_secret": "review",
+    # Rows queued long ago at a version whose upgrade is dropped could no longer run; whether
+    # any are left is for a person to know.
+    "input_upgrade_removed": "review",
     # Everything else that differs.
     "module_added": "safe",
     "module_removed": "safe",
@@ -70,6 +75,8 @@ RULES: Mapping[str, Severity] = {
     "input_field_annotation_changed": "safe",
     "input_field_secret": "safe",
     "input_opened": "safe",
+    "input_version_raised": "safe",
+    "input_upgrade_added": "safe",
     "effects_narrowed": "safe",
     "effects_restated": "safe",
     "cross_company_disabled": "safe",

@@ -73,4 +73,6 @@ def _job(job: JobDecl, timezone: str | None) -> JobEntry:
         priority=int(job.priority),  # type: ignore[call-overload]
         backoff="custom" if job.backoff is not None else "default",
         schedule=ScheduleEntry.model_validate(schedule.to_manifest()) if schedule else None,
+        input_version=int(job.input_version),  # type: ignore[call-overload]
+        upgrades_from=sorted(job.upgrade or {}),  # type: ignore[call-overload]
     )

@@ -57,6 +57,17 @@ class JobEntry(OperationEntry):
     priority: int
     backoff: Literal["default", "custom"]
     schedule: ScheduleEntry | None
+    # the shape of `input`, and the older shapes a stored payload is upgraded from (manifests
+    # written before versions existed have neither: version 1, no upgrades)
+    input_version: int = 1
+    upgrades_from: list[int] = []
+
+    @model_serializer(mode="wrap")
+    def _omit_no_upgrades(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not data.get("upgrades_from"):
+            data.pop("upgrades_from", None)
+        return data
 
 
 class ModelEntry(Entry):

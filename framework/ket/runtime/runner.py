@@ -35,10 +35,18 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ket.catalog import Catalog, JobSpec
+from ket.catalog import Catalog, JobSpec, UpgradeFailed
 from ket.context.blocking import Blocking
 from ket.context.signal import AbortSignal, resolve
-from ket.errors import Aborted, Discard, EffectError, MessageRejected, Retry, SecretKeyError
+from ket.errors import (
+    Aborted,
+    Discard,
+    EffectError,
+    MessageRejected,
+    PayloadVersionError,
+    Retry,
+    SecretKeyError,
+)
 from ket.runtime.contexts import Contexts
 from ket.runtime.events import Event, Hooks, Kind
 from ket.runtime.outcome import (
@@ -60,6 +68,8 @@ log = logging.getLogger("ket.worker")
 # How long an async handler may take to wind down after its signal is aborted before it is
 # cancelled (and how long shutdown waits for a plain handler's thread before handing it back).
 ABORT_GRACE_SECONDS = 2.0
+# How long a payload from a newer deployment waits before a worker looks at it again.
+NEWER_PAYLOAD_DELAY_SECONDS = 60.0
 
 _EVENT: dict[str, Kind] = {
     "completed": "completed",
@@ -121,13 +131,22 @@ class JobRunner:
         if self.hooks.wanted("started"):
             self.hooks.emit(self._event("started", job))
         try:
-            payload, secrets = self._input(spec, job.payload)
+            payload, secrets = self._input(spec, job)
         except SecretKeyError as error:
             reason = f"job {job.id}: cannot open its secret input: {error.message}"
             return _discard(job, safe_text(reason, ERROR_TEXT_MAX), None)
         except ValidationError as error:
             reason = f"payload does not match the input of {job.name}: {_one_line(error)}"
+            if job.payload_version != spec.input_version:
+                reason += f" (upgraded from input version {job.payload_version})"
             return _discard(job, safe_text(reason, ERROR_TEXT_MAX), None)
+        except PayloadVersionError as error:
+            if error.newer:  # a rolling deploy: leave it to a worker of the newer deployment
+                return _postponed(job, error.message)
+            return _discard(job, safe_text(error.message, ERROR_TEXT_MAX), None)
+        except UpgradeFailed as failed:  # a failure like the handler's own
+            redact = Redactor.of(failed.secrets, self.catalog.redact)
+            return _failed(job, spec, failed.error, redact)
         is_async = self._is_async.get(job.name)
         if is_async is None:
             is_async = self._is_async[job.name] = inspect.iscoroutinefunction(spec.handler)
@@ -176,16 +195,18 @@ class JobRunner:
             **fields,
         )
 
-    def _input(self, spec: JobSpec, payload: dict[str, Any]) -> tuple[Any, list[str]]:
+    def _input(self, spec: JobSpec, job: ClaimedJob) -> tuple[Any, list[str]]:
         """The handler's input and the secret values it held. Many jobs take no input: when
         every instance their input model makes of `{}` is the same immutable value (see
         _one_empty_value), it is validated once and shared."""
-        if not payload:
+        payload = job.payload
+        current = job.payload_version == spec.input_version
+        if not payload and current:
             empty = self._empty_inputs.get(spec.name)
             if empty is not None:
                 return empty, []
-        value, secrets = self.catalog.job_input(spec, payload)
-        if not payload and _one_empty_value(spec.input_model):
+        value, secrets = self.catalog.job_input(spec, payload, job.payload_version)
+        if not payload and current and _one_empty_value(spec.input_model):
             self._empty_inputs[spec.name] = value
         return value, secrets
 
@@ -378,6 +399,15 @@ def _discard(job: ClaimedJob, reason: str, trace: str | None) -> Result:
     info = ErrorInfo(error=safe_text(reason, ERROR_TEXT_MAX + 200), traceback=trace)
     settle = Settle(id=job.id, fence=job.fence, outcome="discarded", error=info)
     return Result(job=job, settle=settle, kind="discarded", error=info.error)
+
+
+def _postponed(job: ClaimedJob, why: str) -> Result:
+    """Handed back for later without spending the attempt (no history entry)."""
+    settle = Settle(
+        id=job.id, fence=job.fence, outcome="snoozed", delay_seconds=NEWER_PAYLOAD_DELAY_SECONDS
+    )
+    why = f"{why}; handed back for {NEWER_PAYLOAD_DELAY_SECONDS:g} s"
+    return Result(job=job, settle=settle, kind="handed_back", error=safe_text(why, ERROR_TEXT_MAX))
 
 
 def _handed_back(job: ClaimedJob) -> Result:

@@ -278,6 +278,69 @@ def test_backoff_taking_attempt_is_silent(backoff: Any) -> None:
     assert run_checks(deployment_of(jobs={"send": job})) == []
 
 
+# KET109, KET110: input versions and their upgrades
+
+
+@pytest.mark.parametrize("version", [0, -1, True, 2.0, "2", 2**31], ids=repr)
+def test_input_version_not_a_positive_32_bit_integer_is_KET109(version: Any) -> None:
+    job = define_job(handler=handle, idempotent=True, input_version=version)
+    assert run_checks(deployment_of(jobs={"send": job})) == [
+        error(
+            "KET109",
+            f"input_version must be an integer from 1 to 2147483647, got {version!r}",
+            obj="job sales.send",
+            source=job.source,
+        )
+    ]
+
+
+def _add_one(payload: dict[str, Any]) -> dict[str, Any]:
+    return {**payload, "n": 1}
+
+
+@pytest.mark.parametrize(
+    ("version", "upgrade", "problems"),
+    [
+        (2, [_add_one], ["upgrade must be a dict of input version to function, got [<function"]),
+        (2, {2: _add_one}, ["upgrade key 2 is not an input version below input_version 2"]),
+        (2, {0: _add_one, 1: _add_one}, ["upgrade key 0 is not an input version below"]),
+        (2, {"1": _add_one}, ["upgrade key '1' is not an input version below input_version 2"]),
+        (2, {1: "add_one"}, ["upgrade from version 1: 'add_one' cannot be called as fn(payload)"]),
+        (2, {1: lambda: 1}, ["upgrade from version 1: ", "<lambda>() cannot be called"]),
+        (
+            4,
+            {1: _add_one, 3: _add_one},
+            [
+                "upgrade has no step from version 2: payloads of version 1 cannot reach "
+                "input_version 4"
+            ],
+        ),
+    ],
+    ids=["not-a-dict", "key-too-high", "key-zero", "key-text", "not-callable", "no-arg", "gap"],
+)
+def test_an_upgrade_that_cannot_reach_the_input_version_is_KET110(
+    version: int, upgrade: Any, problems: list[str]
+) -> None:
+    job = define_job(handler=handle, idempotent=True, input_version=version, upgrade=upgrade)
+    [found] = run_checks(deployment_of(jobs={"send": job}))
+    assert (found.id, found.obj) == ("KET110", "job sales.send")
+    assert all(part in found.msg for part in problems), found.msg
+
+
+def test_versions_with_upgrades_from_each_older_version_kept_are_silent() -> None:
+    jobs = {
+        "first": define_job(handler=handle, idempotent=True, input_version=1),
+        "second": define_job(handler=handle, idempotent=True, input_version=2, upgrade={}),
+        "third": define_job(
+            handler=handle, idempotent=True, input_version=3, upgrade={1: _add_one, 2: _add_one}
+        ),
+        "dropped_v1": define_job(
+            handler=handle, idempotent=True, input_version=3, upgrade={2: _add_one}
+        ),
+    }
+    assert run_checks(deployment_of(jobs=jobs)) == []
+
+
 # KET501: input
 
 

@@ -45,6 +45,7 @@ def job(**overrides: Any) -> dict[str, Any]:
         "priority": 0,
         "backoff": "default",
         "schedule": None,
+        "input_version": 1,
     }
     return {**entry, **overrides}
 

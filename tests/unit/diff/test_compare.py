@@ -389,6 +389,8 @@ PERTURBED_JOB: dict[str, Any] = {
     "priority": 5,
     "backoff": "custom",
     "schedule": {"every": "15m", "fingerprint": "f1"},
+    "input_version": 2,
+    "upgrades_from": [1],
 }
 PERTURBED_WORKER: dict[str, Any] = {name: 1 for name in WORKER} | {"queues": {"default": 2}}
 

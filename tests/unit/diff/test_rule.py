@@ -24,6 +24,8 @@ def test_the_spec_breaking_rules_are_breaking() -> None:
         "input_field_required",
         "input_field_type_changed",
         "input_field_removed",
+        "input_version_raised_without_upgrade",
+        "input_version_lowered",
     }
 
 
