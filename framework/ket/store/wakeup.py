@@ -6,21 +6,29 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(eq=False)
 class _Waiter:
     queues: frozenset[str]
     loop: asyncio.AbstractEventLoop
-    event: asyncio.Event = field(default_factory=asyncio.Event)
+    woken: asyncio.Future[bool]
+
+
+def _resolve(future: asyncio.Future[bool], value: bool) -> None:
+    if not future.done():
+        future.set_result(value)
 
 
 class Wakeups:
     """Waiters register the queues they serve; `notify` wakes those whose queues it names.
 
     Waiters may sit on different event loops (one per test, or per thread), so each is woken on
-    its own loop with call_soon_threadsafe.
+    its own loop. A notify made on the waiter's own loop (the PostgreSQL listener's, or a store
+    handle's after an insert) resolves the waiter at once: the hop through
+    call_soon_threadsafe, a write to the loop's self-pipe and one more turn of the loop, would
+    sit on the path from a NOTIFY to the claim it triggers.
     """
 
     def __init__(self) -> None:
@@ -40,22 +48,31 @@ class Wakeups:
     def _wake(self, wanted: Callable[[_Waiter], bool]) -> None:
         with self._lock:
             chosen = [w for w in self._waiters if wanted(w)]
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # a plain thread: every waiter is on another loop
+            here = None
         for waiter in chosen:
+            if waiter.loop is here:
+                _resolve(waiter.woken, True)
+                continue
             # a closed loop raises RuntimeError: nobody is waiting there any more
             with contextlib.suppress(RuntimeError):
-                waiter.loop.call_soon_threadsafe(waiter.event.set)
+                waiter.loop.call_soon_threadsafe(_resolve, waiter.woken, True)
 
     async def wait(self, queues: Collection[str], timeout: float) -> bool:
         """Wait for a wake-up on any of `queues`; False when `timeout` seconds pass first."""
-        waiter = _Waiter(frozenset(queues), asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        # a future and a timer rather than wait_for(event.wait()): no task of its own to start
+        # and to switch through when the wake-up comes
+        waiter = _Waiter(frozenset(queues), loop, loop.create_future())
+        timer = loop.call_later(timeout, _resolve, waiter.woken, False)
         with self._lock:
             self._waiters.append(waiter)
         try:
-            await asyncio.wait_for(waiter.event.wait(), timeout)
-            return True
-        except TimeoutError:
-            return False
+            return await waiter.woken
         finally:
+            timer.cancel()
             with self._lock:
                 self._waiters.remove(waiter)
 
