@@ -19,7 +19,7 @@ from ket.declare import (
     define_model,
     define_module,
 )
-from ket.errors import Aborted, Discard, EffectError, Retry
+from ket.errors import Aborted, Discard, EffectError, Retry, Snooze
 
 if TYPE_CHECKING:
     from ket.client import open_async_client, open_client
@@ -29,6 +29,7 @@ __all__ = [
     "Discard",
     "EffectError",
     "Retry",
+    "Snooze",
     "define_deployment",
     "define_function",
     "define_job",

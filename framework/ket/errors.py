@@ -137,6 +137,19 @@ class Retry(Exception):
         super().__init__(reason or f"retry in {in_seconds} seconds")
 
 
+class Snooze(Exception):
+    """Put this job off without spending an attempt: raise or return Snooze(seconds) from a
+    handler. It runs again after `seconds` with the same attempt number; the history records
+    the snooze."""
+
+    def __init__(self, seconds: float, reason: str | None = None) -> None:
+        if seconds < 0:
+            raise ValueError(f"Snooze seconds must not be negative, got {seconds!r}")
+        self.seconds = seconds
+        self.reason = reason
+        super().__init__(reason or f"snooze for {seconds} seconds")
+
+
 class Discard(Exception):
     """Discard this job now, without further attempts: raise Discard(reason) from a handler."""
 

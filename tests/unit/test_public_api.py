@@ -11,6 +11,7 @@ def test_public_names_are_pinned() -> None:
         "Discard",
         "EffectError",
         "Retry",
+        "Snooze",
         "define_deployment",
         "define_function",
         "define_job",

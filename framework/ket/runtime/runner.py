@@ -46,6 +46,7 @@ from ket.errors import (
     PayloadVersionError,
     Retry,
     SecretKeyError,
+    Snooze,
 )
 from ket.runtime.contexts import Contexts
 from ket.runtime.events import Event, Hooks, Kind
@@ -77,6 +78,7 @@ _EVENT: dict[str, Kind] = {
     "discarded": "discarded",
     "cancelled": "cancelled",
     "handed_back": "handed_back",
+    "snoozed": "snoozed",
     "lease_lost": "lease_lost",
 }
 
@@ -87,7 +89,7 @@ class Result:
 
     job: ClaimedJob
     settle: Settle | None
-    kind: str  # completed, failed, discarded, cancelled, handed_back, lease_lost
+    kind: str  # completed, failed, discarded, cancelled, handed_back, snoozed, lease_lost
     error: str | None = None
     duration_ms: float = 0.0
 
@@ -224,7 +226,7 @@ class JobRunner:
         watch = self._watch(loop, signal, spec, job, task=task)
         watch.start_clock()
         try:
-            await spec.handler(ctx, payload)
+            value = await spec.handler(ctx, payload)
         except asyncio.CancelledError:
             if not watch.cut and task.cancelling():  # the worker stopped waiting for it
                 raise
@@ -236,7 +238,7 @@ class JobRunner:
             return _raised(job, spec, signal, error)
         finally:
             watch.close()
-        return _returned(job, spec, signal)
+        return _returned(job, spec, signal, value)
 
     async def _run_plain(
         self, job: ClaimedJob, spec: JobSpec, ctx: Any, payload: Any, signal: AbortSignal
@@ -269,7 +271,7 @@ class JobRunner:
             return _aborted(job, spec, signal)
         error = work.exception()
         if error is None:
-            return _returned(job, spec, signal)
+            return _returned(job, spec, signal, work.result())
         return _raised(job, spec, signal, error)
 
     def _watch(
@@ -311,11 +313,16 @@ class JobRunner:
             await asyncio.wait([work], timeout=OVERRUN_WARNING_SECONDS)
 
 
-def _returned(job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> Result | None:
-    """A handler that returned: completed, unless a cancel or a timeout decided the outcome as
-    it returned (a shutdown that the handler finished its work through completes it)."""
+def _returned(
+    job: ClaimedJob, spec: JobSpec, signal: AbortSignal, value: object
+) -> Result | BaseException | None:
+    """A handler that returned: completed (or snoozed, when it returned a Snooze), unless a
+    cancel or a timeout decided the outcome as it returned (a shutdown that the handler
+    finished its work through completes it)."""
     if signal.aborted and signal.reason != "shutdown":
         return _aborted(job, spec, signal)
+    if isinstance(value, Snooze):
+        return value
     return None
 
 
@@ -362,6 +369,8 @@ def _aborted(job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> Result:
 
 
 def _failed(job: ClaimedJob, spec: JobSpec, error: BaseException, redact: Redact) -> Result:
+    if isinstance(error, Snooze):
+        return _snoozed(job, spec, error, redact)
     trace = trace_of(error, redact)
     if isinstance(error, Discard):
         return _discard(job, _reason_of(error, redact), trace)
@@ -399,6 +408,20 @@ def _discard(job: ClaimedJob, reason: str, trace: str | None) -> Result:
     info = ErrorInfo(error=safe_text(reason, ERROR_TEXT_MAX + 200), traceback=trace)
     settle = Settle(id=job.id, fence=job.fence, outcome="discarded", error=info)
     return Result(job=job, settle=settle, kind="discarded", error=info.error)
+
+
+def _snoozed(job: ClaimedJob, spec: JobSpec, snooze: Snooze, redact: Redact) -> Result:
+    """Put off by its handler: the attempt is given back, the snooze goes in the history."""
+    try:
+        delay = checked_delay(snooze.seconds, f"Snooze(seconds=...) from {job.name}")
+    except BadDelay as problem:  # not a delay anyone can wait: a failure of the attempt
+        return _retry_or_discard(job, spec, str(problem), None, None)
+    note = f"snoozed for {delay:g} s"
+    if snooze.reason is not None:
+        note = f"{note}: {redacted(str(snooze.reason), redact, ERROR_TEXT_MAX, 'Snooze')}"
+    info = ErrorInfo(error=note, traceback=None)
+    settle = Settle(id=job.id, fence=job.fence, outcome="snoozed", delay_seconds=delay, error=info)
+    return Result(job=job, settle=settle, kind="snoozed", error=note)
 
 
 def _postponed(job: ClaimedJob, why: str) -> Result:

@@ -36,7 +36,7 @@ __all__ = [
     "test_settle_of_an_unknown_job_is_refused",
     "test_settle_refuses_a_batch_with_a_bad_settlement_and_applies_none_of_it",
     "test_settle_retryable_makes_the_job_retryable_after_the_delay",
-    "test_settle_snoozed_gives_the_attempt_back_and_records_no_error",
+    "test_settle_snoozed_gives_the_attempt_back_and_records_its_note",
     "test_settle_snoozed_without_delay_makes_the_job_available",
     "test_settling_twice_is_refused_and_the_first_outcome_stands",
     "test_stale_fence_is_refused_on_cancelled",
@@ -150,14 +150,19 @@ async def test_settle_cancelled_makes_the_job_cancelled_with_its_error(t: Tck) -
 
 
 @tck_test
-async def test_settle_snoozed_gives_the_attempt_back_and_records_no_error(t: Tck) -> None:
+async def test_settle_snoozed_gives_the_attempt_back_and_records_its_note(t: Tck) -> None:
     claimed = await _executing(t)
     now = t.clock.now()
     await settle(t.store, claimed, "snoozed", delay=300, error="not ready yet")
     record = await get(t, claimed.id)
     assert (record.state, record.run_at) == ("scheduled", now + timedelta(seconds=300))
-    assert (record.attempt, record.errors, record.finished_at) == (0, (), None)
+    assert (record.attempt, record.finished_at) == (0, None)
+    # the entry names the attempt that snoozed
+    assert [(e.attempt, e.at, e.error) for e in record.errors] == [(1, now, "not ready yet")]
     _cleared(record, claimed)
+    t.clock.advance(seconds=300)
+    again = await claim_only(t.store, claimed.id)
+    assert again.attempt == 1  # the same attempt runs again
 
 
 @tck_test

@@ -29,7 +29,7 @@ def settle(
 ) -> None:
     """Apply an attempt's outcome to an executing job whose fence the caller checked."""
     row.lease_until = None
-    if outcome.error is not None and outcome.outcome in ("retryable", "discarded", "cancelled"):
+    if outcome.error is not None and outcome.outcome != "completed":  # a snooze's note too
         row.record_error(outcome.error.error, outcome.error.traceback, now)
     if outcome.outcome == "snoozed":
         row.attempt -= 1  # a snooze gives the attempt back

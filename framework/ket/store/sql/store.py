@@ -59,7 +59,8 @@ from ket.store.wakeup import Wakeups, shared
 
 T = TypeVar("T")
 _LOCKED_RETRIES = 8
-_RECORDS_ERROR = frozenset({"retryable", "discarded", "cancelled"})
+# outcomes whose error text, when given, goes in the job's history (a snooze's is its note)
+_RECORDS_ERROR = frozenset({"retryable", "discarded", "cancelled", "snoozed"})
 # outcomes that, with no delay, make the job claimable at once: its queue's waiters are woken
 _RUNNABLE_AGAIN = frozenset({"retryable", "snoozed"})
 
@@ -321,7 +322,9 @@ class SqlStore:
                 if rows:
                     applied.add(settle.id)
                     if settle.error is not None and settle.outcome in _RECORDS_ERROR:
-                        errors.append(_error_row(settle.id, rows[0].attempt, settle.error, now))
+                        # a snooze gave its attempt back: the entry is the attempt's that snoozed
+                        attempt = rows[0].attempt + (settle.outcome == "snoozed")
+                        errors.append(_error_row(settle.id, attempt, settle.error, now))
                     if settle.outcome in _RUNNABLE_AGAIN and settle.delay_seconds == 0:
                         woken.add(rows[0].queue)
             if errors:
