@@ -197,6 +197,8 @@ def test_operator_commands_list_show_retry_cancel_prune_and_stats(project: Proje
         {"count": 2, "queue": "default", "state": "available"},
         {"count": 1, "queue": "default", "state": "cancelled"},
     ]
+    kept = run_ket("jobs", "prune", cwd=root)  # the deployment's retention: a week
+    assert (kept.code, kept.out) == (0, "pruned 0 finished jobs\n"), kept.err
     pruned = run_ket("jobs", "prune", "--older-than", "0s", cwd=root)
     assert pruned.out == "pruned 1 finished jobs\n"
     bad = run_ket("jobs", "prune", "--older-than", "a week", cwd=root)

@@ -16,9 +16,12 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ket.cli.options import deployment_of, workspace_parent
 from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
+from ket.declare.resolve import worker_config
 from ket.errors import KetError
+from ket.runtime.prune import prune_batches
 from ket.secret import redact_payload
 from ket.store.contract import QueryableStore
 from ket.store.types import JOB_STATES, TERMINAL_STATES, JobQuery, JobRecord, Prune
@@ -28,7 +31,6 @@ if TYPE_CHECKING:
     from ket.store.sql import SqlStore
 
 T = TypeVar("T")
-DEFAULT_RETENTION = "7d"
 _DURATION = re.compile(r"([0-9]{1,20})([smhd])")
 _INTEGER = re.compile(r"-?[0-9]+")
 _UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
@@ -63,13 +65,15 @@ def add_parser(
         command.add_argument("id", type=_positive)
         command.set_defaults(run=_retry if name == "retry" else _cancel)
 
-    prune = actions.add_parser("prune", parents=parents, help="delete old finished jobs")
+    prune = actions.add_parser(
+        "prune", parents=[*parents, workspace_parent()], help="delete old finished jobs"
+    )
     prune.add_argument(
         "--older-than",
         type=_duration,
-        default=_duration(DEFAULT_RETENTION),
         metavar="DURATION",
-        help=f"age of finished jobs to delete, e.g. 12h, 30d (default {DEFAULT_RETENTION})",
+        help="age of finished jobs to delete, e.g. 12h, 30d, whatever their state (default: "
+        "the deployment's retention_ms for each state)",
     )
     prune.set_defaults(run=_prune)
 
@@ -189,13 +193,18 @@ def _changed(job_id: int, changed: bool, reason: str) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
+    if args.older_than is not None:
+        batches = [Prune(older_than_seconds=args.older_than, states=TERMINAL_STATES)]
+    else:  # as the workers prune: each state after its own retention
+        batches = prune_batches(worker_config(deployment_of(args)).retention_ms)
+
     async def prune_all(store: SqlStore) -> int:
         total = 0
-        params = Prune(older_than_seconds=args.older_than, states=TERMINAL_STATES)
-        while (count := await store.job_prune(params)) > 0:
-            total += count
-            if count < params.limit:
-                break
+        for params in batches:
+            while (count := await store.job_prune(params)) > 0:
+                total += count
+                if count < params.limit:
+                    break
         return total
 
     total = _with_store(args, prune_all)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,6 +23,16 @@ MAX_CONCURRENCY = 1000
 Concurrency = Annotated[int, Field(gt=0, le=MAX_CONCURRENCY)]
 _CONCURRENCY: TypeAdapter[int] = TypeAdapter(Concurrency)
 
+# How long finished jobs are kept before the worker's pruner deletes them, by terminal state;
+# None keeps them. A partial `retention_ms` keeps these for the states it leaves out.
+Finished = Literal["completed", "discarded", "cancelled"]
+WEEK_MS = 7 * 86_400_000
+DEFAULT_RETENTION_MS: dict[str, int | None] = {
+    "completed": WEEK_MS,
+    "discarded": WEEK_MS,
+    "cancelled": WEEK_MS,
+}
+
 
 class WorkerConfig(BaseModel):
     """The `worker={...}` of a deployment, validated; every queue a job uses must be in `queues`."""
@@ -37,6 +47,17 @@ class WorkerConfig(BaseModel):
     lease_ms: PositiveInt = 30_000
     shutdown_grace_ms: int = Field(default=15_000, ge=0)
     schedule_sweep_ms: PositiveInt = 30_000
+    retention_ms: dict[Finished, PositiveInt | None] = Field(
+        default_factory=lambda: dict(DEFAULT_RETENTION_MS)  # type: ignore[arg-type]
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retention_defaults(cls, data: Any) -> Any:
+        # the states a partial retention_ms leaves out keep their defaults
+        if isinstance(data, Mapping) and isinstance(data.get("retention_ms"), Mapping):
+            data = {**data, "retention_ms": {**DEFAULT_RETENTION_MS, **data["retention_ms"]}}
+        return data
 
     @model_validator(mode="after")
     def _poll_range(self) -> WorkerConfig:

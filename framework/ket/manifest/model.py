@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+from ket.declare.worker import DEFAULT_RETENTION_MS
 
 FORMAT = 1
 
@@ -94,6 +96,8 @@ class WorkerEntry(Entry):
     lease_ms: int
     shutdown_grace_ms: int
     schedule_sweep_ms: int
+    # manifests written before retention was an option: the default, a week for each state
+    retention_ms: dict[str, int | None] = Field(default_factory=lambda: dict(DEFAULT_RETENTION_MS))
 
 
 class Manifest(Entry):

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
+from ket.declare.worker import Finished
 from ket.store.contract import JobStore
 from ket.store.types import Prune
 
 PRUNE_EVERY_SECONDS = 300.0
-RETENTION_SECONDS = 7 * 86_400.0
 PRUNE_BATCH = 10_000
 
 
 class PruneService:
-    """Deletes completed, discarded and cancelled jobs older than the retention."""
+    """Deletes completed, discarded and cancelled jobs older than their state's retention
+    (`retention_ms` by state, the worker option; a state that is absent or None is kept)."""
 
     name = "prune"
 
@@ -21,13 +23,23 @@ class PruneService:
         self,
         store: JobStore,
         *,
-        retention_seconds: float = RETENTION_SECONDS,
+        retention_ms: Mapping[Finished, int | None],
         interval: float = PRUNE_EVERY_SECONDS,
     ) -> None:
         self._store = store
-        self._params = Prune(older_than_seconds=retention_seconds, limit=PRUNE_BATCH)
+        self._batches = prune_batches(retention_ms)
         self.interval = interval
 
     async def tick(self) -> None:
-        while await self._store.job_prune(self._params) == self._params.limit:
-            await asyncio.sleep(0)  # let the jobs run between batches
+        for params in self._batches:
+            while await self._store.job_prune(params) == params.limit:
+                await asyncio.sleep(0)  # let the jobs run between batches
+
+
+def prune_batches(retention_ms: Mapping[Finished, int | None]) -> list[Prune]:
+    """One batch per finished state that is pruned at all, each after its own retention."""
+    return [
+        Prune(older_than_seconds=ms / 1000, limit=PRUNE_BATCH, states=(state,))
+        for state, ms in sorted(retention_ms.items())
+        if ms is not None
+    ]

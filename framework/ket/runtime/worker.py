@@ -23,7 +23,7 @@ from ket.runtime.contexts import Contexts
 from ket.runtime.events import Hooks
 from ket.runtime.lease import Attempt, Attempts, HeartbeatService, LeaseGuard
 from ket.runtime.outcome import describe
-from ket.runtime.prune import RETENTION_SECONDS, PruneService
+from ket.runtime.prune import PruneService
 from ket.runtime.queue import QueueLoop, QueueSlots
 from ket.runtime.rescue import RescueService
 from ket.runtime.runner import ABORT_GRACE_SECONDS, JobRunner, Result
@@ -69,7 +69,6 @@ class TenantWorker:
         contexts: Contexts,
         executor: Executor | None = None,
         hooks: Hooks | None = None,
-        retention_seconds: float = RETENTION_SECONDS,
         repeats: Repeats | None = None,
     ) -> None:
         self.store = store
@@ -96,7 +95,6 @@ class TenantWorker:
         )
         self.settler = Settler(store, self.runner.report, self.supervisor)
         self._queues = {q: QueueSlots(q, n) for q, n in config.queues.items()}
-        self._retention = retention_seconds
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -124,7 +122,7 @@ class TenantWorker:
             RescueService(store, self.hooks, tenant=self.tenant, interval=attempts.lease_seconds)
         )
         sup.every(SweepService(store, self.catalog, self.hooks, tenant=self.tenant), at_once=True)
-        sup.every(PruneService(store, retention_seconds=self._retention), timeout=120.0)
+        sup.every(PruneService(store, retention_ms=self._config.retention_ms), timeout=120.0)
         if isinstance(store, VacuumStore):
             vacuum = VacuumService(store, attempts, tenant=self.tenant)
             sup.every(vacuum, timeout=VACUUM_TIMEOUT_SECONDS)

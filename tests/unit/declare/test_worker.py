@@ -10,6 +10,8 @@ from pydantic import ValidationError
 from ket.declare import WorkerConfig
 from ket.declare.worker import MAX_CONCURRENCY, check_concurrency
 
+WEEK = 7 * 86_400_000
+
 
 def test_worker_config_defaults() -> None:
     assert WorkerConfig().model_dump() == {
@@ -20,7 +22,31 @@ def test_worker_config_defaults() -> None:
         "lease_ms": 30_000,
         "shutdown_grace_ms": 15_000,
         "schedule_sweep_ms": 30_000,
+        "retention_ms": {"completed": WEEK, "discarded": WEEK, "cancelled": WEEK},
     }
+
+
+def test_a_partial_retention_keeps_the_default_for_the_states_it_leaves_out() -> None:
+    config = WorkerConfig.model_validate(
+        {"retention_ms": {"completed": 3_600_000, "cancelled": None}}
+    )
+    assert config.retention_ms == {"completed": 3_600_000, "discarded": WEEK, "cancelled": None}
+
+
+@pytest.mark.parametrize(
+    ("retention", "where"),
+    [
+        ({"done": 1}, "retention_ms.done.[key]"),
+        ({"completed": 0}, "retention_ms.completed"),
+        ({"completed": "7d"}, "retention_ms.completed"),
+        (7, "retention_ms"),
+    ],
+    ids=["unknown-state", "zero", "text", "not-a-dict"],
+)
+def test_a_bad_retention_is_refused_naming_it(retention: object, where: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        WorkerConfig.model_validate({"retention_ms": retention})
+    assert where in str(refused.value)
 
 
 def test_default_queues_are_not_shared_between_configs() -> None:

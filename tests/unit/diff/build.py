@@ -19,6 +19,7 @@ WORKER: dict[str, Any] = {
     "lease_ms": 30000,
     "shutdown_grace_ms": 15000,
     "schedule_sweep_ms": 30000,
+    "retention_ms": {"completed": 604800000, "discarded": 604800000, "cancelled": 604800000},
 }
 
 

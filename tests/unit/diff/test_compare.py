@@ -392,7 +392,10 @@ PERTURBED_JOB: dict[str, Any] = {
     "input_version": 2,
     "upgrades_from": [1],
 }
-PERTURBED_WORKER: dict[str, Any] = {name: 1 for name in WORKER} | {"queues": {"default": 2}}
+PERTURBED_WORKER: dict[str, Any] = {name: 1 for name in WORKER} | {
+    "queues": {"default": 2},
+    "retention_ms": {"completed": 1, "discarded": None, "cancelled": 1},
+}
 
 
 def test_the_perturbation_tables_cover_every_field_of_the_entries() -> None:

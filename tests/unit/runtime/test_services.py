@@ -90,7 +90,7 @@ def test_prune_tick_deletes_finished_jobs_past_retention_only() -> None:
         await store.job_settle(
             [Settle(id=j.id, fence=j.fence, outcome="completed") for j in claimed]
         )
-        service = PruneService(store, retention_seconds=3_600)
+        service = PruneService(store, retention_ms={"completed": 3_600_000})
         clock.advance(seconds=3_599)
         await service.tick()
         assert len(await store.job_list(JobQuery())) == 3
@@ -98,6 +98,34 @@ def test_prune_tick_deletes_finished_jobs_past_retention_only() -> None:
         await service.tick()
         left = await store.job_list(JobQuery())
         assert [record.state for record in left] == ["available"]
+
+    run(scenario)
+
+
+def test_prune_tick_keeps_each_finished_state_for_its_own_retention() -> None:
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        await store.job_insert([NewJob(name="t.work") for _ in range(3)])
+        claimed = await store.job_claim(
+            JobClaim(queue="default", limit=3, worker_id="w", lease_seconds=30)
+        )
+        outcomes = ["completed", "discarded", "cancelled"]
+        await store.job_settle(
+            [
+                Settle(id=j.id, fence=j.fence, outcome=outcome)  # type: ignore[arg-type]
+                for j, outcome in zip(claimed, outcomes, strict=True)
+            ]
+        )
+        retention = {"completed": 60_000, "discarded": 3_600_000, "cancelled": None}
+        service = PruneService(store, retention_ms=retention)  # type: ignore[arg-type]
+        clock.advance(seconds=61)
+        await service.tick()
+        assert sorted(r.state for r in await store.job_list(JobQuery())) == [
+            "cancelled",
+            "discarded",
+        ]
+        clock.advance(days=365)
+        await service.tick()
+        assert [r.state for r in await store.job_list(JobQuery())] == ["cancelled"]
 
     run(scenario)
 
