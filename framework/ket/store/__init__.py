@@ -2,6 +2,7 @@
 
 from ket.store.clock import Clock, ManualClock, SystemClock
 from ket.store.contract import (
+    BulkStore,
     JobStore,
     PushStore,
     QueryableStore,
@@ -13,9 +14,16 @@ from ket.store.contract import (
 )
 from ket.store.types import (
     ACTIVE_STATES,
+    BULK_BATCH,
+    CANCEL_STATES,
     JOB_STATES,
+    RETRY_STATES,
     RUNNABLE_STATES,
     TERMINAL_STATES,
+    BulkAction,
+    BulkApplied,
+    BulkBatch,
+    BulkCount,
     ClaimedJob,
     ErrorInfo,
     ErrorRecord,
@@ -24,6 +32,7 @@ from ket.store.types import (
     HeartbeatResult,
     Inserted,
     JobClaim,
+    JobFilter,
     JobId,
     JobQuery,
     JobRecord,
@@ -48,9 +57,17 @@ from ket.store.types import (
 
 __all__ = [
     "ACTIVE_STATES",
+    "BULK_BATCH",
+    "CANCEL_STATES",
     "JOB_STATES",
+    "RETRY_STATES",
     "RUNNABLE_STATES",
     "TERMINAL_STATES",
+    "BulkAction",
+    "BulkApplied",
+    "BulkBatch",
+    "BulkCount",
+    "BulkStore",
     "ClaimedJob",
     "Clock",
     "ErrorInfo",
@@ -60,6 +77,7 @@ __all__ = [
     "HeartbeatResult",
     "Inserted",
     "JobClaim",
+    "JobFilter",
     "JobId",
     "JobQuery",
     "JobRecord",

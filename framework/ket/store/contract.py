@@ -24,12 +24,16 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ket.store.types import (
+    BulkApplied,
+    BulkBatch,
+    BulkCount,
     ClaimedJob,
     Fire,
     Heartbeat,
     HeartbeatResult,
     Inserted,
     JobClaim,
+    JobFilter,
     JobId,
     JobQuery,
     JobRecord,
@@ -130,6 +134,25 @@ class QueryableStore(Protocol):
 
     async def schedule_fires(self, schedule_id: str, limit: int = 50) -> list[Fire]:
         """The schedule's fire ledger, newest first."""
+        ...
+
+
+@runtime_checkable
+class BulkStore(Protocol):
+    """Capability: retry or cancel every job a filter matches, a bounded batch at a time.
+
+    Each job changes as `job_retry` or `job_cancel` would change it alone, under the same lock
+    a worker's claim and settlement take, so a job a worker claims or settles meanwhile ends as
+    if the two had happened one after the other. A caller loops, moving `after_id` on to each
+    batch's `last_id`, until a batch matches nothing.
+    """
+
+    async def job_bulk_count(self, job_filter: JobFilter, sample: int = 10) -> BulkCount:
+        """How many jobs the filter matches now, and the first `sample` of them."""
+        ...
+
+    async def job_bulk_apply(self, batch: BulkBatch) -> BulkApplied:
+        """Retry or cancel up to `batch.limit` matching jobs in one transaction."""
         ...
 
 

@@ -37,6 +37,8 @@ JOB_STATES: tuple[JobState, ...] = (
 RUNNABLE_STATES: tuple[JobState, ...] = ("available", "scheduled", "retryable")
 ACTIVE_STATES: tuple[JobState, ...] = ("available", "scheduled", "executing", "retryable")
 TERMINAL_STATES: tuple[JobState, ...] = ("completed", "discarded", "cancelled")
+RETRY_STATES: tuple[JobState, ...] = ("retryable", "discarded")  # what an operator retry takes
+CANCEL_STATES: tuple[JobState, ...] = ACTIVE_STATES  # what an operator cancel takes
 
 PRIORITY_MIN, PRIORITY_MAX = -1_000, 1_000
 PAYLOAD_VERSION = 1
@@ -305,6 +307,59 @@ class JobQuery:
     name: str | None = None
     limit: int = 50
     offset: int = 0
+
+
+BulkAction = Literal["retry", "cancel"]
+BULK_BATCH = 1_000  # rows per transaction of a bulk retry or cancel
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobFilter:
+    """The jobs a bulk retry or cancel acts on: every given filter holds; None means any.
+
+    `states` are states the action applies to (empty: all of them, RETRY_STATES or
+    CANCEL_STATES); `enqueued_before` keeps jobs enqueued before that instant; the ids are in
+    (`after_id`, `through_id`]. A cancel never matches an executing job that already carries a
+    cancel request: there is nothing left to do to it.
+    """
+
+    action: BulkAction
+    states: tuple[JobState, ...] = ()
+    queue: str | None = None
+    name: str | None = None
+    enqueued_before: datetime | None = None
+    after_id: JobId = 0
+    through_id: JobId | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BulkCount:
+    """How many jobs match a filter, the first `sample` of them (lowest ids first), and the
+    highest matching id (None: no match)."""
+
+    count: int
+    sample: tuple[JobRecord, ...]
+    last_id: JobId | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BulkBatch:
+    """Apply `filter.action` to the first `limit` matching jobs, lowest ids first, in one
+    transaction."""
+
+    filter: JobFilter
+    limit: int = BULK_BATCH
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BulkApplied:
+    """What one batch did: the jobs changed, the matching jobs left alone (each with its reason),
+    and the highest id the batch looked at, from which the next batch goes on (None: no job
+    matched, the work is done)."""
+
+    changed: tuple[StateChange, ...]
+    skipped: tuple[StateChange, ...]
+    last_id: JobId | None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -17,13 +17,18 @@ from typing import Any, TypeGuard, cast
 
 from ket.errors import JobRejected
 from ket.store.types import (
+    CANCEL_STATES,
     PRIORITY_MAX,
     PRIORITY_MIN,
+    RETRY_STATES,
     TERMINAL_STATES,
+    BulkBatch,
     Heartbeat,
     JobClaim,
+    JobFilter,
     JobId,
     JobQuery,
+    JobState,
     NewJob,
     Prune,
     Settle,
@@ -42,6 +47,7 @@ MAX_BIGINT = 2**63 - 1
 MAX_INTEGER = 2**31 - 1
 # what "text" means in the messages below: what every database can store as a string
 _TEXT = " of UTF-8 text without NUL"
+_ACTION_STATES = {"retry": RETRY_STATES, "cancel": CANCEL_STATES}
 OUTCOMES = ("completed", "retryable", "discarded", "snoozed", "cancelled")
 # payloads as compact JSON; one encoder for all (json.dumps with options builds one per call)
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -207,6 +213,45 @@ def check_query(query: JobQuery) -> None:
     for field, value in (("state", query.state), ("queue", query.queue), ("name", query.name)):
         if value is not None and not _clean_text(value, None):
             raise JobRejected(f"job list {field} must be a string{_TEXT}, got {value!r}")
+
+
+def check_filter(job_filter: JobFilter) -> tuple[JobState, ...]:
+    """Refuse a bulk filter naming an unknown action, a state the action does not apply to, a
+    bad queue, name, instant or id; the states it selects (all its action's when none given)."""
+    allowed = _ACTION_STATES.get(job_filter.action)
+    if allowed is None:
+        raise JobRejected(f"bulk action must be retry or cancel, got {job_filter.action!r}")
+    states = job_filter.states
+    if not isinstance(states, tuple | list):
+        raise JobRejected(f"bulk {job_filter.action} states must be a tuple, got {states!r}")
+    for state in states:
+        if state not in allowed:
+            raise JobRejected(
+                f"bulk {job_filter.action} applies to jobs in states {', '.join(allowed)}; "
+                f"got state {state!r}"
+            )
+    for field, value in (("queue", job_filter.queue), ("name", job_filter.name)):
+        if value is not None and not _clean_text(value, MAX_KEY_LENGTH):
+            raise JobRejected(
+                f"bulk filter {field} must be 1 to {MAX_KEY_LENGTH} characters{_TEXT}, "
+                f"got {value!r}"
+            )
+    before = job_filter.enqueued_before
+    if before is not None and not _aware(before):
+        raise JobRejected(
+            f"bulk filter enqueued_before must be a timezone-aware datetime, got {before!r}"
+        )
+    check_count("bulk filter after_id", job_filter.after_id, minimum=0)
+    if job_filter.through_id is not None:
+        check_count("bulk filter through_id", job_filter.through_id, minimum=0)
+    return tuple(dict.fromkeys(states)) if states else allowed
+
+
+def check_bulk_batch(batch: BulkBatch) -> tuple[JobState, ...]:
+    """Refuse a bulk batch with a bad filter or a limit below 1; the states it selects."""
+    states = check_filter(batch.filter)
+    check_count("bulk batch limit", batch.limit, minimum=1)
+    return states
 
 
 def check_schedule_ids(schedule_ids: Collection[object]) -> None:

@@ -14,18 +14,22 @@ from ket.errors import JobRejected, StoreError
 from ket.store import validate
 from ket.store.clock import Clock, SystemClock
 from ket.store.failure import translated
-from ket.store.memory import transition
+from ket.store.memory import bulk, transition
 from ket.store.memory.database import MemoryDatabase
 from ket.store.memory.records import MemoryRecords
 from ket.store.memory.transaction import MemoryTransaction
 from ket.store.types import (
     RUNNABLE_STATES,
+    BulkApplied,
+    BulkBatch,
+    BulkCount,
     ClaimedJob,
     Fire,
     Heartbeat,
     HeartbeatResult,
     Inserted,
     JobClaim,
+    JobFilter,
     JobId,
     JobQuery,
     JobRecord,
@@ -58,7 +62,7 @@ from ket.store.validate import (
 
 
 class MemoryStore:
-    """A store handle on a MemoryDatabase: JobStore, PushStore, QueryableStore, TransactionalStore.
+    """A store handle on a MemoryDatabase: JobStore and every capability of the contract.
 
     Handles on one database act as replicas of one deployment. Each operation runs under the
     database's lock without awaiting, so it is atomic against other tasks and threads.
@@ -301,6 +305,25 @@ class MemoryStore:
             ledger = self.database.fires.get(schedule_id, [])
             # Newest tick first, later entries first among equal ticks (a stable sort).
             return sorted(reversed(ledger), key=lambda fire: fire.tick, reverse=True)[:limit]
+
+    # -- BulkStore --------------------------------------------------------------------------
+
+    async def job_bulk_count(self, job_filter: JobFilter, sample: int = 10) -> BulkCount:
+        """How many jobs the filter matches, and the first `sample` of them."""
+        states = validate.check_filter(job_filter)
+        check_count("bulk sample", sample, minimum=0)
+        with self._locked():
+            return bulk.count(self.database, job_filter, states, sample)
+
+    async def job_bulk_apply(self, batch: BulkBatch) -> BulkApplied:
+        """Retry or cancel up to `batch.limit` matching jobs, each as job_retry or job_cancel."""
+        states = validate.check_bulk_batch(batch)
+        with self._locked():
+            applied, woken = bulk.apply(
+                self.database, batch.filter, states, batch.limit, self._now()
+            )
+        self.database.wakeups.notify(woken)
+        return applied
 
     # -- TransactionalStore -----------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Operator commands on one job (cancel, retry) and pruning, each inside one transaction."""
+"""Operator commands on one job (cancel, retry; the rows' rules are in bulk.py) and pruning,
+each inside one transaction."""
 
 from __future__ import annotations
 
@@ -8,13 +9,12 @@ from datetime import datetime
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ket.store.sql import bulk
 from ket.store.sql.fetch import Rows, fetch_all, fetch_one
 from ket.store.sql.now import time_params
 from ket.store.sql.query import Statements
 from ket.store.sql.schema import job_errors, jobs
 from ket.store.types import JobId, JobState, Prune, StateChange
-
-_PENDING = ("available", "scheduled", "retryable")
 
 
 async def wake(rows: Rows, sql: Statements, queues: Collection[str]) -> None:
@@ -36,22 +36,8 @@ async def cancel(
     row = await fetch_one(conn, sql.lock_job, {"p_id": job_id})
     if row is None:
         return unchanged(job_id, None, "no such job")
-    state: JobState = row.state
-    if state in _PENDING:
-        await conn.execute(sql.cancel_now, {"p_id": job_id, "now": now})
-        return StateChange(id=job_id, previous=state, state="cancelled", changed=True)
-    if state != "executing":
-        return unchanged(job_id, state, f"already {state}")
-    if row.cancel_requested:
-        return unchanged(job_id, state, "cancel already requested")
-    await conn.execute(sql.request_cancel, {"p_id": job_id})
-    return StateChange(
-        id=job_id,
-        previous=state,
-        state=state,
-        changed=True,
-        reason="cancel requested: its worker aborts it",
-    )
+    [change] = await bulk.cancel_rows(conn, now, [row])
+    return change
 
 
 async def retry(
@@ -64,23 +50,8 @@ async def retry(
     row = await fetch_one(conn, sql.lock_job, {"p_id": job_id})
     if row is None:
         return unchanged(job_id, None, "no such job"), None
-    if row.state not in ("retryable", "discarded"):
-        return unchanged(
-            job_id, row.state, f"only retryable or discarded jobs can be retried, not {row.state}"
-        ), None
-    if row.unique_key is not None and row.state == "discarded":
-        key = {"p_name": row.name, "p_unique_key": row.unique_key}
-        holder = await fetch_one(conn, sql.active_holder, key)
-        if holder is not None:
-            return unchanged(
-                job_id,
-                row.state,
-                f"unique key {row.unique_key!r} is held by active job {holder.id}",
-            ), None
-    attempts = max(row.max_attempts, row.attempt + 1)
-    await conn.execute(sql.make_available, {"p_id": job_id, "now": now, "p_max_attempts": attempts})
-    change = StateChange(id=job_id, previous=row.state, state="available", changed=True)
-    return change, row.queue
+    [change], queues = await bulk.retry_rows(conn, now, [row])
+    return change, row.queue if queues else None
 
 
 async def prune(conn: AsyncConnection, sql: Statements, now: datetime | None, params: Prune) -> int:

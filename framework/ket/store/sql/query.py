@@ -32,7 +32,6 @@ from ket.store.sql.column import from_micros
 from ket.store.sql.insert import CHANNEL
 from ket.store.sql.now import TimeSql
 from ket.store.sql.schema import (
-    ACTIVE,
     EXECUTING,
     RUNNABLE,
     TERMINAL,
@@ -74,10 +73,6 @@ class Statements:
     heartbeat: Any
     rescue: Any
     lock_job: Any
-    cancel_now: Any
-    request_cancel: Any
-    make_available: Any
-    active_holder: Any
     prunable: Any
     schedule_install: Any
     schedule_move: Any
@@ -129,26 +124,6 @@ def statements(dialect: str) -> Statements:
         .returning(jobs.c.id, jobs.c.cancel_requested),
         rescue=_rescue(time),
         lock_job=select(jobs).where(jobs.c.id == bindparam("p_id")).with_for_update(),
-        cancel_now=update(jobs)
-        .where(jobs.c.id == bindparam("p_id"))
-        .values(state="cancelled", finished_at=now),
-        request_cancel=update(jobs)
-        .where(jobs.c.id == bindparam("p_id"))
-        .values(cancel_requested=True),
-        make_available=update(jobs)
-        .where(jobs.c.id == bindparam("p_id"))
-        .values(
-            state="available",
-            run_at=now,
-            finished_at=None,
-            max_attempts=bindparam("p_max_attempts"),
-            cancel_requested=False,
-        ),
-        active_holder=select(jobs.c.id).where(
-            jobs.c.name == bindparam("p_name"),
-            jobs.c.unique_key == bindparam("p_unique_key"),
-            ACTIVE,
-        ),
         prunable=select(jobs.c.id)
         .where(
             TERMINAL,

@@ -17,7 +17,7 @@ from ket.errors import StoreError
 from ket.store import validate
 from ket.store.clock import Clock
 from ket.store.failure import Translate, translated
-from ket.store.sql import command, ledger, query, schedule, sqlite_wakeup
+from ket.store.sql import bulk, command, ledger, query, schedule, sqlite_wakeup
 from ket.store.sql import listener as listening
 from ket.store.sql.engine import create_engine, libpq_dsn, parse_url, postgres_connect_args
 from ket.store.sql.failure import database_error, from_database, locked
@@ -30,6 +30,9 @@ from ket.store.sql.records import RecordCall, SqlRecords, install
 from ket.store.sql.schema import jobs
 from ket.store.sql.vacuum import vacuum_jobs
 from ket.store.types import (
+    BulkApplied,
+    BulkBatch,
+    BulkCount,
     ClaimedJob,
     ErrorInfo,
     Fire,
@@ -37,6 +40,7 @@ from ket.store.types import (
     HeartbeatResult,
     Inserted,
     JobClaim,
+    JobFilter,
     JobId,
     JobQuery,
     JobRecord,
@@ -59,6 +63,7 @@ from ket.store.wakeup import Wakeups, shared
 
 T = TypeVar("T")
 _LOCKED_RETRIES = 8
+_KEY_RACES = 3  # times a bulk batch runs when a racing insert takes a unique key it retries
 # outcomes whose error text, when given, goes in the job's history (a snooze's is its note)
 _RECORDS_ERROR = frozenset({"retryable", "discarded", "cancelled", "snoozed"})
 # outcomes that, with no delay, make the job claimable at once: its queue's waiters are woken
@@ -424,6 +429,34 @@ class SqlStore:
         if queue is not None:
             self._wakeups.notify([queue])
         return change
+
+    async def job_bulk_count(self, job_filter: JobFilter, sample: int = 10) -> BulkCount:
+        """How many jobs the filter matches now, and the first `sample` of them (bulk.py)."""
+        states = validate.check_filter(job_filter)
+        validate.check_count("bulk sample", sample, minimum=0)
+        return await self._transact(lambda conn: bulk.count(conn, job_filter, states, sample))
+
+    async def job_bulk_apply(self, batch: BulkBatch) -> BulkApplied:
+        """Lock up to `batch.limit` matching jobs and retry or cancel them (bulk.py)."""
+        states = validate.check_bulk_batch(batch)
+        now = self._now()
+
+        async def body(conn: AsyncConnection) -> tuple[BulkApplied, set[str]]:
+            applied, queues = await bulk.apply(conn, now, batch.filter, states, batch.limit)
+            await command.wake(EngineRows(conn), self._sql, queues)
+            return applied, queues
+
+        for attempt in range(_KEY_RACES):
+            try:
+                applied, queues = await self._transact(body)
+                break
+            except StoreError as error:
+                # an insert took a retried job's unique key meanwhile: the batch runs again,
+                # and this time sees the key's holder
+                if attempt == _KEY_RACES - 1 or not isinstance(error.__cause__, IntegrityError):
+                    raise
+        self._wakeups.notify(queues)
+        return applied
 
     async def job_prune(self, prune: Prune) -> int:
         """Delete a bounded batch of terminal jobs past retention, oldest first."""
