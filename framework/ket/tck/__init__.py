@@ -10,9 +10,9 @@ A store joins by defining one pytest fixture, `ket_store_factory`, and importing
         return MyStoreFactory(tmp_path / "jobs.db")
 
 One area of docs/stores.md per module. A capability the store lacks (PushStore, QueryableStore,
-TransactionalStore, SentLedger, RecordStore, VacuumStore) skips the tests that need it, with the
-reason shown; so does a factory that cannot make a handle fail on demand (FaultyStoreFactory, see
-harness).
+BulkStore, TransactionalStore, SentLedger, RecordStore, VacuumStore) skips the tests that need it,
+with the reason shown; so does a factory that cannot make a handle fail on demand
+(FaultyStoreFactory, see harness).
 """
 
 # ruff: noqa: E402, F403
@@ -27,6 +27,7 @@ AREAS = (
     "heartbeat",
     "rescue",
     "cancel",
+    "bulk",
     "prune",
     "schedule",
     "clock_seam",
@@ -44,6 +45,7 @@ AREAS = (
 pytest.register_assert_rewrite("ket.tck.arrange", *(f"ket.tck.{area}" for area in AREAS))
 
 from ket.tck import (
+    bulk,
     cancel,
     claim,
     clock_seam,
@@ -62,6 +64,7 @@ from ket.tck import (
     transaction,
     vacuum,
 )
+from ket.tck.bulk import *
 from ket.tck.cancel import *
 from ket.tck.claim import *
 from ket.tck.clock_seam import *
@@ -93,6 +96,7 @@ __all__ = [
     *heartbeat.__all__,
     *rescue.__all__,
     *cancel.__all__,
+    *bulk.__all__,
     *prune.__all__,
     *schedule.__all__,
     *clock_seam.__all__,
