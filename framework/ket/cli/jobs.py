@@ -1,7 +1,8 @@
 """`ket jobs list/show/retry/cancel/prune/stats`: operating one tenant's jobs.
 
 Exit codes: 0 done, 1 the job does not exist or the command does not apply to it (the reason is
-printed), 2 bad input (unknown tenant, bad option).
+printed), or the operator answered no, 2 bad input (unknown tenant, bad option) or a question
+that could not be asked (no terminal and no --yes).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ket.cli import bulk
 from ket.cli.options import deployment_of, workspace_parent
 from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
@@ -58,11 +60,12 @@ def add_parser(
     show.set_defaults(run=_show)
 
     for name, helptext in (
-        ("retry", "make a retryable or discarded job available now (history kept)"),
-        ("cancel", "cancel a job that has not finished (a running one is aborted)"),
+        ("retry", "make retryable or discarded jobs available now (history kept)"),
+        ("cancel", "cancel jobs that have not finished (running ones are aborted)"),
     ):
-        command = actions.add_parser(name, parents=parents, help=helptext)
-        command.add_argument("id", type=_positive)
+        command = actions.add_parser(name, parents=parents, help=helptext, description=helptext)
+        command.add_argument("id", type=_positive, nargs="?", help="one job (or use filters)")
+        bulk.add_arguments(command, "retry" if name == "retry" else "cancel", _duration)
         command.set_defaults(run=_retry if name == "retry" else _cancel)
 
     prune = actions.add_parser(
@@ -171,6 +174,9 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _retry(args: argparse.Namespace) -> int:
+    if args.id is None:
+        return bulk.run(args, "retry")
+    bulk.refuse_with_id(args)
     change = _with_store(args, lambda store: store.job_retry(args.id))
     return _changed(
         args.id, change.changed, change.reason or f"{change.previous} -> {change.state}"
@@ -178,6 +184,9 @@ def _retry(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    if args.id is None:
+        return bulk.run(args, "cancel")
+    bulk.refuse_with_id(args)
     change = _with_store(args, lambda store: store.job_cancel(args.id))
     return _changed(
         args.id, change.changed, change.reason or f"{change.previous} -> {change.state}"
