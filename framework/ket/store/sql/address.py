@@ -17,6 +17,7 @@ from ket.store.url import DatabaseUrl
 if TYPE_CHECKING:
     from ket.store.url import UrlLike
 
+SQLITE_BUSY_TIMEOUT_S = 30.0
 # SQLite's own levels of PRAGMA synchronous, chosen with ?synchronous= on a sqlite URL
 SQLITE_SYNCHRONOUS = ("off", "normal", "full", "extra")
 DEFAULT_SQLITE_SYNCHRONOUS = "full"

@@ -19,6 +19,7 @@ from ket.store.database_file import ensure_sqlite_file
 from ket.store.sql.address import (
     DEFAULT_SQLITE_SYNCHRONOUS,
     POSTGRES_CONNECT_ARGS,
+    SQLITE_BUSY_TIMEOUT_S,
     SQLITE_SYNCHRONOUS,
     SYNCHRONOUS,
     libpq_dsn,
@@ -27,8 +28,6 @@ from ket.store.sql.address import (
     sqlite_synchronous,
 )
 from ket.store.url import DatabaseUrl, to_sqlalchemy
-
-SQLITE_BUSY_TIMEOUT_S = 30.0
 
 _ASYNC_DRIVERS = {"postgresql": "postgresql+psycopg", "sqlite": "sqlite+aiosqlite"}
 _SYNC_DRIVERS = {"postgresql": "postgresql+psycopg", "sqlite": "sqlite"}
@@ -123,6 +122,7 @@ def sqlite_discipline(engine: Engine, synchronous: str = DEFAULT_SQLITE_SYNCHRON
 __all__ = [
     "DEFAULT_SQLITE_SYNCHRONOUS",
     "POSTGRES_CONNECT_ARGS",
+    "SQLITE_BUSY_TIMEOUT_S",
     "SQLITE_SYNCHRONOUS",
     "async_url",
     "create_engine",
