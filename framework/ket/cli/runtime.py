@@ -18,18 +18,12 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ket.errors import KetError
-from ket.runtime.tenancy import (
-    Tenancy,
-    database_template,
-    ensure_sqlite_folder,
-    registry_url,
-    resolve_tenants,
-)
 from ket.store.tenant import check_tenant_name
 
 T = TypeVar("T")
 
 if TYPE_CHECKING:
+    from ket.runtime.tenancy import Tenancy
     from ket.store.sql import SqlStore
     from ket.store.sql.registry import TenantRegistry
     from ket.store.sql.registry_reader import RegistryReader
@@ -59,6 +53,7 @@ def tenant_name(text: str) -> str:
 
 def open_registry() -> TenantRegistry:
     """The tenant registry, to change it (created if missing)."""
+    from ket.runtime.tenancy import ensure_sqlite_folder, registry_url
     from ket.store.sql.registry import TenantRegistry
 
     url = registry_url()
@@ -68,6 +63,7 @@ def open_registry() -> TenantRegistry:
 
 def registry_reader() -> RegistryReader:
     """The tenant registry, to list its tenants (a missing one lists none)."""
+    from ket.runtime.tenancy import registry_url
     from ket.store.sql.registry_reader import RegistryReader
 
     return RegistryReader(registry_url())
@@ -75,6 +71,8 @@ def registry_reader() -> RegistryReader:
 
 def tenancy(args: argparse.Namespace) -> Tenancy:
     """The registered tenants and their databases, for --tenant or every tenant."""
+    from ket.runtime.tenancy import database_template, resolve_tenants
+
     registry = registry_reader()
     try:
         registered = registry.databases()
@@ -116,6 +114,7 @@ def _usable(args: argparse.Namespace, found: Tenancy) -> dict[str, str]:
 
 async def open_store(url: str, *, pool_size: int = 5, **engine_options: Any) -> SqlStore:
     """A store on a tenant database (not yet migrated: `ket migrate` does that)."""
+    from ket.runtime.tenancy import ensure_sqlite_folder
     from ket.store.sql import SqlStore
 
     ensure_sqlite_folder(url)
