@@ -65,3 +65,25 @@ def test_a_broken_url_fails_as_it_does_in_sqlalchemy(text: str) -> None:
         make_url(text)
     assert isinstance(ours.value, UrlSyntaxError) == isinstance(theirs.value, ArgumentError)
     assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "postgresql://app@db/erp_acme",
+        "postgresql+psycopg://app:s3cret@db:5433/erp?sslmode=require",
+        "postgresql://app@/erp_acme?host=/var/run/postgresql",
+        "postgresql://app@/erp?host=h1:5432&host=h2:5433",
+        "postgresql://app@/erp?host=h1,h2&port=5432,5433",
+        "postgresql://app@/erp?host=db.example:6432",
+        "postgresql://a%40b:p%2Fw@[::1]:5432/d%20b?options=-c%20x%3D1",
+    ],
+)
+def test_the_lane_connects_with_the_parameters_the_engine_uses(text: str) -> None:
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+    from ket.store.sql.address import psycopg_params
+
+    url = sqlalchemy.make_url(text).set(drivername="postgresql+psycopg")
+    _, expected = PGDialect_psycopg().create_connect_args(url)  # type: ignore[no-untyped-call]
+    assert psycopg_params(make_url(text)) == expected

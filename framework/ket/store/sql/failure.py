@@ -51,7 +51,7 @@ def driver_error(error: Exception, url: Any) -> StoreError:
     if isinstance(error, OSError):  # asyncio's TimeoutError and lost sockets included
         message = f"database connection failed: {describe(error)}"
     elif from_database(error):
-        message = f"database error: {describe(error)}"
+        message = f"database error: {_cured(describe(error))}"
     else:
         message = f"the store failed: {describe(error)}"
     return StoreError(hide_password(message, url))
@@ -83,7 +83,11 @@ def locked(error: Exception) -> bool:
 
 def reason(error: DBAPIError) -> str:
     """The driver's first line, with the cure when ket's tables are missing."""
-    text = _first_line(str(error.orig)) if error.orig else _first_line(str(error))
+    return _cured(_first_line(str(error.orig)) if error.orig else _first_line(str(error)))
+
+
+def _cured(text: str) -> str:
+    """`text`, with the cure when it says that ket's tables are missing."""
     if any(m in text for m in _MISSING_TABLE) and (
         "no such table" in text or "does not exist" in text
     ):
