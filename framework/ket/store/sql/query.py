@@ -1,7 +1,9 @@
 """The SQL store's statements, built once per dialect, and their rows as contract types.
 
 Every statement here is a constant: values, times included, arrive as named parameters (see
-now.py). SQLAlchemy compiles each once and psycopg prepares the hot ones on the server.
+now.py). The store names them by their handles (statement.py); the engine compiles each once,
+the PostgreSQL lane runs their generated text (postgres_text.py), prepared on the server. A
+changed or added statement needs `python3 -m ket.store.sql.generation --write`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from sqlalchemy import (
     any_,
     bindparam,
     case,
+    delete,
     func,
     insert,
     select,
@@ -41,9 +44,9 @@ from ket.store.sql.schema import (
     schedule_fires,
     schedules,
 )
-from ket.store.types import ClaimedJob, ErrorRecord, JobQuery, JobRecord, JobStats
+from ket.store.types import ErrorRecord, JobQuery, JobRecord, JobStats
 
-_CLAIMED = (
+_CLAIMED = (  # the order statement.claimed_job reads
     jobs.c.id,
     jobs.c.name,
     jobs.c.queue,
@@ -79,6 +82,9 @@ class Statements:
     make_available: Any
     active_holder: Any
     prunable: Any
+    prune_errors: Any  # parameter `ids`
+    prune_jobs: Any  # parameter `ids`
+    schedule_states: Any  # parameter `schedule_ids`
     schedule_install: Any
     schedule_move: Any
     record_fire: Any
@@ -86,13 +92,6 @@ class Statements:
     oldest: Any
     clock: Any  # the database's now (or the test clock's, passed as `now`)
     notify: Any  # None where the database has no NOTIFY (SQLite)
-    arrays: bool  # (id, fence) pairs travel as two arrays (PostgreSQL), not an expanding IN
-
-    def pairs(self, pairs: Sequence[tuple[int, int]]) -> dict[str, Any]:
-        """The parameters naming (id, fence) pairs for complete_many and heartbeat."""
-        if self.arrays:
-            return {"ids": [p[0] for p in pairs], "fences": [p[1] for p in pairs]}
-        return {"pairs": list(pairs)}
 
 
 @cache
@@ -152,12 +151,19 @@ def statements(dialect: str) -> Statements:
         prunable=select(jobs.c.id)
         .where(
             TERMINAL,
-            jobs.c.state.in_(bindparam("states", expanding=True)),
+            _among(dialect, jobs.c.state, "states", Text),
             jobs.c.finished_at <= time.at("retention"),
         )
         .order_by(jobs.c.finished_at, jobs.c.id)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True),
+        prune_errors=delete(job_errors).where(
+            _among(dialect, job_errors.c.job_id, "ids", BigInteger)
+        ),
+        prune_jobs=delete(jobs).where(_among(dialect, jobs.c.id, "ids", BigInteger)),
+        schedule_states=select(schedules).where(
+            _among(dialect, schedules.c.schedule_id, "schedule_ids", Text)
+        ),
         schedule_install=dialect_insert(schedules)
         .values(
             schedule_id=bindparam("p_schedule_id"),
@@ -177,7 +183,8 @@ def statements(dialect: str) -> Statements:
             fingerprint=bindparam("p_fingerprint"),
             last_tick=bindparam("p_tick", type_=schedules.c.last_tick.type),
             updated_at=now,
-        ),
+        )
+        .returning(schedules.c.schedule_id),  # a row when it moved (the lane has no rowcount)
         record_fire=insert(schedule_fires).values(
             schedule_id=bindparam("p_schedule_id"),
             fingerprint=bindparam("p_fingerprint"),
@@ -199,8 +206,15 @@ def statements(dialect: str) -> Statements:
         ),
         clock=select(now.label("now")),
         notify=_notify() if dialect == "postgresql" else None,
-        arrays=dialect == "postgresql",
     )
+
+
+def _among(dialect: str, column: Any, name: str, kind: Any) -> Any:
+    """`column` is one of the list parameter `name`: `= ANY(array)` on PostgreSQL (one text,
+    prepared once, whatever the list's length), an expanding IN on SQLite."""
+    if dialect == "postgresql":
+        return column == any_(bindparam(name, type_=postgresql.ARRAY(kind)))
+    return column.in_(bindparam(name, expanding=True))
 
 
 def _held(dialect: str) -> Any:
@@ -328,28 +342,6 @@ def errors_of(ids: Sequence[int]) -> Any:
         select(job_errors)
         .where(job_errors.c.job_id.in_(ids))
         .order_by(job_errors.c.job_id, job_errors.c.id)
-    )
-
-
-def claimed_job(row: Any) -> ClaimedJob:
-    """A claim's row (its fields in _CLAIMED order) as a ClaimedJob."""
-    return ClaimedJob(
-        id=row[0],
-        name=row[1],
-        queue=row[2],
-        payload=row[3],
-        payload_version=row[4],
-        priority=row[5],
-        attempt=row[6],
-        max_attempts=row[7],
-        unique_key=row[8],
-        company=row[9],
-        run_at=row[10],
-        enqueued_at=row[11],
-        lease_until=row[12],
-        fence=row[13],
-        tick=row[14],
-        ticks_skipped=row[15],
     )
 
 

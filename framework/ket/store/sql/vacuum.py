@@ -16,31 +16,47 @@ warn, so the request answers `not_permitted` instead of running it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from ket.store.sql.schema import jobs
+from ket.store.sql import statement as stmt
+from ket.store.sql.fetch import Rows
 from ket.store.types import Vacuum, Vacuumed
 
-# The counters and who may vacuum: the table's owner or the database's (PostgreSQL 12-17; a
-# role given MAINTAIN on PostgreSQL 17 is not recognised and is answered not_permitted).
-_STATE = text(
-    """SELECT s.n_dead_tup AS dead, s.n_live_tup AS live,
-        s.vacuum_count + s.autovacuum_count AS vacuums,
-        pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.datdba, 'USAGE') AS permitted
-    FROM pg_class AS c
-    JOIN pg_stat_all_tables AS s ON s.relid = c.oid
-    JOIN pg_database AS d ON d.datname = current_database()
-    WHERE c.oid = to_regclass(:table)"""
-)
-# SKIP_LOCKED: a vacuum of the table already running (another worker's, autovacuum's) does the
-# work, so skip rather than queue behind it. INDEX_CLEANUP ON: by default PostgreSQL skips the
-# indexes when under 2 % of the table's pages hold dead rows, which in a large table leaves the
-# very entries the claim walks past. TRUNCATE OFF: giving empty pages at the end back to the
-# system takes a lock that would stop every claim meanwhile.
-_VACUUM = text(f"VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE OFF) {jobs.name}")
+_TABLE = "ket_jobs"
+
+
+@dataclass(frozen=True)
+class VacuumStatements:
+    """The counters of the jobs table and who may vacuum it; the VACUUM itself."""
+
+    state: Any  # parameter `table`
+    run: Any
+
+
+@cache
+def statements(dialect: str) -> VacuumStatements:
+    """The VACUUM statements (PostgreSQL's; another dialect never runs them)."""
+    from sqlalchemy import text
+
+    # The counters and who may vacuum: the table's owner or the database's (PostgreSQL 12-17;
+    # a role given MAINTAIN on PostgreSQL 17 is not recognised and is answered not_permitted).
+    state = text(
+        """SELECT s.n_dead_tup AS dead, s.n_live_tup AS live,
+            s.vacuum_count + s.autovacuum_count AS vacuums,
+            pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.datdba, 'USAGE') AS permitted
+        FROM pg_class AS c
+        JOIN pg_stat_all_tables AS s ON s.relid = c.oid
+        JOIN pg_database AS d ON d.datname = current_database()
+        WHERE c.oid = to_regclass(:table)"""
+    )
+    # SKIP_LOCKED: a vacuum of the table already running (another worker's, autovacuum's) does
+    # the work, so skip rather than queue behind it. INDEX_CLEANUP ON: by default PostgreSQL
+    # skips the indexes when under 2 % of the table's pages hold dead rows, which in a large
+    # table leaves the very entries the claim walks past. TRUNCATE OFF: giving empty pages at
+    # the end back to the system takes a lock that would stop every claim meanwhile.
+    run = text(f"VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE OFF) {_TABLE}")
+    return VacuumStatements(state=state, run=run)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -51,26 +67,27 @@ class _TableState:
     permitted: bool
 
 
-async def _state(connection: AsyncConnection) -> _TableState | None:
-    row: Any = (await connection.execute(_STATE, {"table": jobs.name})).first()
-    if row is None:  # no jobs table here (not migrated): nothing to reclaim
+async def _state(rows: Rows) -> _TableState | None:
+    found = await rows.rows(stmt.VACUUM_STATE, {"table": _TABLE})
+    if not found:  # no jobs table here (not migrated): nothing to reclaim
         return None
+    row = found[0]
     return _TableState(
         dead=row.dead, live=row.live, vacuums=row.vacuums, permitted=bool(row.permitted)
     )
 
 
-async def vacuum_jobs(connection: AsyncConnection, vacuum: Vacuum) -> Vacuumed:
-    """Vacuum `ket_jobs` if it is due and allowed; `connection` must be in autocommit mode."""
-    before = await _state(connection)
+async def vacuum_jobs(rows: Rows, vacuum: Vacuum) -> Vacuumed:
+    """Vacuum `ket_jobs` if it is due and allowed; `rows` must be in autocommit mode."""
+    before = await _state(rows)
     if before is None:
         return Vacuumed(outcome="not_due")
     if not before.permitted:
         return Vacuumed(outcome="not_permitted", dead_before=before.dead)
     if before.dead < vacuum.threshold + vacuum.scale_factor * before.live:
         return Vacuumed(outcome="not_due", dead_before=before.dead, dead_after=before.dead)
-    await connection.execute(_VACUUM)
-    after = await _state(connection)
+    await rows.rows(stmt.VACUUM_RUN)
+    after = await _state(rows)
     if after is None or after.vacuums == before.vacuums:  # skipped: another vacuum was running
         return Vacuumed(outcome="not_due", dead_before=before.dead, dead_after=before.dead)
     return Vacuumed(outcome="vacuumed", dead_before=before.dead, dead_after=after.dead)
