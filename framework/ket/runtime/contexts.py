@@ -35,7 +35,7 @@ from ket.context.fence import fence
 from ket.context.storage import DEFAULT_STORAGE_ROOT, max_blob_bytes_from
 from ket.errors import StoreError
 from ket.runtime.events import Event, Hooks
-from ket.store.contract import JobStore, RecordStore, SentLedger
+from ket.store.contract import JobStore, QueryableStore, RecordStore, SentLedger
 from ket.store.types import ClaimedJob, Inserted, NewJob
 from ket.transport import DEFAULT_TRANSPORT_URL, Sender, sender_from_url
 from ket.transport.message import MessageLimits
@@ -99,7 +99,12 @@ class Contexts:
         is aborted, so an attempt that is over can change nothing. Its parts are made when the
         handler first uses them (most use few), from parts built once per operation."""
         tick = job.tick
-        schedule = None if tick is None else ScheduleInfo(tick=tick, skipped=job.ticks_skipped or 0)
+        schedule = None
+        if tick is not None:
+            ledger = None
+            if isinstance(self._store, QueryableStore):
+                ledger = functools.partial(self._store.schedule_fires, job.name)
+            schedule = ScheduleInfo(tick=tick, skipped=job.ticks_skipped or 0, ledger=ledger)
         return job_context_made_on_use(
             functools.partial(self._job_part, job, spec, signal),
             tenant=self._tenant,

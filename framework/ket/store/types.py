@@ -230,6 +230,7 @@ class ScheduleState:
     schedule_id: str
     fingerprint: str
     last_tick: datetime
+    paused: bool = False  # an operator's pause: no replica fires its ticks
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -279,6 +279,17 @@ TEXT: dict[str, Compiled] = {
         },
         returning=True,
     ),
+    'query.schedule_fires': Compiled(
+        text=(
+            'SELECT ket_schedule_fires.id, ket_schedule_fires.schedule_id, ket_schedule_fires.fingerprint, ket_schedule_fires.tick, ket_schedule_fires.skipped, ket_schedule_fires.job_id, ket_schedule_fires.fired_at \n'
+            'FROM ket_schedule_fires \n'
+            'WHERE ket_schedule_fires.schedule_id = %(p_schedule_id)s::VARCHAR ORDER BY ket_schedule_fires.tick DESC, ket_schedule_fires.id DESC \n'
+            ' LIMIT %(limit)s'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
     'query.schedule_install': Compiled(
         text=(
             'INSERT INTO ket_schedules (schedule_id, fingerprint, last_tick, updated_at) VALUES (%(p_schedule_id)s::VARCHAR, %(p_fingerprint)s::VARCHAR, %(p_tick)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) ON CONFLICT (schedule_id) DO NOTHING RETURNING ket_schedules.schedule_id'
@@ -295,9 +306,18 @@ TEXT: dict[str, Compiled] = {
         },
         returning=True,
     ),
+    'query.schedule_pause': Compiled(
+        text=(
+            'INSERT INTO ket_schedules (schedule_id, fingerprint, last_tick, updated_at, paused) VALUES (%(p_schedule_id)s::VARCHAR, %(fingerprint)s::VARCHAR, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), %(p_paused)s) ON CONFLICT (schedule_id) DO UPDATE SET updated_at = coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), paused = %(p_paused)s WHERE ket_schedules.paused != %(p_paused)s RETURNING ket_schedules.schedule_id'
+        ),
+        constants={
+            'fingerprint': '',
+        },
+        returning=True,
+    ),
     'query.schedule_states': Compiled(
         text=(
-            'SELECT ket_schedules.schedule_id, ket_schedules.fingerprint, ket_schedules.last_tick, ket_schedules.updated_at \n'
+            'SELECT ket_schedules.schedule_id, ket_schedules.fingerprint, ket_schedules.last_tick, ket_schedules.updated_at, ket_schedules.paused \n'
             'FROM ket_schedules \n'
             'WHERE ket_schedules.schedule_id = ANY (%(schedule_ids)s::TEXT[])'
         ),

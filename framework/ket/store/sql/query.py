@@ -87,7 +87,9 @@ class Statements:
     schedule_states: Any  # parameter `schedule_ids`
     schedule_install: Any
     schedule_move: Any
+    schedule_pause: Any  # an operator's pause or resume; a row when it changed
     record_fire: Any
+    schedule_fires: Any  # the ledger of one schedule, newest first
     counts: Any
     oldest: Any
     clock: Any  # the database's now (or the test clock's, passed as `now`)
@@ -185,6 +187,24 @@ def statements(dialect: str) -> Statements:
             updated_at=now,
         )
         .returning(schedules.c.schedule_id),  # a row when it moved (the lane has no rowcount)
+        schedule_pause=dialect_insert(schedules)
+        .values(
+            schedule_id=bindparam("p_schedule_id"),
+            fingerprint="",  # not installed yet: the first sweep installs it, still paused
+            last_tick=now,
+            updated_at=now,
+            paused=bindparam("p_paused"),
+        )
+        .on_conflict_do_update(
+            index_elements=[schedules.c.schedule_id],
+            set_={"paused": bindparam("p_paused"), "updated_at": now},
+            where=schedules.c.paused != bindparam("p_paused"),
+        )
+        .returning(schedules.c.schedule_id),
+        schedule_fires=select(schedule_fires)
+        .where(schedule_fires.c.schedule_id == bindparam("p_schedule_id"))
+        .order_by(schedule_fires.c.tick.desc(), schedule_fires.c.id.desc())
+        .limit(bindparam("limit")),
         record_fire=insert(schedule_fires).values(
             schedule_id=bindparam("p_schedule_id"),
             fingerprint=bindparam("p_fingerprint"),

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from ket.store.sql import statement as stmt
-from ket.store.sql.fetch import Rows, fetch_all
+from ket.store.sql.fetch import Rows
 from ket.store.sql.insert import insert_plan, run_plan
-from ket.store.types import Fire, ScheduleState, TickClaim, TickResult
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection
+from ket.store.types import Fire, Inserted, NewJob, ScheduleState, TickClaim, TickResult
 
 
 async def states(rows: Rows, schedule_ids: Sequence[str]) -> dict[str, ScheduleState]:
@@ -20,7 +16,10 @@ async def states(rows: Rows, schedule_ids: Sequence[str]) -> dict[str, ScheduleS
     found = await rows.rows(stmt.SCHEDULE_STATES, {"schedule_ids": list(schedule_ids)})
     return {
         row.schedule_id: ScheduleState(
-            schedule_id=row.schedule_id, fingerprint=row.fingerprint, last_tick=row.last_tick
+            schedule_id=row.schedule_id,
+            fingerprint=row.fingerprint,
+            last_tick=row.last_tick,
+            paused=bool(row.paused),
         )
         for row in found
     }
@@ -53,18 +52,32 @@ async def claim_tick(
     return TickResult(won=True, job=inserted)
 
 
-async def fires(conn: AsyncConnection, schedule_id: str, limit: int) -> list[Fire]:
-    """The schedule's fire ledger, newest first (an operator's read: on the engine)."""
-    from sqlalchemy import select
+async def pause(rows: Rows, now: datetime | None, schedule_id: str, paused: bool) -> bool:
+    """Pause or resume; True when the row changed (a schedule never swept gets a row)."""
+    params = {"now": now, "p_schedule_id": schedule_id, "p_paused": paused}
+    return bool(await rows.rows(stmt.SCHEDULE_PAUSE, params))
 
-    from ket.store.sql.schema import schedule_fires
 
-    statement = (
-        select(schedule_fires)
-        .where(schedule_fires.c.schedule_id == schedule_id)
-        .order_by(schedule_fires.c.tick.desc(), schedule_fires.c.id.desc())
-        .limit(limit)
-    )
+async def run_now(
+    rows: Rows, now: datetime | None, schedule_id: str, fingerprint: str, job: NewJob, payload: str
+) -> Inserted:
+    """Insert the schedule's job and its fire, as a tick would, without moving the schedule."""
+    [inserted] = await run_plan(rows, insert_plan(rows.dialect, now, [job], [payload]))
+    fire = {
+        "now": now,
+        "p_schedule_id": schedule_id,
+        "p_fingerprint": fingerprint,
+        "p_tick": job.tick,
+        "p_skipped": 0,
+        "p_job_id": inserted.id,
+    }
+    await rows.rows(stmt.RECORD_FIRE, fire)
+    return inserted
+
+
+async def fires(rows: Rows, schedule_id: str, limit: int) -> list[Fire]:
+    """The schedule's fire ledger, newest first."""
+    found = await rows.rows(stmt.SCHEDULE_FIRES, {"p_schedule_id": schedule_id, "limit": limit})
     return [
         Fire(
             schedule_id=row.schedule_id,
@@ -74,5 +87,5 @@ async def fires(conn: AsyncConnection, schedule_id: str, limit: int) -> list[Fir
             job_id=row.job_id,
             fired_at=row.fired_at,
         )
-        for row in await fetch_all(conn, statement)
+        for row in found
     ]

@@ -498,7 +498,25 @@ class SqlStore:
         """The schedule's fire ledger, newest first."""
         validate.check_schedule_ids([schedule_id])
         validate.check_count("fire list limit", limit, minimum=0)
-        return await self._transact(lambda conn: schedule.fires(conn, schedule_id, limit))
+        return await self._hot(lambda rows: schedule.fires(rows, schedule_id, limit), single=True)
+
+    async def schedule_pause(self, schedule_id: str, paused: bool) -> bool:
+        """Pause or resume a schedule for every replica; True when that changed its row."""
+        validate.check_schedule_ids([schedule_id])
+        now = self._now()
+        return await self._hot(
+            lambda rows: schedule.pause(rows, now, schedule_id, bool(paused)), single=True
+        )
+
+    async def schedule_run_now(self, schedule_id: str, fingerprint: str, job: NewJob) -> Inserted:
+        """Insert a schedule's job and its fire now, leaving the schedule's ticks as they were."""
+        [payload] = validate.check_run_now(schedule_id, fingerprint, job)
+        now = self._now()
+        inserted = await self._hot(
+            lambda rows: schedule.run_now(rows, now, schedule_id, fingerprint, job, payload)
+        )
+        self._woken([job], now)
+        return inserted
 
     async def now(self) -> datetime:
         """The store's time: the clock's, this machine's for SQLite, else the database's."""
