@@ -53,6 +53,7 @@ class Parser(argparse.ArgumentParser):
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser with every command (or only the command `only`)."""
     parser = Parser(prog="ket", description="Declarative, manifest-driven durable background jobs.")
+    parser.add_argument("--version", action="version", version=f"ket {_version()}")
     parser.add_argument(
         "--debug",
         action="store_true",
@@ -73,6 +74,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             if only is None or name == only:
                 importlib.import_module(f"ket.cli.{name}").add_parser(commands, parents)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (`unknown` when ket runs from a plain checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ket")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def command_named(argv: Sequence[str]) -> str | None:

@@ -32,8 +32,9 @@ from ket.context import (
 from ket.context.context import job_context_made_on_use
 from ket.context.db import Database, records_of
 from ket.context.fence import fence
-from ket.context.storage import DEFAULT_STORAGE_ROOT, max_blob_bytes_from
+from ket.context.storage import max_blob_bytes_from
 from ket.errors import StoreError
+from ket.project import ket_folder
 from ket.runtime.events import Event, Hooks
 from ket.store.contract import JobStore, QueryableStore, RecordStore, SentLedger
 from ket.store.types import ClaimedJob, Inserted, NewJob
@@ -72,7 +73,7 @@ class Contexts:
         catalog: Catalog,
         tenant: str,
         sender: Sender,
-        storage_root: str | os.PathLike[str] = DEFAULT_STORAGE_ROOT,
+        storage_root: str | os.PathLike[str] | None = None,  # the project's .ket/storage
         clock: Clock = wall_clock,
         tx_executor: Executor | None = None,
         hooks: Hooks | None = None,
@@ -84,7 +85,7 @@ class Contexts:
         self._catalog = catalog
         self._tenant = tenant
         self._sender = sender
-        self._root = Path(storage_root)
+        self._root = Path(storage_root) if storage_root is not None else ket_folder() / "storage"
         self._clock = clock
         # caps from the environment, read once here so that a bad value stops the start
         self._message_limits = MessageLimits.from_environ(os.environ)
