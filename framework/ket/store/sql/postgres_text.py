@@ -383,6 +383,20 @@ TEXT: dict[str, Compiled] = {
         },
         returning=True,
     ),
+    'vacuum.open_transactions': Compiled(
+        text=(
+            'SELECT pid, EXTRACT(EPOCH FROM clock_timestamp() - xact_start)::float8 AS seconds,\n'
+            '            state, application_name AS application\n'
+            '        FROM pg_stat_activity\n'
+            '        WHERE datname = current_database() AND pid <> pg_backend_pid()\n'
+            '            AND xact_start < clock_timestamp() - make_interval(secs => %(seconds)s)\n'
+            '        ORDER BY xact_start\n'
+            '        LIMIT 10'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
     'vacuum.run': Compiled(
         text=(
             'VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE OFF) ket_jobs'

@@ -106,6 +106,7 @@ LEDGER_SENT = Statement("ledger", "sent")
 
 VACUUM_STATE = Statement("vacuum", "state")
 VACUUM_RUN = Statement("vacuum", "run")
+VACUUM_OPEN_TRANSACTIONS = Statement("vacuum", "open_transactions")
 
 ALL: tuple[Statement, ...] = tuple(
     value

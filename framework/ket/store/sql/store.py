@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,7 +30,7 @@ from ket.store.sql.fetch import EngineRows, Rows, fetch_all
 from ket.store.sql.insert import insert_plan, run_plan, run_sync, wake_queues
 from ket.store.sql.lane import Lane
 from ket.store.sql.now import time_params
-from ket.store.sql.vacuum import vacuum_jobs
+from ket.store.sql.vacuum import table_health, vacuum_jobs
 from ket.store.types import (
     ClaimedJob,
     ErrorInfo,
@@ -68,6 +69,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _LOCKED_RETRIES = 8
+# `ket jobs stats` names the transactions open on the tenant database for longer than this
+LONG_TRANSACTION_SECONDS = 60.0
 # outcomes whose error text, when given, goes in the job's history (a snooze's is its note)
 _RECORDS_ERROR = frozenset({"retryable", "discarded", "cancelled", "snoozed"})
 # outcomes that, with no delay, make the job claimable at once: its queue's waiters are woken
@@ -557,8 +560,9 @@ class SqlStore:
 
         return await self._transact(body)
 
-    async def job_stats(self) -> JobStats:
-        """Counts by state and queue; oldest lease age and oldest available age."""
+    async def job_stats(self, *, long_after: float = LONG_TRANSACTION_SECONDS) -> JobStats:
+        """Counts by state and queue; oldest lease age and oldest available age; on PostgreSQL
+        the jobs table's dead rows and the transactions open longer than `long_after` s."""
         now = self._now()
         from ket.store.sql import query
 
@@ -566,7 +570,11 @@ class SqlStore:
             rows = EngineRows(conn)
             counts = await rows.rows(stmt.COUNTS)
             oldest = (await rows.rows(stmt.OLDEST, {"now": now}))[0]
-            return query.job_stats(counts, oldest)
+            stats = query.job_stats(counts, oldest)
+            if self.dialect != "postgresql":  # SQLite rewrites rows in place: nothing to tell
+                return stats
+            dead, live, long = await table_health(rows, long_after)
+            return replace(stats, dead_rows=dead, live_rows=live, long_transactions=long)
 
         return await self._transact(body)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ket.store.sql import statement as stmt
 from ket.store.sql.fetch import Rows
-from ket.store.types import Vacuum, Vacuumed
+from ket.store.types import OpenTransaction, Vacuum, Vacuumed
 
 _TABLE = "ket_jobs"
 
@@ -32,6 +32,7 @@ class VacuumStatements:
 
     state: Any  # parameter `table`
     run: Any
+    open_transactions: Any  # parameter `seconds`: open longer than that, oldest first
 
 
 @cache
@@ -56,7 +57,19 @@ def statements(dialect: str) -> VacuumStatements:
     # table leaves the very entries the claim walks past. TRUNCATE OFF: giving empty pages at
     # the end back to the system takes a lock that would stop every claim meanwhile.
     run = text(f"VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE OFF) {_TABLE}")
-    return VacuumStatements(state=state, run=run)
+    # Transactions on this database open for long: what keeps a vacuum from removing dead rows
+    # (only other roles' backends this role may see; pg_read_all_stats sees every one). No query
+    # text: it may quote a job's payload.
+    open_transactions = text(
+        """SELECT pid, EXTRACT(EPOCH FROM clock_timestamp() - xact_start)::float8 AS seconds,
+            state, application_name AS application
+        FROM pg_stat_activity
+        WHERE datname = current_database() AND pid <> pg_backend_pid()
+            AND xact_start < clock_timestamp() - make_interval(secs => :seconds)
+        ORDER BY xact_start
+        LIMIT 10"""
+    )
+    return VacuumStatements(state=state, run=run, open_transactions=open_transactions)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,3 +104,24 @@ async def vacuum_jobs(rows: Rows, vacuum: Vacuum) -> Vacuumed:
     if after is None or after.vacuums == before.vacuums:  # skipped: another vacuum was running
         return Vacuumed(outcome="not_due", dead_before=before.dead, dead_after=before.dead)
     return Vacuumed(outcome="vacuumed", dead_before=before.dead, dead_after=after.dead)
+
+
+async def table_health(
+    rows: Rows, long_seconds: float
+) -> tuple[int | None, int | None, tuple[OpenTransaction, ...]]:
+    """The jobs table's dead and live row versions, and the transactions open on the database
+    for more than `long_seconds` (PostgreSQL)."""
+    state = await _state(rows)
+    found = await rows.rows(stmt.VACUUM_OPEN_TRANSACTIONS, {"seconds": long_seconds})
+    open_ = tuple(
+        OpenTransaction(
+            pid=row.pid,
+            seconds=float(row.seconds),
+            state=row.state,
+            application=row.application or None,
+        )
+        for row in found
+    )
+    if state is None:
+        return None, None, open_
+    return state.dead, state.live, open_
