@@ -35,7 +35,6 @@ from ket.runtime.tenancy import (
     ensure_sqlite_folder,
     registry_url,
     resolve_tenants,
-    tenant_database,
 )
 from ket.secret import Redactor, clear_secrets
 from ket.store.database_file import sqlite_path
@@ -77,29 +76,27 @@ def _jobs(catalog: Catalog, items: Sequence[Item]) -> list[NewJob]:
 
 
 def _url(tenant: str, database_url: str | None) -> str:
-    """The tenant's database, by the CLI's rules: the tenant grammar; with a registry, only a
-    registered tenant, and its own database if it has one; `{tenant}` only in a database name;
-    no database another registered tenant has."""
+    """The tenant's database, by the CLI's rules: the tenant grammar; only a registered tenant
+    (`default` alone when none is), and its own database if it has one; `{tenant}` only in a
+    database name; no database another registered tenant has."""
     check_tenant_name(tenant)
-    registered = _registered()
+    # no registry: the single tenant `default`, as the workers see it (no worker would ever
+    # serve a job enqueued for another name)
+    registered = _registered() or {}
     if database_url is not None and PLACEHOLDER not in database_url:
-        if registered is not None:
-            check_registered(tenant, tuple(sorted(registered)))
+        check_registered(tenant, tuple(sorted(registered)))
         parse_database_url(database_url)  # a clear error for a malformed one, never a traceback
         url = database_url  # the caller's own choice of database, used as given
     else:
         template = database_template(database_url)
-        if registered is None:
-            url = tenant_database(template, tenant)
-        else:
-            url = resolve_tenants(registered, template, only=tenant).url_of(tenant)
+        url = resolve_tenants(registered, template, only=tenant).url_of(tenant)
     ensure_sqlite_folder(url)
     return url
 
 
 def _registered() -> dict[str, str | None] | None:
     """The registry's tenants, or None when there is no registry (no KET_REGISTRY_URL and no
-    `.ket/registry.db`): then the tenant is the caller's word."""
+    `.ket/registry.db`)."""
     url = registry_url()
     path = sqlite_path(url)
     if path is not None and not path.is_file():

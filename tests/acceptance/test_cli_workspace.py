@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 from .conftest import REPO, Project, run_ket
@@ -122,3 +124,35 @@ def test_two_deployments_with_one_name_are_refused(project: Project) -> None:
     assert result.code == 2
     assert "defines two deployments named 'main'" in result.err
     assert "app/workspace.py:8 and app/workspace.py:9" in result.err
+
+
+ANCHORED_WORKSPACE = """
+from ket import define_deployment, define_job, define_module
+
+def audit(ctx, input):
+    pass
+
+main = define_deployment(
+    name="main",
+    modules=[define_module(name="ops", jobs={
+        "audit": define_job(idempotent=True, schedule={"every": "1h"}, handler=audit),
+    })],
+)
+"""
+
+
+def test_commands_in_a_subfolder_use_the_project_root_s_ket_folder(project: Project) -> None:
+    root = project({"app/workspace.py": ANCHORED_WORKSPACE, "app/handlers/__init__.py": ""})
+    assert run_ket("migrate", cwd=root).code == 0
+    called = run_ket("schedules", "run-now", "ops.audit", cwd=root / "app" / "handlers")
+    assert called.code == 0, called.err
+    listed = run_ket("jobs", "list", "--format", "json", cwd=root / "app" / "handlers")
+    assert listed.code == 0, listed.err
+    assert [job["name"] for job in json.loads(listed.out)] == ["ops.audit"]
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob(".ket")) == [".ket"]
+
+
+def test_version_is_printed() -> None:
+    shown = run_ket("--version")
+    assert (shown.code, shown.err) == (0, "")
+    assert re.fullmatch(r"ket \d+\.\d+\.\d+\S*\n", shown.out), shown.out

@@ -4,6 +4,7 @@ PostgreSQL: enqueue, bulk, in the application's own transaction, and refusals.""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ket import define_deployment, define_job, define_module, open_async_client, open_client
-from ket.errors import JobRejected
+from ket.errors import JobRejected, KetError
 from ket.store import JobQuery
 from ket.store.sql import SqlStore
 from ket.store.sql.engine import async_url, sync_url
@@ -131,3 +132,20 @@ def test_async_client_enqueues_alone_and_on_the_apps_async_connection(
 
     asyncio.run(scenario())
     assert [p["to"] for _, p, _ in _jobs(url, args)] == ["one@example.com", "two@example.com"]
+
+
+@pytest.mark.parametrize("database_url", [None, "sqlite:///elsewhere.db"], ids=["template", "own"])
+def test_without_a_registry_only_the_default_tenant_exists_for_a_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str | None
+) -> None:
+    for name in [k for k in os.environ if k.startswith("KET_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)  # no .ket/registry.db: no tenant is registered
+    with pytest.raises(KetError) as refused:
+        open_client(APP, tenant="acme", database_url=database_url)
+    assert refused.value.message == (
+        "tenant 'acme' is not registered: no tenant is, so the app runs as the single tenant "
+        "'default' (add tenants with `ket tenants add`)"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing created for it
+    open_client(APP, database_url=database_url).close()  # `default` is the tenant: no error

@@ -234,19 +234,32 @@ def test_a_killed_worker_s_job_runs_again_once_after_its_lease(
     assert str(error).startswith("lease expired: worker ")
 
 
-def test_three_replicas_fire_each_schedule_tick_once(fleet_factory: Callable[..., Fleet]) -> None:
+def test_three_replicas_fire_each_schedule_tick_once_and_all_honour_a_pause(
+    fleet_factory: Callable[..., Fleet],
+) -> None:
     fleet = fleet_factory()
     for _ in range(3):
         fleet.start()
-    _until(lambda: len(fleet.runs_of("tick.")) >= 2, 40, "two schedule ticks")
+    _until(lambda: len(fleet.runs_of("tick.")) >= 1, 40, "a schedule tick")
+    paused = fleet.ket("schedules", "pause", "app.tick")
+    assert (paused.returncode, paused.stdout) == (0, "schedule app.tick paused\n"), paused.stderr
+    fired = len(fleet.query("SELECT id FROM ket_schedule_fires"))
+    boundary = (int(time.time()) // 10 + 1) * 10  # the next tick, passed while paused
+    time.sleep(max(0.0, boundary - time.time()) + 1.0)  # and a few sweeps of every replica
+    assert len(fleet.query("SELECT id FROM ket_schedule_fires")) == fired  # no replica fired
+    resumed = fleet.ket("schedules", "resume", "app.tick")
+    assert resumed.returncode == 0, resumed.stderr
+    _until(lambda: len(fleet.runs_of("tick.")) >= 2, 20, "the tick after the resume")
     time.sleep(0.5)  # let a duplicate, if any, show up
     fleet.stop_all()
     ticks = [name.split(".")[1] for name in fleet.runs_of("tick.")]
     assert len(ticks) == len(set(ticks)), f"a tick ran twice: {ticks}"
     assert all(int(t) % 10 == 0 for t in ticks)  # aligned to the epoch
-    fires = fleet.query("SELECT tick, skipped FROM ket_schedule_fires ORDER BY tick")
+    fires = fleet.query("SELECT tick, fired_at FROM ket_schedule_fires ORDER BY tick")
     assert len(fires) == len(ticks)
-    assert {skipped for _, skipped in fires} == {0}
+    last_tick, last_fired = fires[-1]
+    assert last_tick.timestamp() >= boundary  # the tick that came due while paused
+    assert last_fired.timestamp() > boundary + 1.0  # fired once resumed, not on time
 
 
 def test_a_worker_vacuums_the_jobs_table_while_it_drains_a_backlog(

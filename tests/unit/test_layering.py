@@ -153,3 +153,45 @@ def test_declaring_and_the_cli_start_without_the_sql_store() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def _loaded(code: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The modules starting with `prefixes` that a fresh interpreter has loaded after `code`."""
+    probe = (
+        f"import sys\n{code}\nprint(sorted(m for m in sys.modules if m.startswith({prefixes!r})))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=PACKAGE.parents[1],
+    )
+    return list(ast.literal_eval(done.stdout.strip().splitlines()[-1]))
+
+
+STORES = ("ket.store.sql", "ket.store.memory", "ket.runtime", "ket.client", "sqlalchemy", "psycopg")
+
+
+def test_import_ket_loads_no_store() -> None:
+    assert _loaded("import ket", ("ket.store", *STORES)) == []
+
+
+def test_ket_check_loads_no_store_and_no_other_command() -> None:
+    code = (
+        "from ket.cli.main import main\n"
+        "assert main(['check', '--workspace', 'modules_example/workspace.py']) == 0"
+    )
+    assert _loaded(code, (*STORES, "ket.manifest", "ket.cli.worker", "ket.cli.jobs")) == []
+
+
+def test_the_worker_and_the_store_on_postgresql_import_no_sqlalchemy() -> None:
+    # SQLAlchemy is imported where the engine is made, on first use (ket.store.sql.store)
+    code = (
+        "import ket.cli.worker, ket.store.sql.store, ket.store.sql.lane, ket.store.sql.listener\n"
+        "import ket.store.sql.registry_reader"
+    )
+    assert _loaded(code, ("sqlalchemy", "ket.manifest", "ket.store.sql.registry")) == [
+        "ket.store.sql.registry_reader"
+    ]

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 from ket.cli.options import deployment_of
 from ket.cli.output import escape
-from ket.manifest import compile_manifest, read_manifest
 
 
 def add_parser(
@@ -33,6 +32,10 @@ def add_parser(
 
 def run(args: argparse.Namespace) -> int:
     from ket.diff import diff_manifests, has_breaking, render_json, render_text
+    from ket.manifest import (  # the manifest room (and YAML): only for this command
+        compile_manifest,
+        read_manifest,
+    )
 
     old = read_manifest(args.old)
     new = read_manifest(args.new) if args.new else compile_manifest(deployment_of(args))

@@ -232,6 +232,9 @@ def _stats(args: argparse.Namespace) -> int:
                 ],
                 "oldest_lease_age_seconds": stats.oldest_lease_age,
                 "oldest_available_age_seconds": stats.oldest_available_age,
+                "dead_rows": stats.dead_rows,
+                "live_rows": stats.live_rows,
+                "long_transactions": [asdict(t) for t in stats.long_transactions],
             }
         )
         return 0
@@ -248,6 +251,16 @@ def _stats(args: argparse.Namespace) -> int:
             sys.stdout.write(shown[queue].ljust(width) + counts + "\n")
     sys.stdout.write(f"oldest lease age: {_age(stats.oldest_lease_age)}\n")
     sys.stdout.write(f"oldest available age: {_age(stats.oldest_available_age)}\n")
+    if stats.dead_rows is not None:
+        sys.stdout.write(
+            f"dead rows in the jobs table: {stats.dead_rows} (live: {stats.live_rows})\n"
+        )
+    for open_ in stats.long_transactions:
+        who = escape(open_.application or "no application name")
+        sys.stdout.write(
+            f"transaction open for {_age(open_.seconds)}: pid {open_.pid} ({who}, "
+            f"{escape(open_.state or 'state hidden')}); it keeps dead rows from a vacuum\n"
+        )
     return 0
 
 

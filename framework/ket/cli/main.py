@@ -3,25 +3,32 @@
 Every failure ends in one line on standard error and an exit code from docs/cli.md: a ket error
 (bad input, a command that could not run) is its message and 2; anything unexpected is named in
 one line with a hint, also 2, and shows its traceback only with `--debug` or `KET_DEBUG=1`.
+
+Only the module of the command being run is imported (`ket check` loads no runtime and no
+store, `ket worker` no manifest room); without a command, or with an unknown one, every command
+is loaded so that help and errors list them all.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import traceback
 from collections.abc import Sequence
 from typing import NoReturn, cast
 
-from ket.cli import call, check, dev, diff, jobs, manifest, migrate, tenants, worker
 from ket.cli.options import workspace_parent
 from ket.cli.output import clip, escape
 from ket.cli.runtime import database_parent
 from ket.errors import CheckFailed, KetError
 
-DECLARING = [manifest, check, diff]
-RUNNING = [worker, dev, migrate, call]
+# every command, in the order `ket --help` lists them, with the options it shares: a module of
+# ket.cli of the same name adds its parser (`add_parser(commands, parents)`)
+DECLARING = ["manifest", "check", "diff"]  # workspace options
+RUNNING = ["worker", "dev", "migrate", "call", "schedules"]  # workspace and database options
+OPERATING = ["tenants", "jobs"]  # database options
 # Ctrl-C outside `ket worker` and `ket dev`, as a shell reports a command that SIGINT ended.
 INTERRUPTED = 130
 
@@ -43,9 +50,10 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {escape(clip(message, 1000))}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every command."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every command (or only the command `only`)."""
     parser = Parser(prog="ket", description="Declarative, manifest-driven durable background jobs.")
+    parser.add_argument("--version", action="version", version=f"ket {_version()}")
     parser.add_argument(
         "--debug",
         action="store_true",
@@ -57,19 +65,43 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_subparsers(title="commands", metavar="COMMAND", required=True),
     )
     workspace, database = workspace_parent(), database_parent()
-    for command in DECLARING:
-        command.add_parser(commands, [workspace])
-    for command in RUNNING:
-        command.add_parser(commands, [workspace, database])
-    tenants.add_parser(commands, [database])
-    jobs.add_parser(commands, [database])
+    for names, parents in (
+        (DECLARING, [workspace]),
+        (RUNNING, [workspace, database]),
+        (OPERATING, [database]),
+    ):
+        for name in names:
+            if only is None or name == only:
+                importlib.import_module(f"ket.cli.{name}").add_parser(commands, parents)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (`unknown` when ket runs from a plain checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ket")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def command_named(argv: Sequence[str]) -> str | None:
+    """The command `argv` runs (its first word that is no option), if it is one of ket's and
+    no help is asked for before it; else None."""
+    for word in argv:
+        if word in ("-h", "--help"):
+            return None
+        if not word.startswith("-"):
+            return word if word in (*DECLARING, *RUNNING, *OPERATING) else None
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `ket` with `argv`; returns the exit code (0 ok, 1 findings, 2 bad input)."""
+    words = sys.argv[1:] if argv is None else argv
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(command_named(words)).parse_args(words)
     except SystemExit as done:  # --help, or a usage error argparse has printed
         return done.code if isinstance(done.code, int) else 0 if done.code is None else 2
     debug: bool = args.debug or os.environ.get("KET_DEBUG") == "1"

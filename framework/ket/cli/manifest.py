@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from ket.cli.options import deployment_of, write_output
-from ket.manifest import compile_manifest, dump_manifest
 
 
 def add_parser(
@@ -23,6 +22,11 @@ def add_parser(
 
 
 def run(args: argparse.Namespace) -> int:
+    from ket.manifest import (  # the manifest room (and YAML): only for this command
+        compile_manifest,
+        dump_manifest,
+    )
+
     manifest = compile_manifest(deployment_of(args))
     write_output(dump_manifest(manifest), args.output)
     return 0

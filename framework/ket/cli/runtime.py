@@ -1,8 +1,9 @@
 """What the running commands share: database options, the registry, opening tenant stores.
 
-The SQL store (SQLAlchemy's engines and its asyncio extension: most of ket's start-up time and
-memory) is imported by the functions that open a database, never at the top of a CLI module, so
-`ket check`, `ket manifest` and `ket diff` start without it.
+The SQL store is imported by the functions that open a database, never at the top of a CLI
+module, so `ket check`, `ket manifest` and `ket diff` start without it; and reading the tenant
+registry (every command, and the worker's refresh) takes no SQLAlchemy, which a worker on
+PostgreSQL then never imports unless its handlers need it (ket.store.sql.store).
 """
 
 from __future__ import annotations
@@ -17,20 +18,15 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ket.errors import KetError
-from ket.runtime.tenancy import (
-    Tenancy,
-    database_template,
-    ensure_sqlite_folder,
-    registry_url,
-    resolve_tenants,
-)
 from ket.store.tenant import check_tenant_name
 
 T = TypeVar("T")
 
 if TYPE_CHECKING:
+    from ket.runtime.tenancy import Tenancy
     from ket.store.sql import SqlStore
     from ket.store.sql.registry import TenantRegistry
+    from ket.store.sql.registry_reader import RegistryReader
 
 
 def database_parent() -> argparse.ArgumentParser:
@@ -56,6 +52,8 @@ def tenant_name(text: str) -> str:
 
 
 def open_registry() -> TenantRegistry:
+    """The tenant registry, to change it (created if missing)."""
+    from ket.runtime.tenancy import ensure_sqlite_folder, registry_url
     from ket.store.sql.registry import TenantRegistry
 
     url = registry_url()
@@ -63,9 +61,19 @@ def open_registry() -> TenantRegistry:
     return TenantRegistry(url)
 
 
+def registry_reader() -> RegistryReader:
+    """The tenant registry, to list its tenants (a missing one lists none)."""
+    from ket.runtime.tenancy import registry_url
+    from ket.store.sql.registry_reader import RegistryReader
+
+    return RegistryReader(registry_url())
+
+
 def tenancy(args: argparse.Namespace) -> Tenancy:
     """The registered tenants and their databases, for --tenant or every tenant."""
-    registry = open_registry()
+    from ket.runtime.tenancy import database_template, resolve_tenants
+
+    registry = registry_reader()
     try:
         registered = registry.databases()
     finally:
@@ -106,6 +114,7 @@ def _usable(args: argparse.Namespace, found: Tenancy) -> dict[str, str]:
 
 async def open_store(url: str, *, pool_size: int = 5, **engine_options: Any) -> SqlStore:
     """A store on a tenant database (not yet migrated: `ket migrate` does that)."""
+    from ket.runtime.tenancy import ensure_sqlite_folder
     from ket.store.sql import SqlStore
 
     ensure_sqlite_folder(url)

@@ -25,7 +25,7 @@ from ket.cli import concurrency
 from ket.cli.concurrency import HostConcurrency
 from ket.cli.options import deployment_of
 from ket.cli.output import configure_logging
-from ket.cli.runtime import open_registry, open_store, run_service, tenant_urls, worker_id
+from ket.cli.runtime import open_store, registry_reader, run_service, tenant_urls, worker_id
 from ket.errors import KetError
 from ket.runtime.contexts import default_sender
 from ket.runtime.fleet import Fleet
@@ -123,7 +123,7 @@ async def serve(
 
     for number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(number, on_signal, number)
-    registry = open_registry()
+    registry = registry_reader()
 
     async def list_tenants() -> dict[str, str | None]:
         return await asyncio.to_thread(registry.databases)

@@ -32,10 +32,11 @@ from ket.context import (
 from ket.context.context import job_context_made_on_use
 from ket.context.db import Database, records_of
 from ket.context.fence import fence
-from ket.context.storage import DEFAULT_STORAGE_ROOT, max_blob_bytes_from
+from ket.context.storage import max_blob_bytes_from
 from ket.errors import StoreError
+from ket.project import ket_folder
 from ket.runtime.events import Event, Hooks
-from ket.store.contract import JobStore, RecordStore, SentLedger
+from ket.store.contract import JobStore, QueryableStore, RecordStore, SentLedger
 from ket.store.types import ClaimedJob, Inserted, NewJob
 from ket.transport import DEFAULT_TRANSPORT_URL, Sender, sender_from_url
 from ket.transport.message import MessageLimits
@@ -72,7 +73,7 @@ class Contexts:
         catalog: Catalog,
         tenant: str,
         sender: Sender,
-        storage_root: str | os.PathLike[str] = DEFAULT_STORAGE_ROOT,
+        storage_root: str | os.PathLike[str] | None = None,  # the project's .ket/storage
         clock: Clock = wall_clock,
         tx_executor: Executor | None = None,
         hooks: Hooks | None = None,
@@ -84,7 +85,7 @@ class Contexts:
         self._catalog = catalog
         self._tenant = tenant
         self._sender = sender
-        self._root = Path(storage_root)
+        self._root = Path(storage_root) if storage_root is not None else ket_folder() / "storage"
         self._clock = clock
         # caps from the environment, read once here so that a bad value stops the start
         self._message_limits = MessageLimits.from_environ(os.environ)
@@ -99,7 +100,12 @@ class Contexts:
         is aborted, so an attempt that is over can change nothing. Its parts are made when the
         handler first uses them (most use few), from parts built once per operation."""
         tick = job.tick
-        schedule = None if tick is None else ScheduleInfo(tick=tick, skipped=job.ticks_skipped or 0)
+        schedule = None
+        if tick is not None:
+            ledger = None
+            if isinstance(self._store, QueryableStore):
+                ledger = functools.partial(self._store.schedule_fires, job.name)
+            schedule = ScheduleInfo(tick=tick, skipped=job.ticks_skipped or 0, ledger=ledger)
         return job_context_made_on_use(
             functools.partial(self._job_part, job, spec, signal),
             tenant=self._tenant,

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ket.errors import KetError, StoreError
+from ket.project import ket_folder
 from ket.store.database_file import ensure_sqlite_folder as ensure_sqlite_folder  # for the CLI
 from ket.store.database_url import (
     PLACEHOLDER,
@@ -49,15 +50,23 @@ class Tenancy:
 
 
 def database_template(given: str | None = None, environ: Mapping[str, str] | None = None) -> str:
-    """The database URL template: the option, else KET_DATABASE_URL, else the embedded default."""
+    """The database URL template: the option, else KET_DATABASE_URL, else the embedded default
+    (a file per tenant in the project's `.ket/`, see ket.project)."""
     environ = os.environ if environ is None else environ
-    return given or environ.get("KET_DATABASE_URL") or DEFAULT_DATABASE_URL
+    return given or environ.get("KET_DATABASE_URL") or _in_ket_folder(DEFAULT_DATABASE_URL)
 
 
 def registry_url(environ: Mapping[str, str] | None = None) -> str:
-    """Where the tenant registry is: KET_REGISTRY_URL, else `.ket/registry.db`."""
+    """Where the tenant registry is: KET_REGISTRY_URL, else `registry.db` in the project's
+    `.ket/`."""
     environ = os.environ if environ is None else environ
-    return environ.get("KET_REGISTRY_URL") or DEFAULT_REGISTRY_URL
+    return environ.get("KET_REGISTRY_URL") or _in_ket_folder(DEFAULT_REGISTRY_URL)
+
+
+def _in_ket_folder(default: str) -> str:
+    """`default` (a `sqlite:///.ket/...` URL) with `.ket/` the project's."""
+    folder = ket_folder().as_posix()
+    return default.replace("sqlite:///.ket/", f"sqlite:///{folder}/", 1)
 
 
 def tenant_database(template: str, tenant: str, *, tenants: int = 1) -> str:

@@ -50,10 +50,11 @@ def connections_needed(config: WorkerConfig) -> int:
 
 
 def loop_connections(config: WorkerConfig) -> int:
-    """Of those, the connections of the worker's own hot loops, each holding one only for a
-    statement: the claim loops, the settler, the heartbeat and the rescuer (on PostgreSQL the
-    store's lane serves them, and the handlers' enqueues)."""
-    return len(config.queues) + 3
+    """Of those, the connections of the worker's own loops and services, each holding one for
+    a statement or a short transaction: the claim loops, the settler, heartbeat, rescue, sweep,
+    prune and vacuum (on PostgreSQL the store's lane serves them, and the handlers' enqueues
+    and sent-ledger calls); the rest are the job slots' (a handler in `ctx.tx` holds one)."""
+    return len(config.queues) + SERVICE_CONNECTIONS
 
 
 class TenantWorker:

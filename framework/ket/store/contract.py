@@ -157,6 +157,22 @@ class BulkStore(Protocol):
 
 
 @runtime_checkable
+class ScheduleControl(Protocol):
+    """Capability: an operator's hand on schedules (`ket schedules`, the dashboard)."""
+
+    async def schedule_pause(self, schedule_id: str, paused: bool) -> bool:
+        """Pause (or resume) the schedule for every replica: a paused schedule's ticks are not
+        fired, and count as skipped once it is resumed. True when that changed its row; a
+        schedule no sweep has installed yet gets a row holding the pause."""
+        ...
+
+    async def schedule_run_now(self, schedule_id: str, fingerprint: str, job: NewJob) -> Inserted:
+        """Insert `job` (built as a tick's, carrying its `tick`) and its fire in the ledger, in
+        one transaction, leaving the schedule's own ticks as they were."""
+        ...
+
+
+@runtime_checkable
 class Records(Protocol):
     """Rows of the application's declared models in the tenant database.
 

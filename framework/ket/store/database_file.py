@@ -12,19 +12,21 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-
-from sqlalchemy import URL
+from typing import TYPE_CHECKING
 
 from ket.errors import StoreError
 from ket.folder import FOLDER_MODE, make_folders
 from ket.store.database_url import parse_database_url, shown_url
 from ket.store.failure import describe
 
+if TYPE_CHECKING:
+    from ket.store.url import UrlLike
+
 KET_FOLDER = ".ket"
 FILE_MODE = 0o600
 
 
-def sqlite_path(url: str | URL) -> Path | None:
+def sqlite_path(url: UrlLike) -> Path | None:
     """The file of a SQLite URL; None for other databases, memory and `file:` URIs."""
     parsed = parse_database_url(url)
     if parsed.get_backend_name() != "sqlite":
@@ -35,7 +37,7 @@ def sqlite_path(url: str | URL) -> Path | None:
     return Path(database)
 
 
-def ensure_sqlite_folder(url: str | URL) -> None:
+def ensure_sqlite_folder(url: UrlLike) -> None:
     """Create the folder of a SQLite database (e.g. `.ket/`), 0700, if it is missing."""
     path = sqlite_path(url)
     if path is None:
@@ -52,7 +54,7 @@ def ensure_sqlite_folder(url: str | URL) -> None:
             os.chmod(ket, FOLDER_MODE)
 
 
-def ensure_sqlite_file(url: str | URL) -> None:
+def ensure_sqlite_file(url: UrlLike) -> None:
     """Create a SQLite database's file 0600 when its folder exists and the file does not."""
     path = sqlite_path(url)
     if path is None or not path.parent.is_dir():

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import os
 from pathlib import PurePosixPath
-
-from sqlalchemy import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from typing import TYPE_CHECKING
 
 from ket.errors import StoreError
 from ket.store.tenant import check_tenant_name
+from ket.store.url import DatabaseUrl, UrlSyntaxError, make_url
+
+if TYPE_CHECKING:
+    from ket.store.url import UrlLike
 
 PLACEHOLDER = "{tenant}"
 _MARKER = "ketxtenantxmarker"  # stands for {tenant} while a template is parsed
@@ -41,11 +43,11 @@ _ONLY_IN_DATABASE = (
 Identity = tuple[str, ...]
 
 
-def shown_url(url: str | URL) -> str:
+def shown_url(url: UrlLike) -> str:
     """The URL as ket prints or logs it: the password (in the URL or its query) as ***."""
     try:
         parsed = make_url(url)
-    except (ArgumentError, ValueError, TypeError):
+    except (ValueError, TypeError):  # UrlSyntaxError included
         return _masked_text(str(url))
     query = {k: ("***" if k.lower() in _SECRET_PARAMETERS else v) for k, v in parsed.query.items()}
     shown = parsed.set(query=query).render_as_string(hide_password=True)
@@ -53,13 +55,13 @@ def shown_url(url: str | URL) -> str:
     return shown.replace("=%2A%2A%2A", "=***").replace("%7Btenant%7D", PLACEHOLDER)
 
 
-def parse_database_url(url: str | URL, *, template: str | None = None) -> URL:
+def parse_database_url(url: UrlLike, *, template: str | None = None) -> DatabaseUrl:
     """The parsed URL, or StoreError naming it (password hidden) and what is wrong; `template`
     is the text to name instead (the template the URL was rendered from)."""
     named = f"not a database URL: {shown_url(template or url)!r}"
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except UrlSyntaxError:
         raise StoreError(named) from None
     except (ValueError, TypeError) as error:  # e.g. a port that is not a number
         reason = str(error).replace(_MARKER, PLACEHOLDER)
@@ -88,7 +90,7 @@ def render_database_url(template: str, tenant: str) -> str:
     return rendered
 
 
-def check_tenant_database(url: str | URL) -> URL:
+def check_tenant_database(url: UrlLike) -> DatabaseUrl:
     """The parsed URL if a tenant's jobs may live there, else StoreError naming it.
 
     Refused: a `dbname` parameter (it would override the path), PostgreSQL's own databases, and
@@ -116,7 +118,7 @@ def check_tenant_database(url: str | URL) -> URL:
     return parsed
 
 
-def database_identity(url: str | URL) -> Identity:
+def database_identity(url: UrlLike) -> Identity:
     """What two URLs naming one database have in common, whatever their driver or spelling."""
     parsed = parse_database_url(url)
     backend = _backend(parsed)
@@ -132,7 +134,7 @@ def database_identity(url: str | URL) -> Identity:
     return (backend, host, port, service, _effective_database(parsed))
 
 
-def _check_template(template: str, pattern: URL) -> None:
+def _check_template(template: str, pattern: DatabaseUrl) -> None:
     database = pattern.database or ""
     elsewhere = [
         part
@@ -155,12 +157,12 @@ def _check_template(template: str, pattern: URL) -> None:
         )
 
 
-def _backend(parsed: URL) -> str:
+def _backend(parsed: DatabaseUrl) -> str:
     backend = parsed.get_backend_name()
     return "postgresql" if backend == "postgres" else backend
 
 
-def _effective_database(parsed: URL) -> str:
+def _effective_database(parsed: DatabaseUrl) -> str:
     """The database libpq connects to: `?dbname=` wins over the path; then the user's name."""
     query = parsed.query
     if "dbname" in query:

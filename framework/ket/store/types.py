@@ -232,6 +232,7 @@ class ScheduleState:
     schedule_id: str
     fingerprint: str
     last_tick: datetime
+    paused: bool = False  # an operator's pause: no replica fires its ticks
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -364,11 +365,27 @@ class BulkApplied:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobStats:
-    """Counts by (state, queue), and the ages operators watch, in seconds (None: no such job)."""
+    """Counts by (state, queue), and the ages operators watch, in seconds (None: no such job);
+    where the database keeps them (PostgreSQL), the jobs table's dead and live row versions and
+    the transactions held open on the database for long (they keep dead rows from a vacuum)."""
 
     counts: Mapping[tuple[JobState, str], int]
     oldest_lease_age: float | None
     oldest_available_age: float | None
+    dead_rows: int | None = None
+    live_rows: int | None = None
+    long_transactions: tuple[OpenTransaction, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OpenTransaction:
+    """A transaction open on the tenant database for long: its server process, its age in
+    seconds, its state (`idle in transaction`, `active`) and the client's application name."""
+
+    pid: int
+    seconds: float
+    state: str | None
+    application: str | None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

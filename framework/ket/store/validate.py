@@ -297,6 +297,23 @@ def check_tick_claim(claim: TickClaim) -> list[str]:
     return encode_payloads([claim.job]) if claim.job is not None else []
 
 
+def check_run_now(schedule_id: str, fingerprint: str, job: NewJob) -> list[str]:
+    """Refuse a malformed run-now (its job must carry the tick it is fired for); the job's
+    encoded payload."""
+    check_schedule_ids([schedule_id])
+    if not _clean_text(fingerprint, MAX_KEY_LENGTH):
+        raise JobRejected(
+            f"schedule {schedule_id!r}: fingerprint must be 1 to {MAX_KEY_LENGTH} "
+            f"characters{_TEXT}, got {fingerprint!r}"
+        )
+    if not _aware(job.tick):
+        raise JobRejected(
+            f"schedule {schedule_id!r}: the job run now must carry its tick, a timezone-aware "
+            f"datetime, got {job.tick!r}"
+        )
+    return encode_payloads([job])
+
+
 def check_message_key(key: object) -> None:
     """Refuse an idempotency key that is not a string of 1 to MAX_KEY_LENGTH characters."""
     if not _clean_text(key, MAX_KEY_LENGTH):

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
+
 from ket.errors import JobRejected
+from ket.store.contract import ScheduleControl
 from ket.store.types import Fire, Inserted, NewJob, ScheduleState, TickClaim, TickResult
 from ket.tck.arrange import assert_no_jobs, claim, claim_only, new_job, queryable
 from ket.tck.harness import EPOCH, Tck, tck_test
@@ -20,6 +23,9 @@ __all__ = [
     "test_schedule_get_returns_only_installed_schedules",
     "test_schedule_install_never_fires",
     "test_schedule_install_wins_once_and_a_second_install_loses",
+    "test_schedule_pause_before_the_first_sweep_survives_the_install",
+    "test_schedule_pause_is_kept_by_tick_claims_and_resume_clears_it",
+    "test_schedule_run_now_fires_a_job_and_a_ledger_entry_without_moving_the_schedule",
     "test_schedule_second_claim_of_the_same_tick_loses",
 ]
 
@@ -225,3 +231,59 @@ async def test_schedule_fires_are_listed_newest_first_per_schedule(t: Tck) -> No
         _tick(2),
     ]
     assert [f.schedule_id for f in await queryable(t).schedule_fires(other)] == [other]
+
+
+def _control(t: Tck) -> ScheduleControl:
+    return t.require(ScheduleControl)  # type: ignore[type-abstract]
+
+
+@tck_test
+async def test_schedule_pause_is_kept_by_tick_claims_and_resume_clears_it(t: Tck) -> None:
+    control = _control(t)
+    installed = await _install(t)
+    assert await control.schedule_pause(HOURLY, True) is True
+    assert await control.schedule_pause(HOURLY, True) is False  # already paused
+    [state] = (await t.store.schedule_get([HOURLY])).values()
+    assert (state.paused, state.fingerprint, state.last_tick) == (True, FP_1, _tick(0))
+    # the sweep leaves a paused schedule alone; a claim that does move the row keeps the pause
+    assert (await _fire(t, installed, 1)).won
+    [state] = (await t.store.schedule_get([HOURLY])).values()
+    assert (state.paused, state.last_tick) == (True, _tick(1))
+    assert await control.schedule_pause(HOURLY, False) is True
+    assert (await t.store.schedule_get([HOURLY]))[HOURLY].paused is False
+
+
+@tck_test
+async def test_schedule_pause_before_the_first_sweep_survives_the_install(t: Tck) -> None:
+    control = _control(t)
+    assert await control.schedule_pause(HOURLY, True) is True
+    [placeholder] = (await t.store.schedule_get([HOURLY])).values()
+    assert placeholder.paused
+    assert placeholder.fingerprint != FP_1  # not installed: a sweep resets it to its own
+    reset = TickClaim(schedule_id=HOURLY, fingerprint=FP_1, tick=_tick(0), expected=placeholder)
+    assert (await t.store.schedule_claim_tick(reset)).won
+    state = (await t.store.schedule_get([HOURLY]))[HOURLY]
+    assert (state.fingerprint, state.last_tick, state.paused) == (FP_1, _tick(0), True)
+    await assert_no_jobs(t)
+
+
+@tck_test
+async def test_schedule_run_now_fires_a_job_and_a_ledger_entry_without_moving_the_schedule(
+    t: Tck,
+) -> None:
+    control = _control(t)
+    installed = await _install(t)
+    inserted = await control.schedule_run_now(HOURLY, FP_1, _job(5))
+    assert inserted == Inserted(id=inserted.id, coalesced=False)
+    assert await t.store.schedule_get([HOURLY]) == {HOURLY: installed}  # its ticks go on
+    claimed = await claim_only(t.store, inserted.id)
+    assert (claimed.name, claimed.tick, claimed.ticks_skipped) == ("sales.report", _tick(5), 0)
+    [fire] = await queryable(t).schedule_fires(HOURLY)
+    assert (fire.tick, fire.skipped, fire.job_id, fire.fingerprint) == (
+        _tick(5),
+        0,
+        inserted.id,
+        FP_1,
+    )
+    with pytest.raises(JobRejected, match="must carry its tick"):
+        await control.schedule_run_now(HOURLY, FP_1, new_job("sales.report"))

@@ -6,8 +6,9 @@ import re
 from urllib.parse import urlsplit
 
 from ket.errors import TransportError
+from ket.project import ket_folder
 from ket.transport.capture import CaptureSender
-from ket.transport.dev import DEFAULT_OUTBOX, DevSender
+from ket.transport.dev import DevSender
 from ket.transport.sender import Sender
 from ket.transport.smtp import SmtpSender, redact
 
@@ -29,7 +30,7 @@ def sender_from_url(url: str) -> Sender:
         raise TransportError(f"a transport URL must be a string, got {url!r}; expected {FORMS}")
     scheme, colon, rest = url.partition(":")
     if colon and scheme == "dev":
-        return DevSender(rest or DEFAULT_OUTBOX)
+        return DevSender(rest or ket_folder() / "outbox")  # the project's .ket/outbox
     if colon and scheme in ("smtp", "smtps"):
         _check_parsable(url)
         return SmtpSender(url)

@@ -12,12 +12,12 @@ import pytest
 
 from ket import define_deployment, define_job, define_module
 from ket.catalog import Catalog
-from ket.errors import StoreError
+from ket.errors import JobRejected, StoreError
 from ket.runtime.events import Event, Hooks
 from ket.runtime.fleet import Fleet, TenantRefresh
 from ket.runtime.prune import PruneService
 from ket.runtime.rescue import RescueService
-from ket.runtime.sweep import SweepService
+from ket.runtime.sweep import SweepService, run_now
 from ket.store import JobClaim, JobQuery, NewJob, Settle
 from ket.store.clock import ManualClock
 from ket.store.contract import JobStore
@@ -142,6 +142,42 @@ def test_sweep_tick_installs_then_fires_each_tick_once() -> None:
         assert fired.state == "available"
         assert [e.kind for e in events] == ["schedule_fired"]
         assert service.interval == CATALOG.worker.schedule_sweep_ms / 1000
+
+    run(scenario)
+
+
+def test_a_paused_schedule_fires_nothing_and_once_resumed_counts_its_ticks_as_skipped() -> None:
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        service = SweepService(store, CATALOG, hooks_of(events), tenant="acme")
+        await service.tick()  # installed
+        assert await store.schedule_pause("t.tick", True)
+        clock.advance(minutes=3)
+        await service.tick()
+        assert await store.job_list(JobQuery(name="t.tick")) == []
+        assert await store.schedule_pause("t.tick", False)
+        await service.tick()
+        [fired] = await store.job_list(JobQuery(name="t.tick"))
+        assert (fired.tick, fired.ticks_skipped) == (
+            CATALOG.jobs["t.tick"].schedule.tick_at(clock.now()),  # type: ignore[union-attr]
+            2,
+        )
+
+    run(scenario)
+
+
+def test_run_now_fires_the_schedule_s_job_at_once_and_leaves_its_ticks_alone() -> None:
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        service = SweepService(store, CATALOG, hooks_of(events), tenant="acme")
+        await service.tick()  # installed
+        before = await store.schedule_get(["t.tick"])
+        inserted = await run_now(store, CATALOG, "t.tick")
+        [job] = await store.job_list(JobQuery(name="t.tick"))
+        assert (job.id, job.tick, job.ticks_skipped) == (inserted.id, clock.now(), 0)
+        assert await store.schedule_get(["t.tick"]) == before
+        [fire] = await store.schedule_fires("t.tick")
+        assert (fire.job_id, fire.skipped) == (inserted.id, 0)
+        with pytest.raises(JobRejected, match=r"job 't\.work' has no schedule"):
+            await run_now(store, CATALOG, "t.work")
 
     run(scenario)
 

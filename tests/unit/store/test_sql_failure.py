@@ -128,3 +128,21 @@ def test_the_registry_raises_store_error_when_its_table_is_gone_and_hides_passwo
     with pytest.raises(StoreError) as refused:
         TenantRegistry("postgresql://app:hunter2@127.0.0.1:1/registry")
     assert "hunter2" not in str(refused.value)
+
+
+def test_a_driver_error_on_the_lane_says_what_the_engine_would_without_the_password() -> None:
+    import psycopg
+
+    from ket.store.sql.failure import driver_error
+    from ket.store.url import make_url
+
+    url = make_url("postgresql://app:s3cret@db/erp")
+    missing = psycopg.errors.UndefinedTable('relation "ket_schedules" does not exist')
+    assert driver_error(missing, url).message == (
+        'database error: UndefinedTable: relation "ket_schedules" does not exist: '
+        "this database has no ket tables yet; run `ket migrate`"
+    )
+    lost = OSError("connection to app:s3cret@db lost")
+    assert driver_error(lost, url).message == (
+        "database connection failed: OSError: connection to app:***@db lost"
+    )

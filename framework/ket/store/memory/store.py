@@ -6,6 +6,7 @@ import heapq
 from collections import Counter
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
@@ -53,6 +54,7 @@ from ket.store.validate import (
     check_job_id,
     check_prune,
     check_query,
+    check_run_now,
     check_schedule_ids,
     check_settlements,
     check_tick_claim,
@@ -218,6 +220,7 @@ class MemoryStore:
                 schedule_id=claim.schedule_id,
                 fingerprint=claim.fingerprint,
                 last_tick=claim.tick.astimezone(UTC),
+                paused=current is not None and current.paused,
             )
             if job is None:
                 return TickResult(won=True)
@@ -235,6 +238,41 @@ class MemoryStore:
         if not inserted.coalesced and _due(job, now):
             self.database.wakeups.notify([job.queue])
         return TickResult(won=True, job=inserted)
+
+    async def schedule_pause(self, schedule_id: str, paused: bool) -> bool:
+        """Pause or resume a schedule for every handle; True when that changed its row."""
+        check_schedule_ids([schedule_id])
+        with self._locked():
+            states = self.database.schedules
+            current = states.get(schedule_id)
+            if current is None:  # never swept: a row the first sweep installs, still paused
+                current = ScheduleState(
+                    schedule_id=schedule_id, fingerprint="", last_tick=self._now()
+                )
+            elif current.paused == bool(paused):
+                return False
+            states[schedule_id] = replace(current, paused=bool(paused))
+            return True
+
+    async def schedule_run_now(self, schedule_id: str, fingerprint: str, job: NewJob) -> Inserted:
+        """Insert a schedule's job and its fire now, leaving the schedule's ticks as they were."""
+        [payload] = check_run_now(schedule_id, fingerprint, job)
+        assert job.tick is not None  # checked
+        with self._locked():
+            now = self._now()
+            inserted = self.database.insert(job, payload, now)
+            fire = Fire(
+                schedule_id=schedule_id,
+                fingerprint=fingerprint,
+                tick=job.tick.astimezone(UTC),
+                skipped=0,
+                job_id=inserted.id,
+                fired_at=now,
+            )
+            self.database.fires.setdefault(schedule_id, []).append(fire)
+        if not inserted.coalesced and _due(job, now):
+            self.database.wakeups.notify([job.queue])
+        return inserted
 
     async def now(self) -> datetime:
         """The store's time: the clock's, or this machine's."""

@@ -6,6 +6,10 @@ takes at BEGIN IMMEDIATE serialises everything), then decides each row's fate fr
 the memory store's transitions do, and changes the rows going one way in one statement. A single
 `ket jobs cancel 12` is a batch of one.
 
+The statements that change rows are fixed, named by their handles (statement.py, built in
+query.py) and take the ids as an array on PostgreSQL; the statements that select by a filter
+vary with it and run on the engine, as every operator command does.
+
 PostgreSQL re-reads a locked row once the transaction that held it commits and drops it if it no
 longer matches (a row a worker claimed meanwhile is then executing), so every row ends as if the
 command and the worker had acted one after the other. The updates repeat the state test all the
@@ -15,18 +19,11 @@ same: a row can only leave a state it is in.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, case, false, func, literal_column, or_, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from ket.store.sql import query
-from ket.store.sql.fetch import fetch_all, fetch_one
-from ket.store.sql.now import TimeSql
-from ket.store.sql.schema import ACTIVE, EXECUTING, RUNNABLE, jobs
+from ket.store.sql import statement as stmt
+from ket.store.sql.fetch import EngineRows, Rows, fetch_all, fetch_one
 from ket.store.types import (
     RETRY_STATES,
     RUNNABLE_STATES,
@@ -38,54 +35,16 @@ from ket.store.types import (
     StateChange,
 )
 
-_RETRYABLE = jobs.c.state.in_([literal_column(f"'{s}'") for s in RETRY_STATES])
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 
-@dataclass(frozen=True)
-class Statements:
-    """The fixed statements of the operator commands in one dialect; `ids` is expanding."""
-
-    cancel_now: Any
-    request_cancel: Any
-    make_available: Any
-    holders: Any
-
-
-@cache
-def statements(dialect: str) -> Statements:
-    """The cached statements of `dialect`."""
-    now = TimeSql(dialect).now()
-    ids = jobs.c.id.in_(bindparam("ids", expanding=True))
-    return Statements(
-        cancel_now=update(jobs).where(ids, RUNNABLE).values(state="cancelled", finished_at=now),
-        request_cancel=update(jobs).where(ids, EXECUTING).values(cancel_requested=True),
-        make_available=update(jobs)
-        .where(ids, _RETRYABLE)
-        .values(
-            state="available",
-            run_at=now,
-            finished_at=None,
-            # a job that used all its attempts gets one more
-            max_attempts=case(
-                (jobs.c.attempt >= jobs.c.max_attempts, jobs.c.attempt + 1),
-                else_=jobs.c.max_attempts,
-            ),
-            cancel_requested=False,
-        ),
-        holders=select(jobs.c.id, jobs.c.name, jobs.c.unique_key).where(
-            jobs.c.unique_key.in_(bindparam("keys", expanding=True)), ACTIVE
-        ),
-    )
-
-
-async def cancel_rows(
-    conn: AsyncConnection, now: datetime | None, rows: Sequence[Any]
-) -> list[StateChange]:
+async def cancel_rows(rows: Rows, now: datetime | None, locked: Sequence[Any]) -> list[StateChange]:
     """Cancel locked rows: pending ones at once, executing ones by a request to their worker."""
     changes: list[StateChange] = []
     pending: list[JobId] = []
     running: list[JobId] = []
-    for row in rows:
+    for row in locked:
         state: JobState = row.state
         if state in RUNNABLE_STATES:
             pending.append(row.id)
@@ -105,30 +64,28 @@ async def cancel_rows(
                     reason="cancel requested: its worker aborts it",
                 )
             )
-    sql = statements(conn.dialect.name)
     if pending:
-        await conn.execute(sql.cancel_now, {"ids": pending, "now": now})
+        await rows.rows(stmt.CANCEL_NOW, {"ids": pending, "now": now})
     if running:
-        await conn.execute(sql.request_cancel, {"ids": running})
+        await rows.rows(stmt.REQUEST_CANCEL, {"ids": running})
     return changes
 
 
 async def retry_rows(
-    conn: AsyncConnection, now: datetime | None, rows: Sequence[Any]
+    rows: Rows, now: datetime | None, locked: Sequence[Any]
 ) -> tuple[list[StateChange], set[str]]:
     """Make locked retryable or discarded rows available now, unless another active job holds
     their unique key; also the queues of the rows made available."""
-    sql = statements(conn.dialect.name)
     # a discarded job gave its key up; a retryable one still holds it
-    keys = sorted({row.unique_key for row in rows if row.unique_key and row.state == "discarded"})
+    keys = sorted({row.unique_key for row in locked if row.unique_key and row.state == "discarded"})
     holder: dict[tuple[str, str], JobId] = {}
     if keys:
-        for active in await fetch_all(conn, sql.holders, {"keys": keys}):
+        for active in await rows.rows(stmt.ACTIVE_HOLDERS, {"keys": keys}):
             holder[(active.name, active.unique_key)] = active.id
     changes: list[StateChange] = []
     retried: list[JobId] = []
     queues: set[str] = set()
-    for row in rows:
+    for row in locked:
         if row.state not in RETRY_STATES:
             reason = f"only retryable or discarded jobs can be retried, not {row.state}"
             changes.append(_unchanged(row, reason))
@@ -143,17 +100,27 @@ async def retry_rows(
         queues.add(row.queue)
         changes.append(StateChange(id=row.id, previous=row.state, state="available", changed=True))
     if retried:
-        await conn.execute(sql.make_available, {"ids": retried, "now": now})
+        await rows.rows(stmt.MAKE_AVAILABLE, {"ids": retried, "now": now})
     return changes, queues
 
 
 async def count(
     conn: AsyncConnection, job_filter: JobFilter, states: tuple[JobState, ...], sample: int
 ) -> BulkCount:
-    """How many jobs match, the first `sample` of them, and the highest matching id."""
-    matching = _matching(job_filter, states)
-    total = await fetch_one(conn, select(func.count(), func.max(jobs.c.id)).where(*matching))
-    rows = await fetch_all(conn, select(jobs).where(*matching).order_by(jobs.c.id).limit(sample))
+    """How many jobs match, the first `sample` of them, and the highest matching id (on the
+    engine: the filter's statements vary with it)."""
+    from sqlalchemy import func, select
+
+    from ket.store.sql import query
+    from ket.store.sql.schema import jobs
+
+    matching, params = _matching(conn.dialect.name, job_filter, states)
+    total = await fetch_one(
+        conn, select(func.count(), func.max(jobs.c.id)).where(*matching), params
+    )
+    rows = await fetch_all(
+        conn, select(jobs).where(*matching).order_by(jobs.c.id).limit(sample), params
+    )
     history = await fetch_all(conn, query.errors_of([row.id for row in rows])) if rows else []
     return BulkCount(
         count=total[0], sample=tuple(query.job_records(rows, history)), last_id=total[1]
@@ -167,32 +134,40 @@ async def apply(
     states: tuple[JobState, ...],
     limit: int,
 ) -> tuple[BulkApplied, set[str]]:
-    """Lock the first `limit` matching rows and retry or cancel them; also the queues to wake."""
-    locked = (
-        select(jobs)
-        .where(*_matching(job_filter, states))
-        .order_by(jobs.c.id)
-        .limit(limit)
-        .with_for_update()
-    )
-    rows = await fetch_all(conn, locked)
+    """Lock the first `limit` matching rows and retry or cancel them; also the queues to wake
+    (on the engine, as `count`)."""
+    from sqlalchemy import select
+
+    from ket.store.sql.schema import jobs
+
+    matching, params = _matching(conn.dialect.name, job_filter, states)
+    statement = select(jobs).where(*matching).order_by(jobs.c.id).limit(limit).with_for_update()
+    locked = await fetch_all(conn, statement, params)
+    rows = EngineRows(conn)
     queues: set[str] = set()
     if job_filter.action == "retry":
-        changes, queues = await retry_rows(conn, now, rows)
+        changes, queues = await retry_rows(rows, now, locked)
     else:
-        changes = await cancel_rows(conn, now, rows)
+        changes = await cancel_rows(rows, now, locked)
     applied = BulkApplied(
         changed=tuple(c for c in changes if c.changed),
         skipped=tuple(c for c in changes if not c.changed),
-        last_id=max((row.id for row in rows), default=None),
+        last_id=max((row.id for row in locked), default=None),
     )
     return applied, queues
 
 
-def _matching(job_filter: JobFilter, states: tuple[JobState, ...]) -> list[Any]:
-    """The filter as WHERE clauses."""
+def _matching(
+    dialect: str, job_filter: JobFilter, states: tuple[JobState, ...]
+) -> tuple[list[Any], dict[str, Any]]:
+    """The filter as WHERE clauses, and their parameters (the states an array on PostgreSQL)."""
+    from sqlalchemy import Text, false, or_
+
+    from ket.store.sql.query import among
+    from ket.store.sql.schema import EXECUTING, jobs
+
     f = job_filter
-    clauses: list[Any] = [jobs.c.state.in_(states), jobs.c.id > f.after_id]
+    clauses: list[Any] = [among(dialect, jobs.c.state, "states", Text), jobs.c.id > f.after_id]
     if f.through_id is not None:
         clauses.append(jobs.c.id <= f.through_id)
     if f.queue is not None:
@@ -203,7 +178,7 @@ def _matching(job_filter: JobFilter, states: tuple[JobState, ...]) -> list[Any]:
         clauses.append(jobs.c.enqueued_at < f.enqueued_before)
     if f.action == "cancel":  # nothing is left to do to a job whose cancel was requested
         clauses.append(or_(~EXECUTING, jobs.c.cancel_requested == false()))
-    return clauses
+    return clauses, {"states": list(states)}
 
 
 def _unchanged(row: Any, reason: str) -> StateChange:

@@ -16,92 +16,48 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ket.errors import StoreError
 from ket.store.database_file import ensure_sqlite_file
-from ket.store.database_url import parse_database_url, shown_url
-
-SQLITE_BUSY_TIMEOUT_S = 30.0
-# SQLite's own levels of PRAGMA synchronous, chosen with ?synchronous= on a sqlite URL
-SQLITE_SYNCHRONOUS = ("off", "normal", "full", "extra")
-DEFAULT_SQLITE_SYNCHRONOUS = "full"
-_SYNCHRONOUS = "synchronous"
-
-# Pooled PostgreSQL connections must fail, not hang, when the network under them goes (a dropped
-# route, a server gone without a reset): a statement would otherwise wait for TCP's own
-# retransmission limit, about 15 minutes. libpq's keepalives notice a silent peer while waiting
-# for an answer, tcp_user_timeout a request that is never acknowledged.
-POSTGRES_CONNECT_ARGS: dict[str, Any] = {
-    "connect_timeout": 10,
-    "keepalives": 1,
-    "keepalives_idle": 10,
-    "keepalives_interval": 5,
-    "keepalives_count": 3,
-    "tcp_user_timeout": 30_000,
-}
+from ket.store.sql.address import (
+    DEFAULT_SQLITE_SYNCHRONOUS,
+    POSTGRES_CONNECT_ARGS,
+    SQLITE_BUSY_TIMEOUT_S,
+    SQLITE_SYNCHRONOUS,
+    SYNCHRONOUS,
+    libpq_dsn,
+    parse_url,
+    postgres_connect_args,
+    sqlite_synchronous,
+)
+from ket.store.url import DatabaseUrl, to_sqlalchemy
 
 _ASYNC_DRIVERS = {"postgresql": "postgresql+psycopg", "sqlite": "sqlite+aiosqlite"}
 _SYNC_DRIVERS = {"postgresql": "postgresql+psycopg", "sqlite": "sqlite"}
 
 
-def parse_url(url: str | URL) -> URL:
-    """A database URL ket can store jobs in, or StoreError naming it (never its password)."""
-    parsed = parse_database_url(url)
-    backend = parsed.get_backend_name()
-    if backend == "postgres":
-        parsed = parsed.set(drivername="postgresql")
-        backend = "postgresql"
-    if backend not in _ASYNC_DRIVERS:
-        raise StoreError(
-            f"ket stores jobs in postgresql or sqlite databases, not {backend!r} "
-            f"(from {shown_url(parsed)!r})"
-        )
-    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
-        raise StoreError(
-            "an in-memory SQLite database is private to one connection; give a file path, "
-            "e.g. sqlite:///.ket/default.db, or use the memory store"
-        )
-    if backend == "sqlite":
-        sqlite_synchronous(parsed)
-    return parsed
-
-
-def sqlite_synchronous(url: str | URL) -> str:
-    """The `?synchronous=` level of a SQLite URL (default full), or StoreError naming a bad one."""
-    parsed = parse_database_url(url)
-    value = parsed.query.get(_SYNCHRONOUS, DEFAULT_SQLITE_SYNCHRONOUS)
-    if isinstance(value, str) and value.lower() in SQLITE_SYNCHRONOUS:
-        return value.lower()
-    given = value if isinstance(value, str) else "&".join(value)
-    raise StoreError(
-        f"synchronous must be one of {', '.join(SQLITE_SYNCHRONOUS)}, got {given!r} "
-        f"(from {shown_url(parsed)!r})"
-    )
-
-
-def async_url(url: str | URL) -> URL:
+def async_url(url: str | URL | DatabaseUrl) -> URL:
     """The URL with ket's async driver (psycopg 3 or aiosqlite)."""
     parsed = parse_url(url)
-    return _for_driver(parsed).set(drivername=_ASYNC_DRIVERS[parsed.get_backend_name()])
+    driver = _ASYNC_DRIVERS[parsed.get_backend_name()]
+    return to_sqlalchemy(_for_driver(parsed).set(drivername=driver))
 
 
-def sync_url(url: str | URL) -> URL:
+def sync_url(url: str | URL | DatabaseUrl) -> URL:
     """The URL with ket's sync driver (psycopg 3 or sqlite3), for migrations from tools."""
     parsed = parse_url(url)
-    return _for_driver(parsed).set(drivername=_SYNC_DRIVERS[parsed.get_backend_name()])
+    driver = _SYNC_DRIVERS[parsed.get_backend_name()]
+    return to_sqlalchemy(_for_driver(parsed).set(drivername=driver))
 
 
-def _for_driver(parsed: URL) -> URL:
+def _for_driver(parsed: DatabaseUrl) -> DatabaseUrl:
     """Without ket's own parameters, which the driver would not know (sqlite_discipline sets
     them)."""
     if parsed.get_backend_name() != "sqlite":
         return parsed
-    return parsed.difference_update_query([_SYNCHRONOUS])
+    return parsed.difference_update_query([SYNCHRONOUS])
 
 
-def libpq_dsn(url: str | URL) -> str:
-    """A plain `postgresql://` URL for a raw psycopg connection (the listener)."""
-    return parse_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def create_engine(url: str | URL, *, pool_size: int = 5, **options: Any) -> AsyncEngine:
+def create_engine(
+    url: str | URL | DatabaseUrl, *, pool_size: int = 5, **options: Any
+) -> AsyncEngine:
     """An async engine for the URL, with SQLite set up for concurrent workers.
 
     The pool may open `pool_size` more connections under load unless `max_overflow` says
@@ -127,14 +83,7 @@ def create_engine(url: str | URL, *, pool_size: int = 5, **options: Any) -> Asyn
     return create_async_engine(target, pool_size=pool_size, connect_args=connect_args, **options)
 
 
-def postgres_connect_args(url: URL, given: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The keepalives and timeouts of POSTGRES_CONNECT_ARGS, then `given`; the URL's own
-    parameters (e.g. ?connect_timeout=3) win over the defaults."""
-    defaults = {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in url.query}
-    return {**defaults, **(given or {})}
-
-
-def create_sync_engine(url: str | URL, **options: Any) -> Engine:
+def create_sync_engine(url: str | URL | DatabaseUrl, **options: Any) -> Engine:
     """A synchronous engine (sqlite3 or psycopg 3) for the URL, SQLite set up as for the store:
     for the client in application code, and the tenant registry."""
     engine = sqlalchemy.create_engine(sync_url(url), **options)
@@ -168,3 +117,20 @@ def sqlite_discipline(engine: Engine, synchronous: str = DEFAULT_SQLITE_SYNCHRON
     @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+__all__ = [
+    "DEFAULT_SQLITE_SYNCHRONOUS",
+    "POSTGRES_CONNECT_ARGS",
+    "SQLITE_BUSY_TIMEOUT_S",
+    "SQLITE_SYNCHRONOUS",
+    "async_url",
+    "create_engine",
+    "create_sync_engine",
+    "libpq_dsn",
+    "parse_url",
+    "postgres_connect_args",
+    "sqlite_discipline",
+    "sqlite_synchronous",
+    "sync_url",
+]

@@ -8,15 +8,16 @@ ket's tables says to run `ket migrate`, and anything else gives the driver's fir
 
 from __future__ import annotations
 
-from sqlalchemy import URL
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.pool import QueuePool
+import sys
+from typing import TYPE_CHECKING, Any
 
 from ket.errors import StoreError
 from ket.store.failure import describe
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 # The drivers' own exceptions, met where ket uses a driver connection directly (COPY): by module,
 # so that this module does not import a driver a deployment may not use.
@@ -28,28 +29,52 @@ def database_error(error: Exception, engine: AsyncEngine | Engine) -> StoreError
     """`error`, met while using `engine`, as the StoreError a caller sees."""
     if isinstance(error, StoreError):
         return error
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
     if isinstance(error, PoolTimeout):
         message = _pool_exhausted(engine)
     elif isinstance(error, DBAPIError):
         message = f"database error: {reason(error)}"
     elif isinstance(error, SQLAlchemyError):
         message = f"database error: {_first_line(str(error))}"
-    elif isinstance(error, OSError):  # asyncio's TimeoutError and lost sockets included
+    else:
+        return driver_error(error, engine.url)
+    return StoreError(hide_password(message, engine.url))
+
+
+def driver_error(error: Exception, url: Any) -> StoreError:
+    """`error`, met on a plain driver connection (the lane) to the database at `url` (its
+    password is hidden wherever the driver quoted it), as the StoreError a caller sees."""
+    if isinstance(error, StoreError):
+        return error
+    if isinstance(error, OSError):  # asyncio's TimeoutError and lost sockets included
         message = f"database connection failed: {describe(error)}"
     elif from_database(error):
-        message = f"database error: {describe(error)}"
+        message = f"database error: {_cured(describe(error))}"
     else:
         message = f"the store failed: {describe(error)}"
-    return StoreError(hide_password(message, engine.url))
+    return StoreError(hide_password(message, url))
 
 
 def from_database(error: BaseException) -> bool:
     """Whether `error` came from SQLAlchemy or a database driver (not from a caller's code)."""
-    return isinstance(error, SQLAlchemyError) or type(error).__module__.split(".")[0] in _DRIVERS
+    return _is_sqlalchemy_error(error) or type(error).__module__.split(".")[0] in _DRIVERS
+
+
+def _is_sqlalchemy_error(error: BaseException) -> bool:
+    # no SQLAlchemy error can exist in a process that never imported it (a lean worker)
+    if "sqlalchemy.exc" not in sys.modules:
+        return False
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return isinstance(error, SQLAlchemyError)
 
 
 def locked(error: Exception) -> bool:
     """SQLite met a write lock it could not take within its busy timeout: worth retrying."""
+    from sqlalchemy.exc import OperationalError
+
     if not isinstance(error, OperationalError):
         return False
     text = str(error.orig).lower()
@@ -58,7 +83,11 @@ def locked(error: Exception) -> bool:
 
 def reason(error: DBAPIError) -> str:
     """The driver's first line, with the cure when ket's tables are missing."""
-    text = _first_line(str(error.orig)) if error.orig else _first_line(str(error))
+    return _cured(_first_line(str(error.orig)) if error.orig else _first_line(str(error)))
+
+
+def _cured(text: str) -> str:
+    """`text`, with the cure when it says that ket's tables are missing."""
     if any(m in text for m in _MISSING_TABLE) and (
         "no such table" in text or "does not exist" in text
     ):
@@ -66,7 +95,7 @@ def reason(error: DBAPIError) -> str:
     return text
 
 
-def hide_password(message: str, url: URL) -> str:
+def hide_password(message: str, url: Any) -> str:
     """`message` with the URL's password, wherever a driver quoted it, replaced by ***."""
     password = url.password
     if password:
@@ -75,6 +104,8 @@ def hide_password(message: str, url: URL) -> str:
 
 
 def _pool_exhausted(engine: AsyncEngine | Engine) -> str:
+    from sqlalchemy.pool import QueuePool
+
     pool = engine.pool
     advice = "every connection is in use; hold them for less time, or raise pool_size"
     if not isinstance(pool, QueuePool):  # only a queue pool makes callers wait for a connection

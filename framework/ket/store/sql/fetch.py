@@ -1,30 +1,36 @@
 """Running statements and taking their rows, on an engine connection or a lane connection.
 
-`Rows` is what the store's hot operations are written against, once: `EngineRows` runs them on a
-SQLAlchemy connection (SQLite, and a caller's own connection), `lane.LaneConnection` on a plain
-psycopg connection (PostgreSQL).
+`Rows` is what the store's operations are written against, once, naming statements by their
+handles (statement.py): `EngineRows` runs them on a SQLAlchemy connection (SQLite, a caller's own
+connection, the operator commands), `lane.LaneConnection` on a plain psycopg connection
+(PostgreSQL), with their generated text and no SQLAlchemy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from ket.store.sql.statement import Statement, built
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 
 class Rows(Protocol):
     """A connection that runs the store's statements (inside whatever transaction it is in)."""
 
-    async def rows(self, statement: Any, params: dict[str, Any] | None = None) -> list[Any]:
-        """Every row the statement returns; fields by name."""
+    dialect: str
+
+    async def rows(self, statement: Statement, params: dict[str, Any] | None = None) -> list[Any]:
+        """Every row the statement returns (none without RETURNING); fields by name."""
         ...
 
-    async def tuples(self, statement: Any, params: dict[str, Any] | None = None) -> list[Any]:
+    async def tuples(self, statement: Statement, params: dict[str, Any] | None = None) -> list[Any]:
         """Every row the statement returns; fields by position (by name too where cheap)."""
         ...
 
-    async def many(self, statement: Any, params: Sequence[dict[str, Any]]) -> list[Any]:
+    async def many(self, statement: Statement, params: Sequence[dict[str, Any]]) -> list[Any]:
         """The statement once per parameter set; the rows of each, in order."""
         ...
 
@@ -38,14 +44,16 @@ class EngineRows:
 
     def __init__(self, connection: AsyncConnection) -> None:
         self.connection = connection
+        self.dialect: str = connection.dialect.name
 
-    async def rows(self, statement: Any, params: dict[str, Any] | None = None) -> list[Any]:
-        return await fetch_all(self.connection, statement, params)
+    async def rows(self, statement: Statement, params: dict[str, Any] | None = None) -> list[Any]:
+        result = await self.connection.execute(built(statement, self.dialect), params)
+        return list(result.all()) if result.returns_rows else []
 
     tuples = rows
 
-    async def many(self, statement: Any, params: Sequence[dict[str, Any]]) -> list[Any]:
-        result = await self.connection.execute(statement, list(params))
+    async def many(self, statement: Statement, params: Sequence[dict[str, Any]]) -> list[Any]:
+        result = await self.connection.execute(built(statement, self.dialect), list(params))
         return list(result.all()) if result.returns_rows else []
 
     async def copy(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -59,12 +67,12 @@ class EngineRows:
 async def fetch_all(
     connection: AsyncConnection, statement: Any, params: dict[str, Any] | None = None
 ) -> list[Any]:
-    """Every row the statement returns."""
+    """Every row the statement (a SQLAlchemy one) returns."""
     return list((await connection.execute(statement, params)).all())
 
 
 async def fetch_one(
     connection: AsyncConnection, statement: Any, params: dict[str, Any] | None = None
 ) -> Any:
-    """The first row the statement returns, or None."""
+    """The first row the statement (a SQLAlchemy one) returns, or None."""
     return (await connection.execute(statement, params)).first()

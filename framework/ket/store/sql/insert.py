@@ -12,29 +12,17 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
-from typing import Any
-
-from sqlalchemy import (
-    Connection,
-    Executable,
-    Text,
-    bindparam,
-    case,
-    cast,
-    func,
-    insert,
-    literal_column,
-    select,
-    text,
-)
-from sqlalchemy.dialects import postgresql, sqlite
+from typing import TYPE_CHECKING, Any
 
 from ket.errors import StoreError
-from ket.store.sql.column import Instant
+from ket.store.sql import statement as stmt
 from ket.store.sql.fetch import Rows
 from ket.store.sql.now import TimeSql
-from ket.store.sql.schema import ACTIVE, UNIQUE_ACTIVE, jobs
+from ket.store.sql.statement import Statement, built
 from ket.store.types import Inserted, NewJob
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 CHANNEL = "ket_jobs"
 _UNIQUE_TRIES = 5
@@ -66,7 +54,7 @@ _COPY_COLUMNS = (
 class Step:
     """One statement to run, with its parameters (a list: executemany)."""
 
-    statement: Executable
+    statement: Statement
     parameters: dict[str, Any] | list[dict[str, Any]] | None = field(default=None)
 
 
@@ -98,7 +86,14 @@ class InsertSql:
 
 @cache
 def insert_sql(dialect: str) -> InsertSql:
-    """The cached insert statements for `dialect`."""
+    """The cached insert statements for `dialect` (SQLAlchemy Core: the lane runs their
+    generated text, see statement.py)."""
+    from sqlalchemy import Text, bindparam, case, cast, func, insert, literal_column, select, text
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    from ket.store.sql.column import Instant
+    from ket.store.sql.schema import ACTIVE, UNIQUE_ACTIVE, jobs
+
     time = TimeSql(dialect)
     now = time.now()
     run_at = func.coalesce(bindparam("p_run_at", type_=Instant), now)
@@ -166,36 +161,37 @@ def insert_plan(
     `now` None means the database's time. `write_locked` says a SQLite transaction holds the
     write lock from its start (the store's own transactions do; an application's may not).
     """
-    sql = insert_sql(dialect)
     results: list[Inserted | None] = [None] * len(batch)
     plain = [i for i, job in enumerate(batch) if job.unique_key is None]
     if plain and len(plain) >= COPY_FROM:
         jobs_, texts = [batch[i] for i in plain], [payloads[i] for i in plain]
         if dialect == "postgresql":
-            ids = yield from _copy(sql, jobs_, texts, now)
+            ids = yield from _copy(jobs_, texts, now)
         elif write_locked:
-            ids = yield from _numbered(sql, jobs_, texts, now)
+            ids = yield from _numbered(jobs_, texts, now)
         else:
             pairs = zip(jobs_, texts, strict=True)
-            rows = yield Step(sql.plain, [_parameters(j, p, now) for j, p in pairs])
+            rows = yield Step(stmt.INSERT_PLAIN, [_parameters(j, p, now) for j, p in pairs])
             ids = [row.id for row in rows]
         for index, job_id in zip(plain, ids, strict=True):
             results[index] = Inserted(id=job_id, coalesced=False)
     elif plain:
-        rows = yield Step(sql.plain, [_parameters(batch[i], payloads[i], now) for i in plain])
+        rows = yield Step(
+            stmt.INSERT_PLAIN, [_parameters(batch[i], payloads[i], now) for i in plain]
+        )
         for index, row in zip(plain, rows, strict=True):
             results[index] = Inserted(id=row.id, coalesced=False)
     for index, job in enumerate(batch):
         if job.unique_key is not None:
-            results[index] = yield from _insert_unique(sql, job, payloads[index], now)
+            results[index] = yield from _insert_unique(job, payloads[index], now)
     return [r for r in results if r is not None]
 
 
 def _copy(
-    sql: InsertSql, batch: Sequence[NewJob], payloads: Sequence[str], now: datetime | None
+    batch: Sequence[NewJob], payloads: Sequence[str], now: datetime | None
 ) -> Generator[Step | Copy, list[Any], list[int]]:
     """Reserve ids and read the transaction's now in one round trip, then COPY the rows."""
-    [row] = yield Step(sql.reserve_ids, {"n": len(batch), "now": now})
+    [row] = yield Step(stmt.INSERT_RESERVE_IDS, {"n": len(batch), "now": now})
     ids: list[int] = sorted(row.ids)  # array_agg keeps no order of its own
     moment: datetime = row.now
     copied = []
@@ -227,18 +223,18 @@ def _copy(
 
 
 def _numbered(
-    sql: InsertSql, batch: Sequence[NewJob], payloads: Sequence[str], now: datetime | None
+    batch: Sequence[NewJob], payloads: Sequence[str], now: datetime | None
 ) -> Generator[Step | Copy, list[Any], list[int]]:
     """SQLite: number the rows ourselves and insert them without RETURNING.
 
     Every SQLite transaction holds the write lock from its BEGIN IMMEDIATE, so nobody else can
     take ids between reading the sequence and inserting; AUTOINCREMENT never reuses them.
     """
-    rows = yield Step(sql.last_id)
+    rows = yield Step(stmt.INSERT_LAST_ID)
     first = (rows[0].seq if rows else 0) + 1
     ids = list(range(first, first + len(batch)))
     yield Step(
-        sql.numbered,
+        stmt.INSERT_NUMBERED,
         [
             {**_parameters(job, payload, now), "p_id": job_id}
             for job_id, job, payload in zip(ids, batch, payloads, strict=True)
@@ -248,13 +244,13 @@ def _numbered(
 
 
 def _insert_unique(
-    sql: InsertSql, job: NewJob, payload: str, now: datetime | None
+    job: NewJob, payload: str, now: datetime | None
 ) -> Generator[Step, list[Any], Inserted]:
     for _ in range(_UNIQUE_TRIES):
-        rows = yield Step(sql.ignoring_unique, _parameters(job, payload, now))
+        rows = yield Step(stmt.INSERT_IGNORING_UNIQUE, _parameters(job, payload, now))
         if rows:
             return Inserted(id=rows[0].id, coalesced=False)
-        rows = yield Step(sql.holder, {"p_name": job.name, "p_unique_key": job.unique_key})
+        rows = yield Step(stmt.INSERT_HOLDER, {"p_name": job.name, "p_unique_key": job.unique_key})
         if rows:
             return Inserted(id=rows[0].id, coalesced=True)
         # the holder finished between the two statements: the key is free, try again
@@ -319,7 +315,8 @@ def run_sync(connection: Connection, plan: Plan) -> list[Inserted]:
                         copy.write_row(row)
                 step = plan.send([])
                 continue
-            result = connection.execute(step.statement, step.parameters)
+            statement = built(step.statement, connection.dialect.name)
+            result = connection.execute(statement, step.parameters)
             step = plan.send(list(result.all()) if result.returns_rows else [])
     except StopIteration as done:
         value: list[Inserted] = done.value

@@ -6,80 +6,76 @@ is more than the statement itself costs the database. The lane runs the *same* s
 once as SQLAlchemy Core in query.py and insert.py and compiled here once to PostgreSQL text, on
 plain psycopg connections, prepared on the server: about 0.08 ms per operation.
 
-The lane serves claims, settlements, heartbeats, rescues and inserts; everything else (model rows,
-a caller's transaction, operator commands, migrations) keeps using the engine. A lane's pool is
-small and lazy: it opens a connection when no idle one is left and fewer than `size` are open,
-drops one that broke, and makes a caller wait at most `timeout` seconds for a free one.
+The statements' PostgreSQL text is generated ahead of time (postgres_text.py, see statement.py),
+so the lane imports no SQLAlchemy: a worker whose handlers use neither `ctx.db` nor `ctx.tx`
+never loads it. The lane serves everything a worker runs (claims, settlements, heartbeats,
+rescues, inserts, schedule ticks, pruning, VACUUM, the sent ledger, the clock); the rest (model
+rows, a caller's transaction, operator commands, migrations) uses the engine, made on first use.
+
+A lane's pool is small and lazy: it opens a connection when no idle one is left and fewer than
+`size` are open, drops one that broke, and makes a caller wait at most `timeout` seconds for a
+free one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
-from sqlalchemy import URL
-from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
 from ket.errors import StoreError
+from ket.store.sql.address import psycopg_params
+from ket.store.sql.postgres_text import TEXT
+from ket.store.sql.statement import Compiled, Statement
+from ket.store.url import DatabaseUrl
 
 T = TypeVar("T")
 
-_DIALECT = PGDialect_psycopg()  # type: ignore[no-untyped-call]
+
+def text_of(statement: Statement) -> Compiled:
+    """The generated PostgreSQL text of `statement`."""
+    return TEXT[statement.key]
 
 
-@dataclass(frozen=True, slots=True)
-class Compiled:
-    """A statement as PostgreSQL text, with the values SQLAlchemy bound into it."""
-
-    text: str
-    constants: dict[str, Any]
-    returning: bool  # it returns rows
-
-    def params(self, given: dict[str, Any] | None) -> dict[str, Any]:
-        return {**self.constants, **given} if given else dict(self.constants)
-
-
-@functools.lru_cache(maxsize=256)  # the store's statements are module constants: a few dozen
 def compiled(statement: Any) -> Compiled:
-    """`statement` (a constant SQLAlchemy Core statement) compiled once for psycopg."""
-    done = statement.compile(dialect=_DIALECT)
-    constants = {
-        name: bind.effective_value for bind, name in done.bind_names.items() if not bind.required
-    }
-    return Compiled(text=done.string, constants=constants, returning=bool(done.returning))
+    """`statement` (a SQLAlchemy Core statement) compiled for psycopg, as postgres_text.py is
+    generated (imports SQLAlchemy; for tools and tests)."""
+    from ket.store.sql.generation import compiled as compile_now
+
+    return compile_now(statement)
 
 
 class LaneConnection:
     """One checked-out lane connection: statements run prepared, rows come back as named tuples."""
 
+    dialect = "postgresql"
+
     def __init__(self, connection: psycopg.AsyncConnection[Any]) -> None:
         self.raw = connection
 
-    async def rows(self, statement: Any, params: dict[str, Any] | None = None) -> list[Any]:
+    async def rows(self, statement: Statement, params: dict[str, Any] | None = None) -> list[Any]:
         """Every row `statement` returns (none for a statement without RETURNING)."""
-        sql = compiled(statement)
+        sql = text_of(statement)
         async with self.raw.cursor(row_factory=namedtuple_row) as cursor:
             await cursor.execute(sql.text, sql.params(params), prepare=True)
             return await cursor.fetchall() if cursor.description is not None else []
 
-    async def tuples(self, statement: Any, params: dict[str, Any] | None = None) -> list[Any]:
+    async def tuples(self, statement: Statement, params: dict[str, Any] | None = None) -> list[Any]:
         """Every row as a plain tuple, in the statement's column order (the claim's hot path)."""
-        sql = compiled(statement)
+        sql = text_of(statement)
         async with self.raw.cursor() as cursor:
             await cursor.execute(sql.text, sql.params(params), prepare=True)
             return await cursor.fetchall()
 
-    async def many(self, statement: Any, params: Sequence[dict[str, Any]]) -> list[Any]:
+    async def many(self, statement: Statement, params: Sequence[dict[str, Any]]) -> list[Any]:
         """Run `statement` once per parameter set (pipelined); the rows of each, in order."""
-        sql = compiled(statement)
+        sql = text_of(statement)
         async with self.raw.cursor(row_factory=namedtuple_row) as cursor:
             await cursor.executemany(
                 sql.text, [sql.params(p) for p in params], returning=sql.returning
@@ -102,11 +98,10 @@ class Lane:
     """A small pool of psycopg connections to one PostgreSQL database."""
 
     def __init__(
-        self, url: URL, *, size: int, timeout: float, connect_args: dict[str, Any]
+        self, url: DatabaseUrl, *, size: int, timeout: float, connect_args: dict[str, Any]
     ) -> None:
         # the URL's parts as SQLAlchemy's psycopg dialect passes them, so that both agree
-        _, params = _DIALECT.create_connect_args(url.set(drivername="postgresql+psycopg"))  # type: ignore[no-untyped-call]
-        self._connect_args = {**params, **connect_args}
+        self._connect_args = {**psycopg_params(url), **connect_args}
         self.size = size
         self.timeout = timeout
         self._idle: deque[psycopg.AsyncConnection[Any]] = deque()

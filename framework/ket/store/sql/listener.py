@@ -38,12 +38,11 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from sqlalchemy import make_url
-from sqlalchemy.exc import ArgumentError
 
 from ket.store.database_url import shown_url
-from ket.store.sql.engine import POSTGRES_CONNECT_ARGS
+from ket.store.sql.address import POSTGRES_CONNECT_ARGS
 from ket.store.sql.insert import CHANNEL
+from ket.store.url import UrlSyntaxError, make_url
 from ket.store.wakeup import Wakeups
 
 log = logging.getLogger("ket.store.listener")
@@ -103,7 +102,7 @@ def describe(dsn: str) -> str:
     """The DSN as logs may show it: the password hidden."""
     try:
         return shown_url(make_url(dsn))
-    except ArgumentError:  # a key=value conninfo string
+    except UrlSyntaxError:  # a key=value conninfo string
         params = {key: str(value) for key, value in conninfo_to_dict(dsn).items()}
         if "password" in params:
             params["password"] = "***"

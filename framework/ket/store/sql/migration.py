@@ -135,6 +135,18 @@ MIGRATIONS: tuple[Migration, ...] = (
         },
     ),
 )
+MIGRATIONS += (
+    Migration(
+        version=2,
+        name="schedules can be paused",
+        statements={
+            "postgresql": (
+                "ALTER TABLE ket_schedules ADD COLUMN paused BOOLEAN NOT NULL DEFAULT false",
+            ),
+            "sqlite": ("ALTER TABLE ket_schedules ADD COLUMN paused BOOLEAN NOT NULL DEFAULT 0",),
+        },
+    ),
+)
 LATEST = MIGRATIONS[-1].version
 
 _LEDGER = {

@@ -10,12 +10,12 @@ this process, always gets the instants from Python.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
-
-from sqlalchemy import ColumnElement, Float, bindparam, func, literal_column, type_coerce
+from typing import TYPE_CHECKING, Any
 
 from ket.errors import JobRejected
-from ket.store.sql.column import Instant
+
+if TYPE_CHECKING:
+    from sqlalchemy import ColumnElement
 
 
 def time_params(now: datetime | None, **offsets: float) -> dict[str, Any]:
@@ -37,13 +37,18 @@ def _later(now: datetime, seconds: float, name: str) -> datetime:
 
 
 class TimeSql:
-    """The SQL for now and now + offsets, in one dialect."""
+    """The SQL for now and now + offsets, in one dialect (statement builders only: imports
+    SQLAlchemy, which `time_params` does not)."""
 
     def __init__(self, dialect: str) -> None:
         self.database_time = dialect == "postgresql"
 
     def now(self) -> ColumnElement[Any]:
         """The operation's now (parameter `now`)."""
+        from sqlalchemy import bindparam, func, type_coerce
+
+        from ket.store.sql.column import Instant
+
         given = bindparam("now", type_=Instant)
         if not self.database_time:
             return given
@@ -51,6 +56,10 @@ class TimeSql:
 
     def at(self, name: str) -> ColumnElement[Any]:
         """Now + `<name>_s` seconds (parameters `<name>_at` and `<name>_s`)."""
+        from sqlalchemy import Float, bindparam, func, literal_column, type_coerce
+
+        from ket.store.sql.column import Instant
+
         given = bindparam(f"{name}_at", type_=Instant)
         if not self.database_time:
             return given

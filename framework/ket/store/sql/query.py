@@ -1,7 +1,9 @@
 """The SQL store's statements, built once per dialect, and their rows as contract types.
 
 Every statement here is a constant: values, times included, arrive as named parameters (see
-now.py). SQLAlchemy compiles each once and psycopg prepares the hot ones on the server.
+now.py). The store names them by their handles (statement.py); the engine compiles each once,
+the PostgreSQL lane runs their generated text (postgres_text.py), prepared on the server. A
+changed or added statement needs `python3 -m ket.store.sql.generation --write`.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from sqlalchemy import (
     any_,
     bindparam,
     case,
+    delete,
     func,
     insert,
+    literal_column,
     select,
     tuple_,
     update,
@@ -32,6 +36,7 @@ from ket.store.sql.column import from_micros
 from ket.store.sql.insert import CHANNEL
 from ket.store.sql.now import TimeSql
 from ket.store.sql.schema import (
+    ACTIVE,
     EXECUTING,
     RUNNABLE,
     TERMINAL,
@@ -40,9 +45,12 @@ from ket.store.sql.schema import (
     schedule_fires,
     schedules,
 )
-from ket.store.types import ClaimedJob, ErrorRecord, JobQuery, JobRecord, JobStats
+from ket.store.types import RETRY_STATES, ErrorRecord, JobQuery, JobRecord, JobStats
 
-_CLAIMED = (
+# what an operator's retry takes (literal SQL, as schema.py's predicates)
+_RETRYABLE = jobs.c.state.in_([literal_column(f"'{s}'") for s in RETRY_STATES])
+
+_CLAIMED = (  # the order statement.claimed_job reads
     jobs.c.id,
     jobs.c.name,
     jobs.c.queue,
@@ -73,21 +81,24 @@ class Statements:
     heartbeat: Any
     rescue: Any
     lock_job: Any
+    # an operator's cancel and retry, of one job or a batch (bulk.py): parameter `ids`
+    cancel_now: Any
+    request_cancel: Any
+    make_available: Any
+    active_holders: Any  # parameter `keys`
     prunable: Any
+    prune_errors: Any  # parameter `ids`
+    prune_jobs: Any  # parameter `ids`
+    schedule_states: Any  # parameter `schedule_ids`
     schedule_install: Any
     schedule_move: Any
+    schedule_pause: Any  # an operator's pause or resume; a row when it changed
     record_fire: Any
+    schedule_fires: Any  # the ledger of one schedule, newest first
     counts: Any
     oldest: Any
     clock: Any  # the database's now (or the test clock's, passed as `now`)
     notify: Any  # None where the database has no NOTIFY (SQLite)
-    arrays: bool  # (id, fence) pairs travel as two arrays (PostgreSQL), not an expanding IN
-
-    def pairs(self, pairs: Sequence[tuple[int, int]]) -> dict[str, Any]:
-        """The parameters naming (id, fence) pairs for complete_many and heartbeat."""
-        if self.arrays:
-            return {"ids": [p[0] for p in pairs], "fences": [p[1] for p in pairs]}
-        return {"pairs": list(pairs)}
 
 
 @cache
@@ -124,15 +135,44 @@ def statements(dialect: str) -> Statements:
         .returning(jobs.c.id, jobs.c.cancel_requested),
         rescue=_rescue(time),
         lock_job=select(jobs).where(jobs.c.id == bindparam("p_id")).with_for_update(),
+        cancel_now=update(jobs)
+        .where(among(dialect, jobs.c.id, "ids", BigInteger), RUNNABLE)
+        .values(state="cancelled", finished_at=now),
+        request_cancel=update(jobs)
+        .where(among(dialect, jobs.c.id, "ids", BigInteger), EXECUTING)
+        .values(cancel_requested=True),
+        make_available=update(jobs)
+        .where(among(dialect, jobs.c.id, "ids", BigInteger), _RETRYABLE)
+        .values(
+            state="available",
+            run_at=now,
+            finished_at=None,
+            # a job that used all its attempts gets one more
+            max_attempts=case(
+                (jobs.c.attempt >= jobs.c.max_attempts, jobs.c.attempt + 1),
+                else_=jobs.c.max_attempts,
+            ),
+            cancel_requested=False,
+        ),
+        active_holders=select(jobs.c.id, jobs.c.name, jobs.c.unique_key).where(
+            among(dialect, jobs.c.unique_key, "keys", Text), ACTIVE
+        ),
         prunable=select(jobs.c.id)
         .where(
             TERMINAL,
-            jobs.c.state.in_(bindparam("states", expanding=True)),
+            among(dialect, jobs.c.state, "states", Text),
             jobs.c.finished_at <= time.at("retention"),
         )
         .order_by(jobs.c.finished_at, jobs.c.id)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True),
+        prune_errors=delete(job_errors).where(
+            among(dialect, job_errors.c.job_id, "ids", BigInteger)
+        ),
+        prune_jobs=delete(jobs).where(among(dialect, jobs.c.id, "ids", BigInteger)),
+        schedule_states=select(schedules).where(
+            among(dialect, schedules.c.schedule_id, "schedule_ids", Text)
+        ),
         schedule_install=dialect_insert(schedules)
         .values(
             schedule_id=bindparam("p_schedule_id"),
@@ -152,7 +192,26 @@ def statements(dialect: str) -> Statements:
             fingerprint=bindparam("p_fingerprint"),
             last_tick=bindparam("p_tick", type_=schedules.c.last_tick.type),
             updated_at=now,
-        ),
+        )
+        .returning(schedules.c.schedule_id),  # a row when it moved (the lane has no rowcount)
+        schedule_pause=dialect_insert(schedules)
+        .values(
+            schedule_id=bindparam("p_schedule_id"),
+            fingerprint="",  # not installed yet: the first sweep installs it, still paused
+            last_tick=now,
+            updated_at=now,
+            paused=bindparam("p_paused"),
+        )
+        .on_conflict_do_update(
+            index_elements=[schedules.c.schedule_id],
+            set_={"paused": bindparam("p_paused"), "updated_at": now},
+            where=schedules.c.paused != bindparam("p_paused"),
+        )
+        .returning(schedules.c.schedule_id),
+        schedule_fires=select(schedule_fires)
+        .where(schedule_fires.c.schedule_id == bindparam("p_schedule_id"))
+        .order_by(schedule_fires.c.tick.desc(), schedule_fires.c.id.desc())
+        .limit(bindparam("limit")),
         record_fire=insert(schedule_fires).values(
             schedule_id=bindparam("p_schedule_id"),
             fingerprint=bindparam("p_fingerprint"),
@@ -174,8 +233,15 @@ def statements(dialect: str) -> Statements:
         ),
         clock=select(now.label("now")),
         notify=_notify() if dialect == "postgresql" else None,
-        arrays=dialect == "postgresql",
     )
+
+
+def among(dialect: str, column: Any, name: str, kind: Any) -> Any:
+    """`column` is one of the list parameter `name`: `= ANY(array)` on PostgreSQL (one text,
+    prepared once, whatever the list's length), an expanding IN on SQLite."""
+    if dialect == "postgresql":
+        return column == any_(bindparam(name, type_=postgresql.ARRAY(kind)))
+    return column.in_(bindparam(name, expanding=True))
 
 
 def _held(dialect: str) -> Any:
@@ -303,28 +369,6 @@ def errors_of(ids: Sequence[int]) -> Any:
         select(job_errors)
         .where(job_errors.c.job_id.in_(ids))
         .order_by(job_errors.c.job_id, job_errors.c.id)
-    )
-
-
-def claimed_job(row: Any) -> ClaimedJob:
-    """A claim's row (its fields in _CLAIMED order) as a ClaimedJob."""
-    return ClaimedJob(
-        id=row[0],
-        name=row[1],
-        queue=row[2],
-        payload=row[3],
-        payload_version=row[4],
-        priority=row[5],
-        attempt=row[6],
-        max_attempts=row[7],
-        unique_key=row[8],
-        company=row[9],
-        run_at=row[10],
-        enqueued_at=row[11],
-        lease_until=row[12],
-        fence=row[13],
-        tick=row[14],
-        ticks_skipped=row[15],
     )
 
 

@@ -5,34 +5,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from ket.store.sql.fetch import EngineRows, fetch_all
+from ket.store.sql import statement as stmt
+from ket.store.sql.fetch import Rows
 from ket.store.sql.insert import insert_plan, run_plan
-from ket.store.sql.query import Statements
-from ket.store.sql.schema import schedule_fires, schedules
-from ket.store.types import Fire, ScheduleState, TickClaim, TickResult
+from ket.store.types import Fire, Inserted, NewJob, ScheduleState, TickClaim, TickResult
 
 
-async def states(conn: AsyncConnection, schedule_ids: Sequence[str]) -> dict[str, ScheduleState]:
+async def states(rows: Rows, schedule_ids: Sequence[str]) -> dict[str, ScheduleState]:
     """The state rows of these schedules (absent: never installed)."""
-    statement = select(schedules).where(schedules.c.schedule_id.in_(schedule_ids))
+    found = await rows.rows(stmt.SCHEDULE_STATES, {"schedule_ids": list(schedule_ids)})
     return {
         row.schedule_id: ScheduleState(
-            schedule_id=row.schedule_id, fingerprint=row.fingerprint, last_tick=row.last_tick
+            schedule_id=row.schedule_id,
+            fingerprint=row.fingerprint,
+            last_tick=row.last_tick,
+            paused=bool(row.paused),
         )
-        for row in await fetch_all(conn, statement)
+        for row in found
     }
 
 
 async def claim_tick(
-    conn: AsyncConnection,
-    sql: Statements,
-    dialect: str,
-    now: datetime | None,
-    claim: TickClaim,
-    payloads: Sequence[str],
+    rows: Rows, now: datetime | None, claim: TickClaim, payloads: Sequence[str]
 ) -> TickResult:
     """Install, or move the row by compare-and-set; the winner inserts its job and a fire."""
     params = {
@@ -42,30 +36,48 @@ async def claim_tick(
         "p_tick": claim.tick,
     }
     if claim.expected is None:
-        return TickResult(won=bool(await fetch_all(conn, sql.schedule_install, params)))
+        return TickResult(won=bool(await rows.rows(stmt.SCHEDULE_INSTALL, params)))
     expected = {
         "p_expected_fingerprint": claim.expected.fingerprint,
         "p_expected_tick": claim.expected.last_tick,
     }
-    moved = await conn.execute(sql.schedule_move, {**params, **expected})
-    if moved.rowcount != 1:
+    moved = await rows.rows(stmt.SCHEDULE_MOVE, {**params, **expected})
+    if len(moved) != 1:
         return TickResult(won=False)
     if claim.job is None:
         return TickResult(won=True)
-    [inserted] = await run_plan(EngineRows(conn), insert_plan(dialect, now, [claim.job], payloads))
+    [inserted] = await run_plan(rows, insert_plan(rows.dialect, now, [claim.job], payloads))
     fire = {**params, "p_skipped": claim.skipped, "p_job_id": inserted.id}
-    await conn.execute(sql.record_fire, fire)
+    await rows.rows(stmt.RECORD_FIRE, fire)
     return TickResult(won=True, job=inserted)
 
 
-async def fires(conn: AsyncConnection, schedule_id: str, limit: int) -> list[Fire]:
+async def pause(rows: Rows, now: datetime | None, schedule_id: str, paused: bool) -> bool:
+    """Pause or resume; True when the row changed (a schedule never swept gets a row)."""
+    params = {"now": now, "p_schedule_id": schedule_id, "p_paused": paused}
+    return bool(await rows.rows(stmt.SCHEDULE_PAUSE, params))
+
+
+async def run_now(
+    rows: Rows, now: datetime | None, schedule_id: str, fingerprint: str, job: NewJob, payload: str
+) -> Inserted:
+    """Insert the schedule's job and its fire, as a tick would, without moving the schedule."""
+    [inserted] = await run_plan(rows, insert_plan(rows.dialect, now, [job], [payload]))
+    fire = {
+        "now": now,
+        "p_schedule_id": schedule_id,
+        "p_fingerprint": fingerprint,
+        "p_tick": job.tick,
+        "p_skipped": 0,
+        "p_job_id": inserted.id,
+    }
+    await rows.rows(stmt.RECORD_FIRE, fire)
+    return inserted
+
+
+async def fires(rows: Rows, schedule_id: str, limit: int) -> list[Fire]:
     """The schedule's fire ledger, newest first."""
-    statement = (
-        select(schedule_fires)
-        .where(schedule_fires.c.schedule_id == schedule_id)
-        .order_by(schedule_fires.c.tick.desc(), schedule_fires.c.id.desc())
-        .limit(limit)
-    )
+    found = await rows.rows(stmt.SCHEDULE_FIRES, {"p_schedule_id": schedule_id, "limit": limit})
     return [
         Fire(
             schedule_id=row.schedule_id,
@@ -75,5 +87,5 @@ async def fires(conn: AsyncConnection, schedule_id: str, limit: int) -> list[Fir
             job_id=row.job_id,
             fired_at=row.fired_at,
         )
-        for row in await fetch_all(conn, statement)
+        for row in found
     ]

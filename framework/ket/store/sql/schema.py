@@ -17,6 +17,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    false,
     literal_column,
 )
 
@@ -113,6 +114,8 @@ schedules = Table(
     Column("fingerprint", Text, nullable=False),
     Column("last_tick", Instant, nullable=False),
     Column("updated_at", Instant, nullable=False),
+    # an operator's pause: every replica's sweep leaves the schedule's ticks unfired
+    Column("paused", Boolean, nullable=False, server_default=false()),
 )
 
 schedule_fires = Table(

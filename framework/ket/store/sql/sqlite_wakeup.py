@@ -36,11 +36,13 @@ import stat
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-
-from sqlalchemy import URL
+from typing import TYPE_CHECKING
 
 from ket.store.database_file import sqlite_path
 from ket.store.wakeup import Wakeups, shared
+
+if TYPE_CHECKING:
+    from ket.store.url import UrlLike
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +68,7 @@ class WakeFolder:
         self.path = path
 
     @classmethod
-    def of(cls, url: str | URL) -> WakeFolder | None:
+    def of(cls, url: UrlLike) -> WakeFolder | None:
         """The folder beside a SQLite URL's file (its real path, so every process agrees on it);
         None for other databases and `file:` URIs."""
         database = sqlite_path(url)
@@ -146,7 +148,7 @@ class FolderWakeups(Wakeups):
         super().notify(queues)
 
 
-def shared_wakeups(key: str, url: str | URL) -> Wakeups:
+def shared_wakeups(key: str, url: UrlLike) -> Wakeups:
     """The process-wide Wakeups of a SQLite file: a FolderWakeups when it has a wake folder."""
     folder = WakeFolder.of(url)
     if folder is None:

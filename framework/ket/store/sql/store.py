@@ -1,34 +1,36 @@
-"""SqlStore: the job store on PostgreSQL (psycopg 3, async) and SQLite (aiosqlite)."""
+"""SqlStore: the job store on PostgreSQL (psycopg 3, async) and SQLite (aiosqlite).
+
+On PostgreSQL every operation a worker runs goes through the lane (lane.py: plain psycopg
+connections running the statements' generated text), and the SQLAlchemy engine is made on first
+use (model rows, a caller's transaction, operator commands, migrations): a worker whose handlers
+use neither `ctx.db` nor `ctx.tx` never imports SQLAlchemy. SQLite has no lane: its engine is
+made at open.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import Any, TypeVar
-
-from sqlalchemy import URL, Connection, select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ket.errors import StoreError
 from ket.store import validate
 from ket.store.clock import Clock
 from ket.store.failure import Translate, translated
-from ket.store.sql import bulk, command, ledger, query, schedule, sqlite_wakeup
+from ket.store.sql import bulk, command, schedule
 from ket.store.sql import listener as listening
-from ket.store.sql.engine import create_engine, libpq_dsn, parse_url, postgres_connect_args
-from ket.store.sql.failure import database_error, from_database, locked
-from ket.store.sql.fetch import EngineRows, Rows, fetch_all, fetch_one
-from ket.store.sql.insert import insert_plan, insert_sql, run_plan, run_sync, wake_queues
-from ket.store.sql.lane import Lane, compiled
-from ket.store.sql.migration import migrate
+from ket.store.sql import statement as stmt
+from ket.store.sql.address import SYNCHRONOUS, libpq_dsn, parse_url, postgres_connect_args
+from ket.store.sql.failure import database_error, driver_error, from_database, locked
+from ket.store.sql.fetch import EngineRows, Rows, fetch_all
+from ket.store.sql.insert import insert_plan, run_plan, run_sync, wake_queues
+from ket.store.sql.lane import Lane
 from ket.store.sql.now import time_params
-from ket.store.sql.records import RecordCall, SqlRecords, install
-from ket.store.sql.schema import jobs
-from ket.store.sql.vacuum import vacuum_jobs
+from ket.store.sql.vacuum import table_health, vacuum_jobs
 from ket.store.types import (
     BulkApplied,
     BulkBatch,
@@ -59,11 +61,21 @@ from ket.store.types import (
     Vacuumed,
     Where,
 )
+from ket.store.url import DatabaseUrl
 from ket.store.wakeup import Wakeups, shared
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+    from ket.store.sql.records import RecordCall, SqlRecords
+    from ket.store.url import UrlLike
 
 T = TypeVar("T")
 _LOCKED_RETRIES = 8
 _KEY_RACES = 3  # times a bulk batch runs when a racing insert takes a unique key it retries
+# `ket jobs stats` names the transactions open on the tenant database for longer than this
+LONG_TRANSACTION_SECONDS = 60.0
 # outcomes whose error text, when given, goes in the job's history (a snooze's is its note)
 _RECORDS_ERROR = frozenset({"retryable", "discarded", "cancelled", "snoozed"})
 # outcomes that, with no delay, make the job claimable at once: its queue's waiters are woken
@@ -71,46 +83,49 @@ _RUNNABLE_AGAIN = frozenset({"retryable", "snoozed"})
 
 
 class SqlStore:
-    """Jobs in a PostgreSQL or SQLite database, through SQLAlchemy Core.
+    """Jobs in a PostgreSQL or SQLite database.
 
     Open one with `await SqlStore.open(url)`; `clock` replaces the database's time (tests). On
-    PostgreSQL the hot operations (claim, settle, heartbeat, rescue, insert) run the same
-    statements through a lane of plain psycopg connections (lane.py).
+    PostgreSQL the operations of a worker run on a lane of plain psycopg connections (lane.py);
+    the SQLAlchemy engine serves the rest and is made on first use.
     """
 
     def __init__(
-        self, engine: AsyncEngine, *, clock: Clock | None = None, lane: Lane | None = None
+        self,
+        url: UrlLike,
+        *,
+        clock: Clock | None = None,
+        lane: Lane | None = None,
+        pool_size: int = 5,
+        engine_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self._engine = engine
+        self.url: DatabaseUrl = parse_url(url)
+        self.dialect = self.url.get_backend_name()
         self._lane = lane
         self._clock = clock
-        self.dialect = engine.dialect.name
-        self._sql = query.statements(self.dialect)
-        # one statement needs no BEGIN/COMMIT round trips on PostgreSQL; SQLite keeps
-        # BEGIN IMMEDIATE for everything (see engine.sqlite_discipline)
-        self._autocommit = (
-            engine.execution_options(isolation_level="AUTOCOMMIT")
-            if self.dialect == "postgresql"
-            else None
-        )
-        key = engine.url.render_as_string(hide_password=True)
+        self._pool_size = pool_size
+        self._engine_options = dict(engine_options or {})
+        self._engine: AsyncEngine | None = None
+        self._autocommit: AsyncEngine | None = None
         # handles of one database in this process share their wake-ups; PostgreSQL adds NOTIFY
         # for the other processes, SQLite a datagram to each one waiting (sqlite_wakeup)
-        self._wakeups: Wakeups = (
-            sqlite_wakeup.shared_wakeups(key, engine.url)
-            if self.dialect == "sqlite"
-            else shared(key)
-        )
-        self._inbox: sqlite_wakeup.Inbox | None = None  # SQLite's; taken on the first wait
-        self._dsn = libpq_dsn(engine.url) if self.dialect == "postgresql" else None
+        key = self.url.difference_update_query([SYNCHRONOUS]).render_as_string(hide_password=True)
+        if self.dialect == "sqlite":
+            from ket.store.sql import sqlite_wakeup
+
+            self._wakeups: Wakeups = sqlite_wakeup.shared_wakeups(key, self.url)
+        else:
+            self._wakeups = shared(key)
+        self._inbox: Any = None  # SQLite's sqlite_wakeup.Inbox; taken on the first wait
+        self._dsn = libpq_dsn(self.url) if self.dialect == "postgresql" else None
         self._listener: listening.Listener | None = None  # shared; taken on the first wait
         self._closed = False
-        self._failure: Translate = lambda error: database_error(error, engine)
+        self._failure: Translate = self._translate
 
     @classmethod
     async def open(
         cls,
-        url: str | URL,
+        url: UrlLike,
         *,
         clock: Clock | None = None,
         migrate: bool = False,
@@ -122,7 +137,9 @@ class SqlStore:
 
         On PostgreSQL, `lane_size` of the `pool_size` connections go to the lane and the rest to
         the engine (by default each gets `pool_size`); `pool_timeout` and `connect_args` apply
-        to both. SQLite has no lane: the engine gets `pool_size`.
+        to both. SQLite has no lane: the engine gets `pool_size`. Options the lane does not
+        know are SQLAlchemy's: with one of them the engine is made at once, so that a mistake
+        shows here.
         """
         parsed = parse_url(url)
         lane = None
@@ -136,21 +153,37 @@ class SqlStore:
                     f"lane_size must be above 0 and below pool_size ({pool_size}), "
                     f"got {lane_size!r}"
                 )
-            lane = Lane(
-                parsed,
-                size=lane_size,
-                timeout=float(engine_options.get("pool_timeout", 30.0)),
-                connect_args=postgres_connect_args(parsed, engine_options.get("connect_args")),
-            )
-        with translated():  # e.g. an engine option SQLAlchemy does not know
-            engine = create_engine(url, pool_size=pool_size, **engine_options)
-        store = cls(engine, clock=clock, lane=lane)
+            with translated():  # e.g. a port list that does not parse
+                lane = Lane(
+                    parsed,
+                    size=lane_size,
+                    timeout=float(engine_options.get("pool_timeout", 30.0)),
+                    connect_args=postgres_connect_args(parsed, engine_options.get("connect_args")),
+                )
+        store = cls(
+            parsed, clock=clock, lane=lane, pool_size=pool_size, engine_options=engine_options
+        )
+        if lane is None or set(engine_options) - _LANE_OPTIONS:
+            store.engine  # noqa: B018 (made now: SQLite's discipline, or an option to check)
         if migrate:
             await store.migrate()
         return store
 
     @property
     def engine(self) -> AsyncEngine:
+        """The SQLAlchemy engine (made, and SQLAlchemy imported, on first use)."""
+        if self._engine is None:
+            if self._closed:
+                raise StoreError("the store is closed")
+            from ket.store.sql.engine import create_engine
+
+            with translated():  # e.g. an engine option SQLAlchemy does not know
+                engine = create_engine(self.url, pool_size=self._pool_size, **self._engine_options)
+            self._engine = engine
+            # one statement needs no BEGIN/COMMIT round trips on PostgreSQL; SQLite keeps
+            # BEGIN IMMEDIATE for everything (see engine.sqlite_discipline)
+            if self.dialect == "postgresql":
+                self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         return self._engine
 
     @property
@@ -158,18 +191,20 @@ class SqlStore:
         """The lane of psycopg connections for the hot operations (PostgreSQL), else None."""
         return self._lane
 
+    def _translate(self, error: Exception) -> StoreError:
+        if self._engine is not None:
+            return database_error(error, self._engine)
+        return driver_error(error, self.url)
+
     async def connect(self) -> None:
-        """Open a connection now and build the insert statements, so that a long-lived client's
-        first enqueue pays no set-up; StoreError if the database cannot be reached."""
-        plain = insert_sql(self.dialect).plain
-        if self._lane is not None:
-            compiled(plain)
-        await self._hot(
-            lambda conn: conn.tuples(self._sql.clock, {"now": self._now()}), single=True
-        )
+        """Open a connection now, so that a long-lived client's first enqueue pays no set-up;
+        StoreError if the database cannot be reached."""
+        await self._hot(lambda conn: conn.tuples(stmt.CLOCK, {"now": self._now()}), single=True)
 
     async def migrate(self) -> list[int]:
         """Install or upgrade ket's schema; returns the migration versions applied."""
+        from ket.store.sql.migration import migrate
+
         return await self._transact(lambda conn: conn.run_sync(migrate))
 
     # -- time and transactions --------------------------------------------------------------
@@ -192,13 +227,14 @@ class SqlStore:
         """
         if self._closed:
             raise StoreError("the store is closed")
+        engine = self.engine
         delay = 0.01
         for attempt in range(_LOCKED_RETRIES):
             try:
                 if single and self._autocommit is not None:
                     async with self._autocommit.connect() as connection:
                         return await body(connection)
-                async with self._engine.begin() as connection:
+                async with engine.begin() as connection:
                     return await body(connection)
             except StoreError:
                 raise
@@ -274,7 +310,7 @@ class SqlStore:
         tx = SqlTransaction(self)
         in_block = False
         try:
-            async with self._engine.begin() as connection:
+            async with self.engine.begin() as connection:
                 tx.connection = connection
                 in_block = True
                 yield tx
@@ -297,8 +333,8 @@ class SqlStore:
         validate.check_claim(claim)
         params = time_params(self._now(), lease=claim.lease_seconds)
         params.update(p_queue=claim.queue, limit=claim.limit, p_worker_id=claim.worker_id)
-        rows = await self._hot(lambda rows: rows.tuples(self._sql.claim, params), single=True)
-        claimed = [query.claimed_job(row) for row in rows]
+        rows = await self._hot(lambda rows: rows.tuples(stmt.CLAIM, params), single=True)
+        claimed = [stmt.claimed_job(row) for row in rows]
         return sorted(claimed, key=lambda job: (job.priority, job.run_at, job.id))
 
     async def job_settle(self, settlements: Sequence[Settle]) -> SettleResult:
@@ -316,14 +352,14 @@ class SqlStore:
         async def body(conn: Rows) -> set[JobId]:
             applied: set[JobId] = set()
             if plain:
-                pairs = self._sql.pairs([(s.id, s.fence) for s in plain])
-                rows = await conn.tuples(self._sql.complete_many, {"now": now, **pairs})
+                pairs = stmt.pairs(conn.dialect, [(s.id, s.fence) for s in plain])
+                rows = await conn.tuples(stmt.COMPLETE_MANY, {"now": now, **pairs})
                 applied.update(row[0] for row in rows)
             errors: list[dict[str, Any]] = []
             for settle in others:
                 params = time_params(now, delay=settle.delay_seconds)
                 params.update(p_id=settle.id, p_fence=settle.fence)
-                rows = await conn.rows(self._sql.settle[settle.outcome], params)
+                rows = await conn.rows(stmt.SETTLE[settle.outcome], params)
                 if rows:
                     applied.add(settle.id)
                     if settle.error is not None and settle.outcome in _RECORDS_ERROR:
@@ -333,8 +369,8 @@ class SqlStore:
                     if settle.outcome in _RUNNABLE_AGAIN and settle.delay_seconds == 0:
                         woken.add(rows[0].queue)
             if errors:
-                await conn.many(self._sql.append_errors, errors)
-            await command.wake(conn, self._sql, woken)
+                await conn.many(stmt.APPEND_ERRORS, errors)
+            await command.wake(conn, woken)
             return applied
 
         applied = await self._hot(body, single=not others)
@@ -351,8 +387,9 @@ class SqlStore:
         if not heartbeat.leases:
             return HeartbeatResult(extended=(), lost=(), cancel_requested=())
         params = time_params(self._now(), lease=heartbeat.lease_seconds)
-        params.update(self._sql.pairs([(lease.id, lease.fence) for lease in heartbeat.leases]))
-        rows = await self._hot(lambda conn: conn.rows(self._sql.heartbeat, params), single=True)
+        pairs = [(lease.id, lease.fence) for lease in heartbeat.leases]
+        params.update(stmt.pairs(self.dialect, pairs))
+        rows = await self._hot(lambda conn: conn.rows(stmt.HEARTBEAT, params), single=True)
         extended = {row.id for row in rows}
         ids = [lease.id for lease in heartbeat.leases]
         return HeartbeatResult(
@@ -367,10 +404,10 @@ class SqlStore:
         now = self._now()
 
         async def body(conn: Rows) -> list[Rescued]:
-            rows = await conn.rows(self._sql.rescue, {"now": now, "limit": limit})
+            rows = await conn.rows(stmt.RESCUE, {"now": now, "limit": limit})
             if rows:
                 await conn.many(
-                    self._sql.append_errors,
+                    stmt.APPEND_ERRORS,
                     [
                         _error_row(
                             row.id,
@@ -384,7 +421,7 @@ class SqlStore:
                     ],
                 )
                 # a job rescued to retryable is due now (run_at = now): wake its queue
-                await command.wake(conn, self._sql, _retryable_queues(rows))
+                await command.wake(conn, _retryable_queues(rows))
             return [
                 Rescued(
                     id=row.id,
@@ -407,7 +444,7 @@ class SqlStore:
         """Cancel pending work now; executing work gets a cancel request."""
         validate.check_job_id(job_id)
         now = self._now()
-        return await self._transact(lambda conn: command.cancel(conn, self._sql, now, job_id))
+        return await self._transact(lambda conn: command.cancel(EngineRows(conn), now, job_id))
 
     async def job_retry(self, job_id: JobId) -> StateChange:
         """Make retryable or discarded work available now, history kept; its queue is woken."""
@@ -415,14 +452,17 @@ class SqlStore:
         now = self._now()
 
         async def body(conn: AsyncConnection) -> tuple[StateChange, str | None]:
-            change, queue = await command.retry(conn, self._sql, now, job_id)
+            rows = EngineRows(conn)
+            change, queue = await command.retry(rows, now, job_id)
             if queue is not None:
-                await command.wake(EngineRows(conn), self._sql, [queue])
+                await command.wake(rows, [queue])
             return change, queue
 
         try:
             change, queue = await self._transact(body)
         except StoreError as error:
+            from sqlalchemy.exc import IntegrityError
+
             if isinstance(error.__cause__, IntegrityError):  # a racing insert took the key
                 return command.unchanged(job_id, None, "its unique key was taken; try again")
             raise
@@ -443,7 +483,7 @@ class SqlStore:
 
         async def body(conn: AsyncConnection) -> tuple[BulkApplied, set[str]]:
             applied, queues = await bulk.apply(conn, now, batch.filter, states, batch.limit)
-            await command.wake(EngineRows(conn), self._sql, queues)
+            await command.wake(EngineRows(conn), queues)
             return applied, queues
 
         for attempt in range(_KEY_RACES):
@@ -451,6 +491,8 @@ class SqlStore:
                 applied, queues = await self._transact(body)
                 break
             except StoreError as error:
+                from sqlalchemy.exc import IntegrityError
+
                 # an insert took a retried job's unique key meanwhile: the batch runs again,
                 # and this time sees the key's holder
                 if attempt == _KEY_RACES - 1 or not isinstance(error.__cause__, IntegrityError):
@@ -462,15 +504,15 @@ class SqlStore:
         """Delete a bounded batch of terminal jobs past retention, oldest first."""
         validate.check_prune(prune)
         now = self._now()
-        return await self._transact(lambda conn: command.prune(conn, self._sql, now, prune))
+        return await self._hot(lambda rows: command.prune(rows, now, prune))
 
     async def job_vacuum(self, vacuum: Vacuum) -> Vacuumed:
         """VACUUM the jobs table once dead row versions pile up (PostgreSQL; see vacuum.py)."""
         validate.check_vacuum(vacuum)
-        if self._autocommit is None:  # SQLite rewrites rows in place: nothing is left dead
+        if self.dialect != "postgresql":  # SQLite rewrites rows in place: nothing is left dead
             return Vacuumed(outcome="not_needed")
         # single: an autocommit connection, as VACUUM cannot run inside a transaction
-        return await self._transact(lambda conn: vacuum_jobs(conn, vacuum), single=True)
+        return await self._hot(lambda rows: vacuum_jobs(rows, vacuum), single=True)
 
     # -- schedules --------------------------------------------------------------------------
 
@@ -479,15 +521,13 @@ class SqlStore:
         validate.check_schedule_ids(schedule_ids)
         if not schedule_ids:
             return {}
-        return await self._transact(lambda conn: schedule.states(conn, schedule_ids))
+        return await self._hot(lambda rows: schedule.states(rows, schedule_ids), single=True)
 
     async def schedule_claim_tick(self, claim: TickClaim) -> TickResult:
         """Compare-and-set the schedule's row; the winner inserts its job and ledger entry."""
         payloads = validate.check_tick_claim(claim)
         now = self._now()
-        result = await self._transact(
-            lambda conn: schedule.claim_tick(conn, self._sql, self.dialect, now, claim, payloads)
-        )
+        result = await self._hot(lambda rows: schedule.claim_tick(rows, now, claim, payloads))
         if result.job is not None and claim.job is not None:
             self._woken([claim.job], now)
         return result
@@ -496,15 +536,32 @@ class SqlStore:
         """The schedule's fire ledger, newest first."""
         validate.check_schedule_ids([schedule_id])
         validate.check_count("fire list limit", limit, minimum=0)
-        return await self._transact(lambda conn: schedule.fires(conn, schedule_id, limit))
+        return await self._hot(lambda rows: schedule.fires(rows, schedule_id, limit), single=True)
+
+    async def schedule_pause(self, schedule_id: str, paused: bool) -> bool:
+        """Pause or resume a schedule for every replica; True when that changed its row."""
+        validate.check_schedule_ids([schedule_id])
+        now = self._now()
+        return await self._hot(
+            lambda rows: schedule.pause(rows, now, schedule_id, bool(paused)), single=True
+        )
+
+    async def schedule_run_now(self, schedule_id: str, fingerprint: str, job: NewJob) -> Inserted:
+        """Insert a schedule's job and its fire now, leaving the schedule's ticks as they were."""
+        [payload] = validate.check_run_now(schedule_id, fingerprint, job)
+        now = self._now()
+        inserted = await self._hot(
+            lambda rows: schedule.run_now(rows, now, schedule_id, fingerprint, job, payload)
+        )
+        self._woken([job], now)
+        return inserted
 
     async def now(self) -> datetime:
         """The store's time: the clock's, this machine's for SQLite, else the database's."""
         value = self._now()
         if value is not None:
             return value
-        statement = self._sql.clock
-        rows = await self._hot(lambda conn: conn.tuples(statement, {"now": None}), single=True)
+        rows = await self._hot(lambda conn: conn.tuples(stmt.CLOCK, {"now": None}), single=True)
         result: datetime = rows[0][0]
         return result
 
@@ -513,15 +570,23 @@ class SqlStore:
     async def job_get(self, job_id: JobId) -> JobRecord | None:
         """One job in full, with its error history."""
         validate.check_job_id(job_id)
+        from sqlalchemy import select
+
+        from ket.store.sql.schema import jobs
+
         records = await self._records(select(jobs).where(jobs.c.id == job_id))
         return records[0] if records else None
 
     async def job_list(self, job_query: JobQuery) -> list[JobRecord]:
         """Jobs matching the query, newest first."""
         validate.check_query(job_query)
+        from ket.store.sql import query
+
         return await self._records(query.listing(job_query))
 
     async def _records(self, statement: Any) -> list[JobRecord]:
+        from ket.store.sql import query
+
         async def body(conn: AsyncConnection) -> list[JobRecord]:
             rows = await fetch_all(conn, statement)
             ids = [row.id for row in rows]
@@ -530,14 +595,21 @@ class SqlStore:
 
         return await self._transact(body)
 
-    async def job_stats(self) -> JobStats:
-        """Counts by state and queue; oldest lease age and oldest available age."""
+    async def job_stats(self, *, long_after: float = LONG_TRANSACTION_SECONDS) -> JobStats:
+        """Counts by state and queue; oldest lease age and oldest available age; on PostgreSQL
+        the jobs table's dead rows and the transactions open longer than `long_after` s."""
         now = self._now()
+        from ket.store.sql import query
 
         async def body(conn: AsyncConnection) -> JobStats:
-            counts = await fetch_all(conn, self._sql.counts)
-            oldest = await fetch_one(conn, self._sql.oldest, {"now": now})
-            return query.job_stats(counts, oldest)
+            rows = EngineRows(conn)
+            counts = await rows.rows(stmt.COUNTS)
+            oldest = (await rows.rows(stmt.OLDEST, {"now": now}))[0]
+            stats = query.job_stats(counts, oldest)
+            if self.dialect != "postgresql":  # SQLite rewrites rows in place: nothing to tell
+                return stats
+            dead, live, long = await table_health(rows, long_after)
+            return replace(stats, dead_rows=dead, live_rows=live, long_transactions=long)
 
         return await self._transact(body)
 
@@ -548,30 +620,26 @@ class SqlStore:
         validate.check_message_claim(key, stale_after_seconds)
         params = time_params(self._now(), stale=-stale_after_seconds)
         params["p_key"] = key
-        statement = ledger.statements(self.dialect).claim
-        rows = await self._transact(lambda conn: fetch_all(conn, statement, params), single=True)
+        rows = await self._hot(lambda conn: conn.rows(stmt.LEDGER_CLAIM, params), single=True)
         return bool(rows)
 
     async def message_confirm(self, key: str) -> None:
         """Record that the message with `key` was sent."""
         validate.check_message_key(key)
         params = {"now": self._now(), "p_key": key}
-        statement = ledger.statements(self.dialect).confirm
-        await self._transact(lambda conn: conn.execute(statement, params), single=True)
+        await self._hot(lambda conn: conn.rows(stmt.LEDGER_CONFIRM, params), single=True)
 
     async def message_release(self, key: str) -> None:
         """Give up a claim that did not end in a send (a sent message stays recorded)."""
         validate.check_message_key(key)
-        statement = ledger.statements(self.dialect).release
-        await self._transact(lambda conn: conn.execute(statement, {"p_key": key}), single=True)
+        params = {"p_key": key}
+        await self._hot(lambda conn: conn.rows(stmt.LEDGER_RELEASE, params), single=True)
 
     async def message_sent(self, key: str) -> bool:
         """Whether the message with `key` was confirmed sent."""
         validate.check_message_key(key)
-        statement = ledger.statements(self.dialect).sent
-        rows = await self._transact(
-            lambda conn: fetch_all(conn, statement, {"p_key": key}), single=True
-        )
+        params = {"p_key": key}
+        rows = await self._hot(lambda conn: conn.rows(stmt.LEDGER_SENT, params), single=True)
         return bool(rows)
 
     # -- wake-ups and lifecycle -------------------------------------------------------------
@@ -587,8 +655,11 @@ class SqlStore:
                     self._listener = listening.acquire(self._dsn, self._wakeups)
                 await self._listener.ready(timeout)
                 timeout = self._listener.max_wait(timeout)  # poll-only while NOTIFY is deaf
-            elif isinstance(self._wakeups, sqlite_wakeup.FolderWakeups):
-                self._inbox = sqlite_wakeup.listening(self._wakeups, self._inbox)
+            elif self.dialect == "sqlite":
+                from ket.store.sql import sqlite_wakeup
+
+                if isinstance(self._wakeups, sqlite_wakeup.FolderWakeups):
+                    self._inbox = sqlite_wakeup.listening(self._wakeups, self._inbox)
             return await self._wakeups.wait(queues, timeout)
 
     async def close(self) -> None:
@@ -602,17 +673,24 @@ class SqlStore:
             if self._lane is not None:
                 await self._lane.close()
             if self._inbox is not None:
+                from ket.store.sql import sqlite_wakeup
+
                 sqlite_wakeup.release(self._inbox)
-            await self._engine.dispose()
+            if self._engine is not None:
+                await self._engine.dispose()
 
     # -- model rows (RecordStore; statements in records.py) ---------------------------------
 
     @cached_property
     def _rows(self) -> SqlRecords:
+        from ket.store.sql.records import SqlRecords
+
         return SqlRecords(self.dialect)
 
     async def record_install(self, models: Sequence[ModelTable]) -> None:
         """Create missing model tables and add missing columns; never drops anything."""
+        from ket.store.sql.records import install
+
         checked = self._rows.prepare_install(models)
         await self._transact(lambda conn: conn.run_sync(install, checked))
         self._rows.installed(checked)
@@ -737,3 +815,7 @@ def _retryable_queues(rows: Sequence[Any]) -> set[str]:
 
 
 __all__ = ["SqlStore", "SqlTransaction"]
+
+
+# what Lane takes from SqlStore.open's options; any other is SQLAlchemy's (see SqlStore.open)
+_LANE_OPTIONS = frozenset({"pool_timeout", "connect_args", "max_overflow"})

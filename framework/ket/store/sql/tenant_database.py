@@ -8,7 +8,7 @@ from psycopg import sql
 from ket.errors import StoreError
 from ket.store.database_url import shown_url
 from ket.store.failure import describe
-from ket.store.sql.engine import parse_url
+from ket.store.sql.address import parse_url
 from ket.store.sql.failure import hide_password
 
 

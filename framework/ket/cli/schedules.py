@@ -1,0 +1,182 @@
+"""`ket schedules list/pause/resume/run-now`: the deployment's schedules in one tenant.
+
+Exit codes: 0 done, 2 bad input (an unknown schedule, unknown tenant, bad option).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ket.catalog import Catalog, JobSpec
+from ket.cli.options import deployment_of
+from ket.cli.output import escape
+from ket.cli.runtime import open_store, single_tenant
+from ket.errors import KetError
+from ket.store.contract import QueryableStore, ScheduleControl
+
+if TYPE_CHECKING:
+    from ket.store.sql import SqlStore
+
+T = TypeVar("T")
+
+
+def add_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
+) -> None:
+    parser = commands.add_parser(
+        "schedules", help="see, pause, resume and fire schedules", description=__doc__
+    )
+    actions = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
+    listing = actions.add_parser(
+        "list", parents=parents, help="each schedule: last and next tick, skips, paused"
+    )
+    listing.add_argument("--format", choices=["text", "json"], default="text")
+    listing.set_defaults(run=_list)
+    for name, helptext, run in (
+        ("pause", "stop firing a schedule's ticks, on every replica", _pause),
+        ("resume", "fire a paused schedule's ticks again", _resume),
+        ("run-now", "fire a schedule once, now, as a tick would", _run_now),
+    ):
+        action = actions.add_parser(name, parents=parents, help=helptext)
+        action.add_argument("name", metavar="JOB", help="the scheduled job, e.g. hotel.night_audit")
+        action.set_defaults(run=run)
+
+
+def _with_store(args: argparse.Namespace, action: Callable[[SqlStore, Catalog], Awaitable[T]]) -> T:
+    catalog = Catalog.build(deployment_of(args))
+    _, url = single_tenant(args)
+
+    async def run() -> T:
+        store = await open_store(url)
+        try:
+            return await action(store, catalog)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+def _scheduled(catalog: Catalog, name: str) -> JobSpec:
+    spec = catalog.jobs.get(name)
+    if spec is None or spec.schedule is None:
+        known = ", ".join(sorted(n for n, s in catalog.jobs.items() if s.schedule)) or "none"
+        raise KetError(f"no scheduled job {name!r} in deployment {catalog.deployment!r} ({known})")
+    return spec
+
+
+async def rows(store: SqlStore, catalog: Catalog) -> list[dict[str, Any]]:
+    """One row per scheduled job: its schedule, state, last fire and next tick."""
+    specs = sorted((s for s in catalog.jobs.values() if s.schedule), key=lambda s: s.name)
+    now = await store.now()
+    states = await store.schedule_get([s.name for s in specs])
+    found: list[dict[str, Any]] = []
+    for spec in specs:
+        schedule = spec.schedule
+        assert schedule is not None
+        state = states.get(spec.name)
+        current = state is not None and state.fingerprint == schedule.fingerprint
+        fires = await store.schedule_fires(spec.name, 1)
+        last = fires[0] if fires else None
+        waiting = 0
+        if state is not None and state.paused and current:
+            waiting = schedule.count_ticks(state.last_tick, schedule.tick_at(now))
+        found.append(
+            {
+                "job": spec.name,
+                "schedule": schedule.describe(),
+                "paused": bool(state and state.paused),
+                "installed": current,
+                "last_tick": _iso(state.last_tick if state is not None and current else None),
+                "next_tick": _iso(schedule.next_tick(now)),
+                "last_fire": None
+                if last is None
+                else {
+                    "tick": _iso(last.tick),
+                    "skipped": last.skipped,
+                    "job_id": last.job_id,
+                    "fired_at": _iso(last.fired_at),
+                },
+                "ticks_waiting": waiting,
+            }
+        )
+    return found
+
+
+def _list(args: argparse.Namespace) -> int:
+    found = _with_store(args, rows)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(found, indent=2, sort_keys=True, ensure_ascii=True) + "\n")
+        return 0
+    if not found:
+        sys.stdout.write("no schedules\n")
+        return 0
+    for row in found:
+        state = "active" if row["installed"] else "not installed yet (the first sweep does)"
+        if row["paused"]:
+            state = "paused"
+        fire = row["last_fire"]
+        last = (
+            "never fired"
+            if fire is None
+            else (
+                f"last fired {fire['fired_at']} for {fire['tick']} (job {fire['job_id']}, "
+                f"{fire['skipped']} skipped)"
+            )
+        )
+        waiting = f"; {row['ticks_waiting']} ticks passed while paused" if row["paused"] else ""
+        sys.stdout.write(
+            f"{escape(row['job'])}  {escape(row['schedule'])}  {state}\n"
+            f"  {last}; next tick {row['next_tick']}{waiting}\n"
+        )
+    return 0
+
+
+def _pause(args: argparse.Namespace) -> int:
+    return _set_paused(args, paused=True)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    return _set_paused(args, paused=False)
+
+
+def _set_paused(args: argparse.Namespace, *, paused: bool) -> int:
+    async def act(store: SqlStore, catalog: Catalog) -> bool:
+        spec = _scheduled(catalog, args.name)
+        return await _control(store).schedule_pause(spec.name, paused)
+
+    changed = _with_store(args, act)
+    word = "paused" if paused else "resumed"
+    if changed:
+        sys.stdout.write(f"schedule {escape(args.name)} {word}\n")
+    else:
+        sys.stdout.write(f"schedule {escape(args.name)} was already {word}\n")
+    return 0
+
+
+def _run_now(args: argparse.Namespace) -> int:
+    from ket.runtime.sweep import run_now
+
+    async def act(store: SqlStore, catalog: Catalog) -> int:
+        spec = _scheduled(catalog, args.name)
+        return (await run_now(store, catalog, spec.name)).id
+
+    job_id = _with_store(args, act)
+    sys.stdout.write(f"schedule {escape(args.name)} fired now: job {job_id}\n")
+    return 0
+
+
+def _control(store: object) -> ScheduleControl:
+    if not isinstance(store, ScheduleControl) or not isinstance(store, QueryableStore):
+        raise KetError("this store cannot pause schedules")
+    return store
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
