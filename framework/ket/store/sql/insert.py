@@ -21,6 +21,7 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    false,
     func,
     insert,
     literal_column,
@@ -64,7 +65,8 @@ _COPY_COLUMNS = (
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One statement to run, with its parameters (a list: executemany)."""
+    """One statement to run, with its parameters (a list: executemany); the plan reads the
+    rows it returns by position."""
 
     statement: Executable
     parameters: dict[str, Any] | list[dict[str, Any]] | None = field(default=None)
@@ -108,18 +110,21 @@ def insert_sql(dialect: str) -> InsertSql:
     values = {
         "name": bindparam("p_name"),
         "queue": bindparam("p_queue"),
-        "state": case((run_at <= now, "available"), else_="scheduled"),
+        # constants as literals, so the lane passes only the job's own values
+        "state": case(
+            (run_at <= now, literal_column("'available'")), else_=literal_column("'scheduled'")
+        ),
         "priority": bindparam("p_priority"),
         "payload": payload,
         "payload_version": bindparam("p_payload_version"),
-        "attempt": 0,
+        "attempt": literal_column("0"),
         "max_attempts": bindparam("p_max_attempts"),
         "unique_key": bindparam("p_unique_key"),
         "company": bindparam("p_company"),
         "run_at": run_at,
         "enqueued_at": now,
-        "fence": 0,
-        "cancel_requested": False,
+        "fence": literal_column("0"),
+        "cancel_requested": false(),
         "tick": bindparam("p_tick", type_=Instant),
         "ticks_skipped": bindparam("p_ticks_skipped"),
     }
@@ -178,13 +183,13 @@ def insert_plan(
         else:
             pairs = zip(jobs_, texts, strict=True)
             rows = yield Step(sql.plain, [_parameters(j, p, now) for j, p in pairs])
-            ids = [row.id for row in rows]
+            ids = [row[0] for row in rows]
         for index, job_id in zip(plain, ids, strict=True):
             results[index] = Inserted(id=job_id, coalesced=False)
     elif plain:
         rows = yield Step(sql.plain, [_parameters(batch[i], payloads[i], now) for i in plain])
         for index, row in zip(plain, rows, strict=True):
-            results[index] = Inserted(id=row.id, coalesced=False)
+            results[index] = Inserted(id=row[0], coalesced=False)
     for index, job in enumerate(batch):
         if job.unique_key is not None:
             results[index] = yield from _insert_unique(sql, job, payloads[index], now)
@@ -196,8 +201,8 @@ def _copy(
 ) -> Generator[Step | Copy, list[Any], list[int]]:
     """Reserve ids and read the transaction's now in one round trip, then COPY the rows."""
     [row] = yield Step(sql.reserve_ids, {"n": len(batch), "now": now})
-    ids: list[int] = sorted(row.ids)  # array_agg keeps no order of its own
-    moment: datetime = row.now
+    ids: list[int] = sorted(row[0])  # array_agg keeps no order of its own
+    moment: datetime = row[1]
     copied = []
     for job_id, job, payload in zip(ids, batch, payloads, strict=True):
         run_at = job.run_at or moment
@@ -235,7 +240,7 @@ def _numbered(
     take ids between reading the sequence and inserting; AUTOINCREMENT never reuses them.
     """
     rows = yield Step(sql.last_id)
-    first = (rows[0].seq if rows else 0) + 1
+    first = (rows[0][0] if rows else 0) + 1
     ids = list(range(first, first + len(batch)))
     yield Step(
         sql.numbered,
@@ -253,10 +258,10 @@ def _insert_unique(
     for _ in range(_UNIQUE_TRIES):
         rows = yield Step(sql.ignoring_unique, _parameters(job, payload, now))
         if rows:
-            return Inserted(id=rows[0].id, coalesced=False)
+            return Inserted(id=rows[0][0], coalesced=False)
         rows = yield Step(sql.holder, {"p_name": job.name, "p_unique_key": job.unique_key})
         if rows:
-            return Inserted(id=rows[0].id, coalesced=True)
+            return Inserted(id=rows[0][0], coalesced=True)
         # the holder finished between the two statements: the key is free, try again
     raise StoreError(
         f"job {job.name!r}: unique key {job.unique_key!r} kept changing hands; try again"
@@ -300,7 +305,7 @@ async def run_plan(rows: Rows, plan: Plan) -> list[Inserted]:
                 step = plan.send(await rows.many(step.statement, params))
             else:  # one row is a plain (prepared) statement
                 one = params[0] if isinstance(params, list) else params
-                step = plan.send(await rows.rows(step.statement, one))
+                step = plan.send(await rows.tuples(step.statement, one))
     except StopIteration as done:
         value: list[Inserted] = done.value
         return value

@@ -44,6 +44,8 @@ class Compiled:
     returning: bool  # it returns rows
 
     def params(self, given: dict[str, Any] | None) -> dict[str, Any]:
+        if not self.constants:  # psycopg only reads the parameters: no copy needed
+            return given or {}
         return {**self.constants, **given} if given else dict(self.constants)
 
 
@@ -128,11 +130,16 @@ class Lane:
         self, body: Callable[[LaneConnection], Awaitable[T]], *, single: bool = False
     ) -> T:
         """`body` on one connection, in one transaction (`single`: one statement, autocommit)."""
-        async with self.connection() as connection:
+        # the connection() block written out: a single enqueue is this and one statement, and
+        # an async context manager's generator costs as much as the rest of this method
+        raw = await self._acquire()
+        try:
             if single:
-                return await body(connection)
-            async with connection.raw.transaction():
-                return await body(connection)
+                return await body(LaneConnection(raw))
+            async with raw.transaction():
+                return await body(LaneConnection(raw))
+        finally:
+            self._release(raw)
 
     async def close(self) -> None:
         """Close the idle connections; those in use are closed when they come back."""
