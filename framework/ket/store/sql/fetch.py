@@ -28,10 +28,6 @@ class Rows(Protocol):
         """The statement once per parameter set; the rows of each, in order."""
         ...
 
-    async def copy(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        """COPY `rows` in (PostgreSQL)."""
-        ...
-
 
 class EngineRows:
     """`Rows` on a SQLAlchemy async connection."""
@@ -47,13 +43,6 @@ class EngineRows:
     async def many(self, statement: Any, params: Sequence[dict[str, Any]]) -> list[Any]:
         result = await self.connection.execute(statement, list(params))
         return list(result.all()) if result.returns_rows else []
-
-    async def copy(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        raw = (await self.connection.get_raw_connection()).driver_connection
-        assert raw is not None
-        async with raw.cursor() as cursor, cursor.copy(sql) as copy:
-            for row in rows:
-                await copy.write_row(row)
 
 
 async def fetch_all(

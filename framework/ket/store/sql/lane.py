@@ -94,11 +94,6 @@ class LaneConnection:
                 if not cursor.nextset():
                     return found
 
-    async def copy(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        async with self.raw.cursor() as cursor, cursor.copy(sql) as copy:
-            for row in rows:
-                await copy.write_row(row)
-
 
 class Lane:
     """A small pool of psycopg connections to one PostgreSQL database."""
