@@ -269,6 +269,8 @@ def _insert_unique(
 
 def wake_queues(batch: Sequence[NewJob], now: datetime | None) -> set[str]:
     """Queues that got work runnable at once (a guess when now is the database's: hints only)."""
+    if all(job.run_at is None for job in batch):  # the usual case, without reading the clock
+        return {job.queue for job in batch}
     moment = now or datetime.now(UTC)
     return {job.queue for job in batch if job.run_at is None or job.run_at <= moment}
 
