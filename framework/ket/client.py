@@ -81,11 +81,14 @@ class _PayloadFree:
 
 
 def _jobs(catalog: Catalog, items: Sequence[Item]) -> list[NewJob]:
+    new_job = catalog.new_job
     jobs = []
     for item in items:
-        name, input, *rest = item
-        options = dict(rest[0]) if rest else {}
-        jobs.append(catalog.new_job(name, input, **options))
+        if len(item) == 2:  # a plain index rather than `name, input, *rest = item`: no list
+            jobs.append(new_job(item[0], item[1]))
+        else:
+            name, input, *rest = item
+            jobs.append(new_job(name, input, **(dict(rest[0]) if rest else {})))
     return jobs
 
 

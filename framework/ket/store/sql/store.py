@@ -162,9 +162,10 @@ class SqlStore:
     async def connect(self) -> None:
         """Open a connection now and build the insert statements, so that a long-lived client's
         first enqueue pays no set-up; StoreError if the database cannot be reached."""
-        plain = insert_sql(self.dialect).plain
         if self._lane is not None:
-            compiled(plain)
+            statements = insert_sql(self.dialect)
+            compiled(statements.plain)
+            compiled(statements.unnested)
         await self._hot(
             lambda conn: conn.tuples(self._sql.clock, {"now": self._now()}), single=True
         )
