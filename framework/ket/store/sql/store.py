@@ -196,6 +196,13 @@ class SqlStore:
         StoreError if the database cannot be reached."""
         await self._hot(lambda conn: conn.tuples(stmt.CLOCK, {"now": self._now()}), single=True)
 
+    async def uninstall(self) -> list[str]:
+        """Drop ket's tables from this database (its jobs, their history, schedules and the sent
+        ledger; the app's model tables stay); returns the tables dropped."""
+        from ket.store.sql.migration import uninstall
+
+        return await self._transact(lambda conn: conn.run_sync(uninstall))
+
     async def migrate(self) -> list[int]:
         """Install or upgrade ket's schema; returns the migration versions applied."""
         from ket.store.sql.migration import migrate
