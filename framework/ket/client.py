@@ -14,8 +14,7 @@ job is refused; nothing is written in either case.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -53,25 +52,42 @@ Input = BaseModel | Mapping[str, Any] | None
 Item = tuple[str, Input] | tuple[str, Input, Mapping[str, Any]]
 
 
-@contextmanager
-def _payload_free(jobs: Sequence[NewJob]) -> Iterator[None]:
+class _PayloadFree:
     """A failed insert as a ket error that carries no payload: the database's first line with
     the jobs' secret values hidden, and not chained to the driver's exception, whose text
-    quotes every parameter of the statement (so a logged traceback would show the payloads)."""
-    try:
-        yield
-    except StoreError as error:
-        hidden = Redactor.of(text for job in jobs for text in clear_secrets(job.payload))
-        kind = JobRejected if isinstance(error, JobRejected) else StoreError
-        raise kind(hidden(error.message)) from None
+    quotes every parameter of the statement (so a logged traceback would show the payloads).
+
+    A class rather than a @contextmanager: every enqueue passes through it, and a generator's
+    set-up costs more than the rest of it."""
+
+    def __init__(self, jobs: Sequence[NewJob]) -> None:
+        self._jobs = jobs
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if isinstance(error, StoreError):
+            jobs = self._jobs
+            hidden = Redactor.of(text for job in jobs for text in clear_secrets(job.payload))
+            refused = JobRejected if isinstance(error, JobRejected) else StoreError
+            raise refused(hidden(error.message)) from None
 
 
 def _jobs(catalog: Catalog, items: Sequence[Item]) -> list[NewJob]:
+    new_job = catalog.new_job
     jobs = []
     for item in items:
-        name, input, *rest = item
-        options = dict(rest[0]) if rest else {}
-        jobs.append(catalog.new_job(name, input, **options))
+        if len(item) == 2:  # a plain index rather than `name, input, *rest = item`: no list
+            jobs.append(new_job(item[0], item[1]))
+        else:
+            name, input, *rest = item
+            jobs.append(new_job(name, input, **(dict(rest[0]) if rest else {})))
     return jobs
 
 
@@ -142,7 +158,7 @@ class Client:
         return self._insert(_jobs(self._catalog, items), connection)
 
     def _insert(self, jobs: list[NewJob], connection: Connection | None) -> list[Inserted]:
-        with _payload_free(jobs):
+        with _PayloadFree(jobs):
             if connection is not None:
                 return insert_on(connection, jobs)
             # connecting and committing may fail too, outside insert_on's own translation
@@ -205,7 +221,7 @@ class AsyncClient:
     async def _insert(
         self, jobs: list[NewJob], connection: AsyncConnection | None
     ) -> list[Inserted]:
-        with _payload_free(jobs):
+        with _PayloadFree(jobs):
             if connection is not None:
                 return await self._store.job_insert_on(connection, jobs)
             return await self._store.job_insert(jobs)

@@ -1,5 +1,6 @@
 """Enqueue on the application's own SQLAlchemy connection: the job exists iff its transaction
-commits, on SQLite and PostgreSQL, for one job and for a batch (COPY on PostgreSQL)."""
+commits, on SQLite and PostgreSQL, for one job and for a batch (one statement of arrays on
+PostgreSQL, numbered rows on SQLite)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from sqlalchemy import Engine, create_engine, text
 from ket.store import JobQuery, NewJob
 from ket.store.sql import SqlStore
 from ket.store.sql.engine import sync_url
-from ket.store.sql.insert import COPY_FROM
+from ket.store.sql.insert import NUMBERED_FROM
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -48,7 +49,7 @@ def _app_engine(url: str, args: dict[str, str]) -> Engine:
     return create_engine(sync_url(url), connect_args=args)
 
 
-@pytest.mark.parametrize("count", [1, COPY_FROM + 6])
+@pytest.mark.parametrize("count", [1, NUMBERED_FROM + 6])
 def test_jobs_enqueued_in_a_committed_app_transaction_exist(
     database: tuple[str, dict[str, str]], count: int
 ) -> None:
@@ -68,7 +69,7 @@ def test_jobs_enqueued_in_a_committed_app_transaction_exist(
         asyncio.run(store.close())
 
 
-@pytest.mark.parametrize("count", [1, COPY_FROM + 6])
+@pytest.mark.parametrize("count", [1, NUMBERED_FROM + 6])
 def test_jobs_enqueued_in_a_rolled_back_app_transaction_do_not_exist(
     database: tuple[str, dict[str, str]], count: int
 ) -> None:

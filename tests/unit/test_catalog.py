@@ -39,6 +39,7 @@ MODULE = define_module(
             idempotent=True, input={"api_key": "secret", "n": "int"}, handler=handler
         ),
         "plain": define_job(idempotent=True, input={"n": "int"}, handler=handler),
+        "bare": define_job(idempotent=True, handler=handler),
     },
     functions={"charge": define_function(input=Card, handler=handler)},
 )
@@ -103,6 +104,18 @@ def test_refused_input_without_secret_fields_keeps_pydantics_message() -> None:
     with pytest.raises(ValidationError) as refused:
         catalog().new_job("v.plain", {"n": "many"})
     assert "input_value='many'" in str(refused.value)
+
+
+@pytest.mark.parametrize("given", [None, {}])
+def test_a_job_declared_without_input_stores_an_empty_payload(given: Any) -> None:
+    job = catalog().new_job("v.bare", given)
+    assert job.payload == {}
+    assert job.payload is not catalog().new_job("v.bare").payload  # never shared between jobs
+
+
+def test_a_job_declared_without_input_still_refuses_input() -> None:
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        catalog().new_job("v.bare", {"n": 1})
 
 
 def test_malformed_keys_stop_the_catalog_being_built() -> None:

@@ -56,20 +56,45 @@ _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=Fa
 def encode_payloads(jobs: Sequence[NewJob], *, limit: int = MAX_PAYLOAD_BYTES) -> list[str]:
     """Check every job, return each payload as compact JSON; JobRejected names the first bad."""
     encoded = []
+    checked: NewJob | None = None
     for job in jobs:
-        check_new_job(job)
+        # the jobs of a batch mostly share their declaration's values (the very same objects):
+        # those need checking once, only each job's own values every time
+        if checked is None or not _shares_declared(job, checked):
+            _check_declared(job)
+            checked = job
+        _check_own(job)
         encoded.append(encode_payload(job, limit=limit))
     return encoded
 
 
 def check_new_job(job: NewJob) -> None:
     """Refuse a job whose fields are out of range, naming the job and the value."""
+    _check_declared(job)
+    _check_own(job)
+
+
+def _shares_declared(job: NewJob, other: NewJob) -> bool:
+    """Whether `job` holds the very objects `other` does where _check_declared looks (the same
+    object passes or fails the same checks, whatever its type)."""
+    return (
+        job.name is other.name
+        and job.queue is other.queue
+        and job.company is other.company
+        and job.priority is other.priority
+        and job.max_attempts is other.max_attempts
+        and job.payload_version is other.payload_version
+        and job.ticks_skipped is other.ticks_skipped
+    )
+
+
+def _check_declared(job: NewJob) -> None:
+    """The fields a job mostly takes from its declaration."""
     if not _clean_text(job.name, MAX_NAME_LENGTH):
         raise JobRejected(
             f"job name must be 1 to {MAX_NAME_LENGTH} characters{_TEXT}, got {job.name!r}"
         )
     _text(job, "queue", job.queue, required=True)
-    _text(job, "unique_key", job.unique_key, required=False)
     _text(job, "company", job.company, required=False)
     if not _int(job.priority) or not PRIORITY_MIN <= job.priority <= PRIORITY_MAX:
         raise JobRejected(
@@ -80,6 +105,11 @@ def check_new_job(job: NewJob) -> None:
     _counter(job, "payload_version", job.payload_version, minimum=1)
     if job.ticks_skipped is not None:
         _counter(job, "ticks_skipped", job.ticks_skipped, minimum=0)
+
+
+def _check_own(job: NewJob) -> None:
+    """The fields each job has of its own."""
+    _text(job, "unique_key", job.unique_key, required=False)
     for field, value in (("run_at", job.run_at), ("tick", job.tick)):
         if value is not None and not _aware(value):
             raise JobRejected(
@@ -91,6 +121,8 @@ def encode_payload(job: NewJob, *, limit: int = MAX_PAYLOAD_BYTES) -> str:
     """The payload as compact JSON, refused if it is not a JSON object or exceeds `limit` bytes."""
     if not isinstance(job.payload, dict):
         raise JobRejected(f"job {job.name!r}: payload must be a JSON object, got {job.payload!r}")
+    if not job.payload and limit >= 2:  # a job without input: nothing to encode or measure
+        return "{}"
     try:
         text = _JSON.encode(job.payload)
         size = len(text.encode("utf-8"))

@@ -37,6 +37,8 @@ class Wakeups:
 
     def notify(self, queues: Iterable[str]) -> None:
         """Wake every waiter serving any of `queues`."""
+        if not self._waiters:  # a producer's store, most often: nobody here to wake
+            return
         names = set(queues)
         if names:
             self._wake(lambda waiter: not waiter.queues.isdisjoint(names))

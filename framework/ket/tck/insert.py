@@ -29,6 +29,7 @@ __all__ = [
     "test_insert_defaults_attempt_fence_run_at_and_enqueued_at",
     "test_insert_keeps_a_past_run_at_and_makes_the_job_available",
     "test_insert_of_an_empty_list_returns_nothing_and_writes_nothing",
+    "test_insert_refuses_a_bad_value_in_a_batch_of_one_job_declaration",
     "test_insert_refuses_a_datetime_object_in_the_payload",
     "test_insert_refuses_a_naive_run_at",
     "test_insert_refuses_a_naive_tick",
@@ -278,6 +279,18 @@ async def test_insert_refuses_an_empty_queue(t: Tck) -> None:
 @tck_test
 async def test_insert_refuses_an_empty_name(t: Tck) -> None:
     await _refused(t, new_job(""))
+
+
+@tck_test
+async def test_insert_refuses_a_bad_value_in_a_batch_of_one_job_declaration(t: Tck) -> None:
+    """Jobs built from one declaration share its values; one job's own bad value still counts
+    (True is refused as a priority even after jobs with priority 1)."""
+    good: dict[str, Any] = {"name": "kit.same", "queue": "default", "priority": 1}
+    for field, value in [("priority", 5_000), ("priority", True), ("max_attempts", 0)]:
+        bad = NewJob(**{**good, field: value})
+        with pytest.raises(JobRejected, match=field):
+            await t.store.job_insert([NewJob(**good), NewJob(**good), bad, NewJob(**good)])
+    await assert_no_jobs(t)
 
 
 # -- unique keys ----------------------------------------------------------------------------------

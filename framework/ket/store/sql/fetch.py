@@ -34,10 +34,6 @@ class Rows(Protocol):
         """The statement once per parameter set; the rows of each, in order."""
         ...
 
-    async def copy(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        """COPY `rows` in (PostgreSQL)."""
-        ...
-
 
 class EngineRows:
     """`Rows` on a SQLAlchemy async connection."""
@@ -55,13 +51,6 @@ class EngineRows:
     async def many(self, statement: Statement, params: Sequence[dict[str, Any]]) -> list[Any]:
         result = await self.connection.execute(built(statement, self.dialect), list(params))
         return list(result.all()) if result.returns_rows else []
-
-    async def copy(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        raw = (await self.connection.get_raw_connection()).driver_connection
-        assert raw is not None
-        async with raw.cursor() as cursor, cursor.copy(sql) as copy:
-            for row in rows:
-                await copy.write_row(row)
 
 
 async def fetch_all(

@@ -39,13 +39,20 @@ def compiled(statement: Any) -> Compiled:
     """`statement` (a constant SQLAlchemy Core statement) compiled for psycopg, as the engine
     compiles it (this module never imports postgres_text.py, so it runs on a stale or broken
     one, e.g. after a merge)."""
+    from sqlalchemy import ARRAY
     from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
     done = statement.compile(dialect=PGDialect_psycopg())  # type: ignore[no-untyped-call]
     constants = {
         name: bind.effective_value for bind, name in done.bind_names.items() if not bind.required
     }
-    return Compiled(text=done.string, constants=constants, returning=bool(done.returning))
+    text = done.string
+    for bind, name in done.bind_names.items():
+        if isinstance(bind.type, ARRAY):
+            # arrays travel in binary: psycopg writes a text array through a regex per element,
+            # three times the CPU (60 ms for a batch of 10,000 jobs' ten arrays, against 20)
+            text = text.replace(f"%({name})s", f"%({name})b")
+    return Compiled(text=text, constants=constants, returning=bool(done.returning))
 
 
 def render() -> str:

@@ -26,50 +26,35 @@ if TYPE_CHECKING:
 
 CHANNEL = "ket_jobs"
 _UNIQUE_TRIES = 5
-# From this many plain jobs, PostgreSQL gets them by COPY (two round trips whatever the number),
-# and SQLite, whose transaction holds the write lock, numbers them itself; fewer are inserted
-# one statement each (pipelined on PostgreSQL).
-COPY_FROM = 64
-_COPY_COLUMNS = (
-    "id",
-    "name",
-    "queue",
-    "state",
-    "priority",
-    "payload",
-    "payload_version",
-    "attempt",
-    "max_attempts",
-    "company",
-    "run_at",
-    "enqueued_at",
-    "fence",
-    "cancel_requested",
-    "tick",
-    "ticks_skipped",
+# From this many plain jobs, SQLite, whose transaction holds the write lock, numbers them itself;
+# fewer are inserted one statement each. PostgreSQL gets any batch of plain jobs as one
+# statement of arrays (`unnested`).
+NUMBERED_FROM = 64
+# The columns of a job that travel as arrays to `unnested`, one array each, with their types.
+_ARRAYS: tuple[tuple[str, str], ...] = (
+    ("name", "text"),
+    ("queue", "text"),
+    ("priority", "integer"),
+    ("payload", "text"),
+    ("payload_version", "integer"),
+    ("max_attempts", "integer"),
+    ("company", "text"),
+    ("run_at", "instant"),
+    ("tick", "instant"),
+    ("ticks_skipped", "integer"),
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One statement to run, with its parameters (a list: executemany)."""
+    """One statement to run, with its parameters (a list: executemany); the plan reads the
+    rows it returns by position."""
 
     statement: Statement
     parameters: dict[str, Any] | list[dict[str, Any]] | None = field(default=None)
 
 
-@dataclass(frozen=True, slots=True)
-class Copy:
-    """Rows to COPY into ket_jobs (PostgreSQL), in _COPY_COLUMNS order."""
-
-    rows: list[tuple[Any, ...]]
-
-    @property
-    def sql(self) -> str:
-        return f"COPY ket_jobs ({', '.join(_COPY_COLUMNS)}) FROM STDIN"
-
-
-Plan = Generator[Step | Copy, list[Any], list[Inserted]]
+Plan = Generator[Step, list[Any], list[Inserted]]
 
 
 @dataclass(frozen=True)
@@ -79,7 +64,7 @@ class InsertSql:
     plain: Any
     ignoring_unique: Any
     holder: Any
-    reserve_ids: Any
+    unnested: Any  # None on SQLite
     last_id: Any
     numbered: Any
 
@@ -88,7 +73,18 @@ class InsertSql:
 def insert_sql(dialect: str) -> InsertSql:
     """The cached insert statements for `dialect` (SQLAlchemy Core: the lane runs their
     generated text, see statement.py)."""
-    from sqlalchemy import Text, bindparam, case, cast, func, insert, literal_column, select, text
+    from sqlalchemy import (
+        Text,
+        bindparam,
+        case,
+        cast,
+        false,
+        func,
+        insert,
+        literal_column,
+        select,
+        text,
+    )
     from sqlalchemy.dialects import postgresql, sqlite
 
     from ket.store.sql.column import Instant
@@ -103,18 +99,21 @@ def insert_sql(dialect: str) -> InsertSql:
     values = {
         "name": bindparam("p_name"),
         "queue": bindparam("p_queue"),
-        "state": case((run_at <= now, "available"), else_="scheduled"),
+        # constants as literals, so the lane passes only the job's own values
+        "state": case(
+            (run_at <= now, literal_column("'available'")), else_=literal_column("'scheduled'")
+        ),
         "priority": bindparam("p_priority"),
         "payload": payload,
         "payload_version": bindparam("p_payload_version"),
-        "attempt": 0,
+        "attempt": literal_column("0"),
         "max_attempts": bindparam("p_max_attempts"),
         "unique_key": bindparam("p_unique_key"),
         "company": bindparam("p_company"),
         "run_at": run_at,
         "enqueued_at": now,
-        "fence": 0,
-        "cancel_requested": False,
+        "fence": literal_column("0"),
+        "cancel_requested": false(),
         "tick": bindparam("p_tick", type_=Instant),
         "ticks_skipped": bindparam("p_ticks_skipped"),
     }
@@ -131,21 +130,83 @@ def insert_sql(dialect: str) -> InsertSql:
         .select_from(text("sqlite_sequence"))
         .where(literal_column("name") == "ket_jobs"),
         numbered=insert(jobs).values({**values, "id": bindparam("p_id")}),
-        # one row: the ids as an array (10,000 rows of one id each cost more to read than the
-        # COPY that follows) and the transaction's now
-        reserve_ids=select(
-            select(func.array_agg(func.nextval(func.pg_get_serial_sequence("ket_jobs", "id"))))
-            .select_from(func.generate_series(1, bindparam("n")))
-            .scalar_subquery()
-            .label("ids"),
-            now.label("now"),
-        ),
+        unnested=_unnested(now) if dialect == "postgresql" else None,
         holder=select(jobs.c.id).where(
             jobs.c.name == bindparam("p_name"),
             jobs.c.unique_key == bindparam("p_unique_key"),
             ACTIVE,
         ),
     )
+
+
+def _unnested(now: Any) -> Any:
+    """PostgreSQL: a batch of plain jobs in one statement, each column as an array; it returns
+    one row, the new ids as an array in the order of the arrays.
+
+    The ids are drawn in a materialised CTE next to each row's position, so that no ordering of
+    the insert itself is relied on; one row of an array costs less to read than a row per job.
+    """
+    from sqlalchemy import (
+        DateTime,
+        Integer,
+        Text,
+        bindparam,
+        case,
+        cast,
+        false,
+        func,
+        insert,
+        literal_column,
+        select,
+    )
+    from sqlalchemy.dialects import postgresql
+
+    from ket.store.sql.schema import jobs
+
+    types: dict[str, Any] = {
+        "text": Text(),
+        "integer": Integer(),
+        "instant": DateTime(timezone=True),
+    }
+    given = (
+        func.unnest(*[bindparam(f"a_{n}", type_=postgresql.ARRAY(types[t])) for n, t in _ARRAYS])
+        .table_valued(*[name for name, _ in _ARRAYS], with_ordinality="ord")
+        .render_derived(name="given")
+    )
+    sequence = select(
+        func.pg_get_serial_sequence(literal_column("'ket_jobs'"), literal_column("'id'"))
+    ).scalar_subquery()  # looked up once, not per row
+    numbered = (
+        select(func.nextval(sequence).label("id"), *given.c)
+        .select_from(given)
+        .cte("numbered")
+        .prefix_with("MATERIALIZED")
+    )
+    run_at = func.coalesce(numbered.c.run_at, now)
+    values = {
+        "id": numbered.c.id,
+        "name": numbered.c.name,
+        "queue": numbered.c.queue,
+        "state": case(
+            (run_at <= now, literal_column("'available'")), else_=literal_column("'scheduled'")
+        ),
+        "priority": numbered.c.priority,
+        "payload": cast(numbered.c.payload, postgresql.JSONB),
+        "payload_version": numbered.c.payload_version,
+        "attempt": literal_column("0"),
+        "max_attempts": numbered.c.max_attempts,
+        "company": numbered.c.company,
+        "run_at": run_at,
+        "enqueued_at": now,
+        "fence": literal_column("0"),
+        "cancel_requested": false(),
+        "tick": numbered.c.tick,
+        "ticks_skipped": numbered.c.ticks_skipped,
+    }
+    inserted = insert(jobs).from_select(list(values), select(*values.values())).cte("inserted")
+    ids = func.array_agg(postgresql.aggregate_order_by(numbered.c.id, numbered.c.ord))
+    # a data-modifying CTE runs whether or not the outer query reads it
+    return select(ids).add_cte(inserted)
 
 
 def insert_plan(
@@ -163,16 +224,15 @@ def insert_plan(
     """
     results: list[Inserted | None] = [None] * len(batch)
     plain = [i for i, job in enumerate(batch) if job.unique_key is None]
-    if plain and len(plain) >= COPY_FROM:
+    # PostgreSQL: any batch as one statement; SQLite: large batches numbered by hand
+    bulk = dialect == "postgresql" or (write_locked and len(plain) >= NUMBERED_FROM)
+    if len(plain) > 1 and bulk:
         jobs_, texts = [batch[i] for i in plain], [payloads[i] for i in plain]
         if dialect == "postgresql":
-            ids = yield from _copy(jobs_, texts, now)
-        elif write_locked:
-            ids = yield from _numbered(jobs_, texts, now)
+            [row] = yield Step(stmt.INSERT_UNNESTED, _arrays(jobs_, texts, now))
+            ids: list[int] = row[0]
         else:
-            pairs = zip(jobs_, texts, strict=True)
-            rows = yield Step(stmt.INSERT_PLAIN, [_parameters(j, p, now) for j, p in pairs])
-            ids = [row.id for row in rows]
+            ids = yield from _numbered(jobs_, texts, now)
         for index, job_id in zip(plain, ids, strict=True):
             results[index] = Inserted(id=job_id, coalesced=False)
     elif plain:
@@ -180,58 +240,32 @@ def insert_plan(
             stmt.INSERT_PLAIN, [_parameters(batch[i], payloads[i], now) for i in plain]
         )
         for index, row in zip(plain, rows, strict=True):
-            results[index] = Inserted(id=row.id, coalesced=False)
+            results[index] = Inserted(id=row[0], coalesced=False)
     for index, job in enumerate(batch):
         if job.unique_key is not None:
             results[index] = yield from _insert_unique(job, payloads[index], now)
     return [r for r in results if r is not None]
 
 
-def _copy(
-    batch: Sequence[NewJob], payloads: Sequence[str], now: datetime | None
-) -> Generator[Step | Copy, list[Any], list[int]]:
-    """Reserve ids and read the transaction's now in one round trip, then COPY the rows."""
-    [row] = yield Step(stmt.INSERT_RESERVE_IDS, {"n": len(batch), "now": now})
-    ids: list[int] = sorted(row.ids)  # array_agg keeps no order of its own
-    moment: datetime = row.now
-    copied = []
-    for job_id, job, payload in zip(ids, batch, payloads, strict=True):
-        run_at = job.run_at or moment
-        state = "available" if run_at <= moment else "scheduled"
-        copied.append(
-            (
-                job_id,
-                job.name,
-                job.queue,
-                state,
-                job.priority,
-                payload,
-                job.payload_version,
-                0,
-                job.max_attempts,
-                job.company,
-                run_at,
-                moment,
-                0,
-                False,
-                job.tick,
-                job.ticks_skipped,
-            )
-        )
-    yield Copy(copied)
-    return ids
+def one_statement(dialect: str, batch: Sequence[NewJob]) -> bool:
+    """Whether `insert_plan` inserts `batch` with one statement (so it needs no transaction):
+    one plain job, or on PostgreSQL any number of them; a unique key takes statements of its own.
+    """
+    if any(job.unique_key is not None for job in batch):
+        return False
+    return len(batch) == 1 or dialect == "postgresql"
 
 
 def _numbered(
     batch: Sequence[NewJob], payloads: Sequence[str], now: datetime | None
-) -> Generator[Step | Copy, list[Any], list[int]]:
+) -> Generator[Step, list[Any], list[int]]:
     """SQLite: number the rows ourselves and insert them without RETURNING.
 
     Every SQLite transaction holds the write lock from its BEGIN IMMEDIATE, so nobody else can
     take ids between reading the sequence and inserting; AUTOINCREMENT never reuses them.
     """
     rows = yield Step(stmt.INSERT_LAST_ID)
-    first = (rows[0].seq if rows else 0) + 1
+    first = (rows[0][0] if rows else 0) + 1
     ids = list(range(first, first + len(batch)))
     yield Step(
         stmt.INSERT_NUMBERED,
@@ -249,10 +283,10 @@ def _insert_unique(
     for _ in range(_UNIQUE_TRIES):
         rows = yield Step(stmt.INSERT_IGNORING_UNIQUE, _parameters(job, payload, now))
         if rows:
-            return Inserted(id=rows[0].id, coalesced=False)
+            return Inserted(id=rows[0][0], coalesced=False)
         rows = yield Step(stmt.INSERT_HOLDER, {"p_name": job.name, "p_unique_key": job.unique_key})
         if rows:
-            return Inserted(id=rows[0].id, coalesced=True)
+            return Inserted(id=rows[0][0], coalesced=True)
         # the holder finished between the two statements: the key is free, try again
     raise StoreError(
         f"job {job.name!r}: unique key {job.unique_key!r} kept changing hands; try again"
@@ -261,8 +295,29 @@ def _insert_unique(
 
 def wake_queues(batch: Sequence[NewJob], now: datetime | None) -> set[str]:
     """Queues that got work runnable at once (a guess when now is the database's: hints only)."""
+    if all(job.run_at is None for job in batch):  # the usual case, without reading the clock
+        return {job.queue for job in batch}
     moment = now or datetime.now(UTC)
     return {job.queue for job in batch if job.run_at is None or job.run_at <= moment}
+
+
+def _arrays(
+    batch: Sequence[NewJob], payloads: Sequence[str], now: datetime | None
+) -> dict[str, Any]:
+    """The parameters of `unnested`: one list per column, in the batch's order."""
+    return {
+        "now": now,
+        "a_name": [job.name for job in batch],
+        "a_queue": [job.queue for job in batch],
+        "a_priority": [job.priority for job in batch],
+        "a_payload": list(payloads),
+        "a_payload_version": [job.payload_version for job in batch],
+        "a_max_attempts": [job.max_attempts for job in batch],
+        "a_company": [job.company for job in batch],
+        "a_run_at": [job.run_at for job in batch],
+        "a_tick": [job.tick for job in batch],
+        "a_ticks_skipped": [job.ticks_skipped for job in batch],
+    }
 
 
 def _parameters(job: NewJob, payload: str, now: datetime | None) -> dict[str, Any]:
@@ -287,16 +342,12 @@ async def run_plan(rows: Rows, plan: Plan) -> list[Inserted]:
     try:
         step = next(plan)
         while True:
-            if isinstance(step, Copy):
-                await rows.copy(step.sql, step.rows)
-                step = plan.send([])
-                continue
             params = step.parameters
             if isinstance(params, list) and len(params) > 1:
                 step = plan.send(await rows.many(step.statement, params))
             else:  # one row is a plain (prepared) statement
                 one = params[0] if isinstance(params, list) else params
-                step = plan.send(await rows.rows(step.statement, one))
+                step = plan.send(await rows.tuples(step.statement, one))
     except StopIteration as done:
         value: list[Inserted] = done.value
         return value
@@ -307,14 +358,6 @@ def run_sync(connection: Connection, plan: Plan) -> list[Inserted]:
     try:
         step = next(plan)
         while True:
-            if isinstance(step, Copy):
-                raw = connection.connection.driver_connection
-                assert raw is not None
-                with raw.cursor() as cursor, cursor.copy(step.sql) as copy:
-                    for row in step.rows:
-                        copy.write_row(row)
-                step = plan.send([])
-                continue
             statement = built(step.statement, connection.dialect.name)
             result = connection.execute(statement, step.parameters)
             step = plan.send(list(result.all()) if result.returns_rows else [])

@@ -88,11 +88,6 @@ class LaneConnection:
                 if not cursor.nextset():
                     return found
 
-    async def copy(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        async with self.raw.cursor() as cursor, cursor.copy(sql) as copy:
-            for row in rows:
-                await copy.write_row(row)
-
 
 class Lane:
     """A small pool of psycopg connections to one PostgreSQL database."""
@@ -123,11 +118,16 @@ class Lane:
         self, body: Callable[[LaneConnection], Awaitable[T]], *, single: bool = False
     ) -> T:
         """`body` on one connection, in one transaction (`single`: one statement, autocommit)."""
-        async with self.connection() as connection:
+        # the connection() block written out: a single enqueue is this and one statement, and
+        # an async context manager's generator costs as much as the rest of this method
+        raw = await self._acquire()
+        try:
             if single:
-                return await body(connection)
-            async with connection.raw.transaction():
-                return await body(connection)
+                return await body(LaneConnection(raw))
+            async with raw.transaction():
+                return await body(LaneConnection(raw))
+        finally:
+            self._release(raw)
 
     async def close(self) -> None:
         """Close the idle connections; those in use are closed when they come back."""

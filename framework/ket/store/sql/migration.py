@@ -193,3 +193,31 @@ def schema_version(connection: Connection) -> int:
         return 0
     versions = connection.execute(select(migrations_table.c.version)).scalars().all()
     return max(versions, default=0)
+
+
+# Everything the migrations create, dropped by `ket uninstall` (the app's model tables are its
+# data and stay). On PostgreSQL the NOTIFY trigger goes with its table, and its function after.
+KET_TABLES = (
+    "ket_job_errors",
+    "ket_schedule_fires",
+    "ket_schedules",
+    "ket_sent_messages",
+    "ket_jobs",
+    "ket_migrations",
+)
+
+
+def uninstall(connection: Connection) -> list[str]:
+    """Drop ket's tables (those that exist) in one transaction; returns the tables dropped."""
+    dialect = connection.dialect.name
+    if dialect not in _LEDGER:
+        raise ValueError(f"ket stores support postgresql and sqlite, not {dialect!r}")
+    if dialect == "postgresql":  # not while a `ket migrate` runs
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK})
+    present = set(inspect(connection).get_table_names())
+    dropped = [name for name in KET_TABLES if name in present]
+    for name in dropped:
+        connection.execute(text(f"DROP TABLE {name}"))
+    if dialect == "postgresql":
+        connection.execute(text("DROP FUNCTION IF EXISTS ket_jobs_notify()"))
+    return dropped

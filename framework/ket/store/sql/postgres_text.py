@@ -20,39 +20,32 @@ TEXT: dict[str, Compiled] = {
     ),
     'insert.ignoring_unique': Compiled(
         text=(
-            "INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped) VALUES (%(p_name)s::VARCHAR, %(p_queue)s::VARCHAR, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN %(param_1)s::VARCHAR ELSE %(param_2)s::VARCHAR END, %(p_priority)s::INTEGER, CAST(%(p_payload)s::VARCHAR AS JSONB), %(p_payload_version)s::INTEGER, %(attempt)s::INTEGER, %(p_max_attempts)s::INTEGER, %(p_unique_key)s::VARCHAR, %(p_company)s::VARCHAR, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())), coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), %(fence)s::BIGINT, %(cancel_requested)s, %(p_tick)s::TIMESTAMP WITH TIME ZONE, %(p_ticks_skipped)s::INTEGER) ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state IN ('available', 'scheduled', 'executing', 'retryable') DO NOTHING RETURNING ket_jobs.id"
+            "INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped) VALUES (%(p_name)s::VARCHAR, %(p_queue)s::VARCHAR, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END, %(p_priority)s::INTEGER, CAST(%(p_payload)s::VARCHAR AS JSONB), %(p_payload_version)s::INTEGER, 0, %(p_max_attempts)s::INTEGER, %(p_unique_key)s::VARCHAR, %(p_company)s::VARCHAR, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())), coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), 0, false, %(p_tick)s::TIMESTAMP WITH TIME ZONE, %(p_ticks_skipped)s::INTEGER) ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state IN ('available', 'scheduled', 'executing', 'retryable') DO NOTHING RETURNING ket_jobs.id"
         ),
         constants={
-            'param_1': 'available',
-            'param_2': 'scheduled',
-            'attempt': 0,
-            'fence': 0,
-            'cancel_requested': False,
         },
         returning=True,
     ),
     'insert.plain': Compiled(
         text=(
-            'INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped) VALUES (%(p_name)s::VARCHAR, %(p_queue)s::VARCHAR, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN %(param_1)s::VARCHAR ELSE %(param_2)s::VARCHAR END, %(p_priority)s::INTEGER, CAST(%(p_payload)s::VARCHAR AS JSONB), %(p_payload_version)s::INTEGER, %(attempt)s::INTEGER, %(p_max_attempts)s::INTEGER, %(p_unique_key)s::VARCHAR, %(p_company)s::VARCHAR, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())), coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), %(fence)s::BIGINT, %(cancel_requested)s, %(p_tick)s::TIMESTAMP WITH TIME ZONE, %(p_ticks_skipped)s::INTEGER) RETURNING ket_jobs.id'
+            "INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped) VALUES (%(p_name)s::VARCHAR, %(p_queue)s::VARCHAR, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END, %(p_priority)s::INTEGER, CAST(%(p_payload)s::VARCHAR AS JSONB), %(p_payload_version)s::INTEGER, 0, %(p_max_attempts)s::INTEGER, %(p_unique_key)s::VARCHAR, %(p_company)s::VARCHAR, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())), coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), 0, false, %(p_tick)s::TIMESTAMP WITH TIME ZONE, %(p_ticks_skipped)s::INTEGER) RETURNING ket_jobs.id"
         ),
         constants={
-            'param_1': 'available',
-            'param_2': 'scheduled',
-            'attempt': 0,
-            'fence': 0,
-            'cancel_requested': False,
         },
         returning=True,
     ),
-    'insert.reserve_ids': Compiled(
+    'insert.unnested': Compiled(
         text=(
-            'SELECT (SELECT array_agg(nextval(pg_get_serial_sequence(%(pg_get_serial_sequence_1)s::VARCHAR, %(pg_get_serial_sequence_2)s::VARCHAR))) AS array_agg_1 \n'
-            'FROM generate_series(%(generate_series_1)s::INTEGER, %(n)s)) AS ids, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS now'
+            'WITH numbered AS MATERIALIZED \n'
+            "(SELECT nextval((SELECT pg_get_serial_sequence('ket_jobs', 'id') AS pg_get_serial_sequence_1)) AS id, given.name AS name, given.queue AS queue, given.priority AS priority, given.payload AS payload, given.payload_version AS payload_version, given.max_attempts AS max_attempts, given.company AS company, given.run_at AS run_at, given.tick AS tick, given.ticks_skipped AS ticks_skipped, given.ord AS ord \n"
+            'FROM unnest(%(a_name)b::TEXT[], %(a_queue)b::TEXT[], %(a_priority)b::INTEGER[], %(a_payload)b::TEXT[], %(a_payload_version)b::INTEGER[], %(a_max_attempts)b::INTEGER[], %(a_company)b::TEXT[], %(a_run_at)b::TIMESTAMP WITH TIME ZONE[], %(a_tick)b::TIMESTAMP WITH TIME ZONE[], %(a_ticks_skipped)b::INTEGER[]) WITH ORDINALITY AS given(name, queue, priority, payload, payload_version, max_attempts, company, run_at, tick, ticks_skipped, ord)), \n'
+            'inserted AS \n'
+            "(INSERT INTO ket_jobs (id, name, queue, state, priority, payload, payload_version, attempt, max_attempts, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped) SELECT numbered.id AS id, numbered.name AS name, numbered.queue AS queue, CASE WHEN (coalesce(numbered.run_at, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END AS anon_1, numbered.priority AS priority, CAST(numbered.payload AS JSONB) AS payload, numbered.payload_version AS payload_version, 0, numbered.max_attempts AS max_attempts, numbered.company AS company, coalesce(numbered.run_at, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) AS coalesce_1, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_2, 0, false AS anon_2, numbered.tick AS tick, numbered.ticks_skipped AS ticks_skipped \n"
+            'FROM numbered)\n'
+            ' SELECT array_agg(numbered.id ORDER BY numbered.ord) AS array_agg_1 \n'
+            'FROM numbered'
         ),
         constants={
-            'pg_get_serial_sequence_1': 'ket_jobs',
-            'pg_get_serial_sequence_2': 'id',
-            'generate_series_1': 1,
         },
         returning=False,
     ),
@@ -96,7 +89,7 @@ TEXT: dict[str, Compiled] = {
         text=(
             'SELECT ket_jobs.id, ket_jobs.name, ket_jobs.unique_key \n'
             'FROM ket_jobs \n'
-            "WHERE ket_jobs.unique_key = ANY (%(keys)s::TEXT[]) AND ket_jobs.state IN ('available', 'scheduled', 'executing', 'retryable')"
+            "WHERE ket_jobs.unique_key = ANY (%(keys)b::TEXT[]) AND ket_jobs.state IN ('available', 'scheduled', 'executing', 'retryable')"
         ),
         constants={
         },
@@ -112,7 +105,7 @@ TEXT: dict[str, Compiled] = {
     ),
     'query.cancel_now': Compiled(
         text=(
-            "UPDATE ket_jobs SET state=%(state)s::VARCHAR, finished_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) WHERE ket_jobs.id = ANY (%(ids)s::BIGINT[]) AND ket_jobs.state IN ('available', 'scheduled', 'retryable')"
+            "UPDATE ket_jobs SET state=%(state)s::VARCHAR, finished_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) WHERE ket_jobs.id = ANY (%(ids)b::BIGINT[]) AND ket_jobs.state IN ('available', 'scheduled', 'retryable')"
         ),
         constants={
             'state': 'cancelled',
@@ -146,7 +139,7 @@ TEXT: dict[str, Compiled] = {
     ),
     'query.complete_many': Compiled(
         text=(
-            'UPDATE ket_jobs SET state=%(state)s::VARCHAR, finished_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), lease_until=%(lease_until)s::TIMESTAMP WITH TIME ZONE, cancel_requested=%(cancel_requested)s FROM unnest(%(ids)s::BIGINT[], %(fences)s::BIGINT[]) AS pairs(id, fence) WHERE ket_jobs.id = ANY (%(ids)s::BIGINT[]) AND ket_jobs.id = pairs.id AND ket_jobs.fence = pairs.fence AND ket_jobs.state = %(executing_state)s::VARCHAR RETURNING ket_jobs.id'
+            'UPDATE ket_jobs SET state=%(state)s::VARCHAR, finished_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), lease_until=%(lease_until)s::TIMESTAMP WITH TIME ZONE, cancel_requested=%(cancel_requested)s FROM unnest(%(ids)b::BIGINT[], %(fences)b::BIGINT[]) AS pairs(id, fence) WHERE ket_jobs.id = ANY (%(ids)b::BIGINT[]) AND ket_jobs.id = pairs.id AND ket_jobs.fence = pairs.fence AND ket_jobs.state = %(executing_state)s::VARCHAR RETURNING ket_jobs.id'
         ),
         constants={
             'state': 'completed',
@@ -167,7 +160,7 @@ TEXT: dict[str, Compiled] = {
     ),
     'query.heartbeat': Compiled(
         text=(
-            "UPDATE ket_jobs SET lease_until=coalesce(%(lease_at)s::TIMESTAMP WITH TIME ZONE, now() + %(lease_s)s * interval '1 second') FROM unnest(%(ids)s::BIGINT[], %(fences)s::BIGINT[]) AS pairs(id, fence) WHERE ket_jobs.id = ANY (%(ids)s::BIGINT[]) AND ket_jobs.id = pairs.id AND ket_jobs.fence = pairs.fence AND ket_jobs.state = %(executing_state)s::VARCHAR RETURNING ket_jobs.id, ket_jobs.cancel_requested"
+            "UPDATE ket_jobs SET lease_until=coalesce(%(lease_at)s::TIMESTAMP WITH TIME ZONE, now() + %(lease_s)s * interval '1 second') FROM unnest(%(ids)b::BIGINT[], %(fences)b::BIGINT[]) AS pairs(id, fence) WHERE ket_jobs.id = ANY (%(ids)b::BIGINT[]) AND ket_jobs.id = pairs.id AND ket_jobs.fence = pairs.fence AND ket_jobs.state = %(executing_state)s::VARCHAR RETURNING ket_jobs.id, ket_jobs.cancel_requested"
         ),
         constants={
             'executing_state': 'executing',
@@ -186,7 +179,7 @@ TEXT: dict[str, Compiled] = {
     ),
     'query.make_available': Compiled(
         text=(
-            "UPDATE ket_jobs SET state=%(state)s::VARCHAR, max_attempts=CASE WHEN (ket_jobs.attempt >= ket_jobs.max_attempts) THEN ket_jobs.attempt + %(attempt_1)s::INTEGER ELSE ket_jobs.max_attempts END, run_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE, cancel_requested=%(cancel_requested)s WHERE ket_jobs.id = ANY (%(ids)s::BIGINT[]) AND ket_jobs.state IN ('retryable', 'discarded')"
+            "UPDATE ket_jobs SET state=%(state)s::VARCHAR, max_attempts=CASE WHEN (ket_jobs.attempt >= ket_jobs.max_attempts) THEN ket_jobs.attempt + %(attempt_1)s::INTEGER ELSE ket_jobs.max_attempts END, run_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE, cancel_requested=%(cancel_requested)s WHERE ket_jobs.id = ANY (%(ids)b::BIGINT[]) AND ket_jobs.state IN ('retryable', 'discarded')"
         ),
         constants={
             'state': 'available',
@@ -199,7 +192,7 @@ TEXT: dict[str, Compiled] = {
     'query.notify': Compiled(
         text=(
             'SELECT pg_notify(%(pg_notify_2)s::VARCHAR, woken.queue) AS pg_notify_1 \n'
-            'FROM unnest(%(queues)s::TEXT[]) AS woken(queue)'
+            'FROM unnest(%(queues)b::TEXT[]) AS woken(queue)'
         ),
         constants={
             'pg_notify_2': 'ket_jobs',
@@ -222,7 +215,7 @@ TEXT: dict[str, Compiled] = {
         text=(
             'SELECT ket_jobs.id \n'
             'FROM ket_jobs \n'
-            "WHERE ket_jobs.state IN ('completed', 'discarded', 'cancelled') AND ket_jobs.state = ANY (%(states)s::TEXT[]) AND ket_jobs.finished_at <= coalesce(%(retention_at)s::TIMESTAMP WITH TIME ZONE, now() + %(retention_s)s * interval '1 second') ORDER BY ket_jobs.finished_at, ket_jobs.id \n"
+            "WHERE ket_jobs.state IN ('completed', 'discarded', 'cancelled') AND ket_jobs.state = ANY (%(states)b::TEXT[]) AND ket_jobs.finished_at <= coalesce(%(retention_at)s::TIMESTAMP WITH TIME ZONE, now() + %(retention_s)s * interval '1 second') ORDER BY ket_jobs.finished_at, ket_jobs.id \n"
             ' LIMIT %(limit)s FOR UPDATE SKIP LOCKED'
         ),
         constants={
@@ -231,7 +224,7 @@ TEXT: dict[str, Compiled] = {
     ),
     'query.prune_errors': Compiled(
         text=(
-            'DELETE FROM ket_job_errors WHERE ket_job_errors.job_id = ANY (%(ids)s::BIGINT[])'
+            'DELETE FROM ket_job_errors WHERE ket_job_errors.job_id = ANY (%(ids)b::BIGINT[])'
         ),
         constants={
         },
@@ -239,7 +232,7 @@ TEXT: dict[str, Compiled] = {
     ),
     'query.prune_jobs': Compiled(
         text=(
-            'DELETE FROM ket_jobs WHERE ket_jobs.id = ANY (%(ids)s::BIGINT[])'
+            'DELETE FROM ket_jobs WHERE ket_jobs.id = ANY (%(ids)b::BIGINT[])'
         ),
         constants={
         },
@@ -255,7 +248,7 @@ TEXT: dict[str, Compiled] = {
     ),
     'query.request_cancel': Compiled(
         text=(
-            "UPDATE ket_jobs SET cancel_requested=%(cancel_requested)s WHERE ket_jobs.id = ANY (%(ids)s::BIGINT[]) AND ket_jobs.state = 'executing'"
+            "UPDATE ket_jobs SET cancel_requested=%(cancel_requested)s WHERE ket_jobs.id = ANY (%(ids)b::BIGINT[]) AND ket_jobs.state = 'executing'"
         ),
         constants={
             'cancel_requested': True,
@@ -320,7 +313,7 @@ TEXT: dict[str, Compiled] = {
         text=(
             'SELECT ket_schedules.schedule_id, ket_schedules.fingerprint, ket_schedules.last_tick, ket_schedules.updated_at, ket_schedules.paused \n'
             'FROM ket_schedules \n'
-            'WHERE ket_schedules.schedule_id = ANY (%(schedule_ids)s::TEXT[])'
+            'WHERE ket_schedules.schedule_id = ANY (%(schedule_ids)b::TEXT[])'
         ),
         constants={
         },

@@ -49,6 +49,8 @@ class Compiled:
     returning: bool  # it returns rows
 
     def params(self, given: dict[str, Any] | None) -> dict[str, Any]:
+        if not self.constants:  # psycopg only reads the parameters: no copy needed
+            return given or {}
         return {**self.constants, **given} if given else dict(self.constants)
 
 
@@ -95,7 +97,7 @@ NOTIFY = _query("notify")  # PostgreSQL only: SQLite has no NOTIFY (see `wakes_b
 INSERT_PLAIN = Statement("insert", "plain")
 INSERT_IGNORING_UNIQUE = Statement("insert", "ignoring_unique")
 INSERT_HOLDER = Statement("insert", "holder")
-INSERT_RESERVE_IDS = Statement("insert", "reserve_ids")  # PostgreSQL's COPY path
+INSERT_UNNESTED = Statement("insert", "unnested")  # PostgreSQL: a batch as arrays
 INSERT_LAST_ID = Statement("insert", "last_id", postgres=False)  # SQLite numbers rows itself
 INSERT_NUMBERED = Statement("insert", "numbered", postgres=False)
 

@@ -27,7 +27,7 @@ from ket.store.sql import statement as stmt
 from ket.store.sql.address import SYNCHRONOUS, libpq_dsn, parse_url, postgres_connect_args
 from ket.store.sql.failure import database_error, driver_error, from_database, locked
 from ket.store.sql.fetch import EngineRows, Rows, fetch_all
-from ket.store.sql.insert import insert_plan, run_plan, run_sync, wake_queues
+from ket.store.sql.insert import insert_plan, one_statement, run_plan, run_sync, wake_queues
 from ket.store.sql.lane import Lane
 from ket.store.sql.now import time_params
 from ket.store.sql.vacuum import table_health, vacuum_jobs
@@ -201,6 +201,13 @@ class SqlStore:
         StoreError if the database cannot be reached."""
         await self._hot(lambda conn: conn.tuples(stmt.CLOCK, {"now": self._now()}), single=True)
 
+    async def uninstall(self) -> list[str]:
+        """Drop ket's tables from this database (its jobs, their history, schedules and the sent
+        ledger; the app's model tables stay); returns the tables dropped."""
+        from ket.store.sql.migration import uninstall
+
+        return await self._transact(lambda conn: conn.run_sync(uninstall))
+
     async def migrate(self) -> list[int]:
         """Install or upgrade ket's schema; returns the migration versions applied."""
         from ket.store.sql.migration import migrate
@@ -267,8 +274,8 @@ class SqlStore:
         if not batch:
             return []
         now = self._now()
-        # one plain job is one statement; a batch may span several, so it needs a transaction
-        single = len(batch) == 1 and batch[0].unique_key is None
+        # one statement needs no transaction of its own; several do
+        single = one_statement(self.dialect, batch)
         inserted = await self._hot(
             lambda rows: run_plan(rows, insert_plan(self.dialect, now, batch, payloads)),
             single=single,

@@ -1,0 +1,68 @@
+"""`ket uninstall`: remove ket's tables from a tenant database, after a confirmation naming it.
+
+It drops every job, its history, the schedules' state and fire ledger, the sent ledger and the
+migration ledger; the app's model tables are its data and stay. Stop the workers first.
+Exit codes: 0 removed (or nothing to remove), 1 not confirmed, 2 bad input or no terminal to ask
+on without --yes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from ket.cli.output import escape
+from ket.cli.runtime import open_store, single_tenant
+from ket.errors import KetError
+from ket.store.database_url import shown_url
+
+
+def add_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
+) -> None:
+    parser = commands.add_parser(
+        "uninstall",
+        parents=parents,
+        help="remove ket's tables from a tenant database",
+        description=__doc__,
+    )
+    parser.add_argument(
+        "--yes", action="store_true", help="do not ask: the database is named on the command line"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    tenant, url = single_tenant(args)
+    where = f"tenant {tenant} ({shown_url(url)})"
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise KetError(
+                f"ket uninstall would drop every job of {where}; there is no terminal to ask "
+                "on: pass --yes to confirm"
+            )
+        sys.stderr.write(
+            f"Remove ket's tables from {escape(where)}? Every job, its history, the schedules' "
+            f"state and the sent ledger are lost (the app's model tables stay). Type the tenant "
+            f"name, {escape(tenant)}, to confirm: "
+        )
+        sys.stderr.flush()
+        if sys.stdin.readline().strip() != tenant:
+            sys.stderr.write("not confirmed: nothing removed\n")
+            return 1
+    dropped = asyncio.run(_uninstall(url))
+    if dropped:
+        sys.stdout.write(f"{escape(where)}: removed {', '.join(dropped)}\n")
+    else:
+        sys.stdout.write(f"{escape(where)}: no ket tables to remove\n")
+    return 0
+
+
+async def _uninstall(url: str) -> list[str]:
+    store = await open_store(url)
+    try:
+        return await store.uninstall()
+    finally:
+        await store.close()
