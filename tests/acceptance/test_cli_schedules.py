@@ -33,10 +33,12 @@ def test_schedules_are_listed_paused_and_fired_now(project: Project) -> None:
     assert (paused.code, paused.out) == (0, "schedule ops.audit paused\n"), paused.err
     again = run_ket("schedules", "pause", "ops.audit", cwd=root)
     assert (again.code, again.out) == (0, "schedule ops.audit was already paused\n")
-    fired = run_ket("schedules", "run-now", "ops.audit", cwd=root)
+    fired = run_ket("schedules", "run-now", "ops.audit", "--format", "json", cwd=root)
     assert fired.code == 0, fired.err
-    assert fired.out.startswith("schedule ops.audit fired now: job ")
-    job_id = int(fired.out.rsplit(" ", 1)[1])
+    job_id = json.loads(fired.out)["job_id"]
+    resumed = run_ket("schedules", "resume", "ops.audit", "--format", "json", cwd=root)
+    assert json.loads(resumed.out) == {"job": "ops.audit", "paused": False, "changed": True}
+    assert run_ket("schedules", "pause", "ops.audit", cwd=root).code == 0
     listed = run_ket("schedules", "list", "--format", "json", cwd=root)
     [row] = json.loads(listed.out)
     assert (row["job"], row["schedule"], row["paused"], row["installed"]) == (

@@ -3,6 +3,7 @@ app's model tables stay; `ket migrate` installs them again."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -49,8 +50,8 @@ def test_uninstall_asks_drops_ket_tables_only_and_migrate_brings_them_back(
     assert done.code == 0, done.err
     assert done.out.startswith("tenant default (")
     assert _tables(tenant_database) == {"m_shop_order"}  # the app's data stays
-    again = run_ket("uninstall", *url, "--yes", cwd=tmp_path)
-    assert again.out.endswith(": no ket tables to remove\n")
+    again = run_ket("uninstall", *url, "--yes", "--format", "json", cwd=tmp_path)
+    assert (json.loads(again.out)["tenant"], json.loads(again.out)["removed"]) == ("default", [])
     migrated = run_ket("migrate", *url, "--workspace", str(_workspace(tmp_path)), cwd=tmp_path)
     assert migrated.code == 0, migrated.err
     assert _tables(tenant_database) >= KET_TABLES

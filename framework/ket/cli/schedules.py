@@ -46,6 +46,7 @@ def add_parser(
     ):
         action = actions.add_parser(name, parents=parents, help=helptext)
         action.add_argument("name", metavar="JOB", help="the scheduled job, e.g. hotel.night_audit")
+        action.add_argument("--format", choices=["text", "json"], default="text")
         action.set_defaults(run=run)
 
 
@@ -112,7 +113,7 @@ async def rows(store: SqlStore, catalog: Catalog) -> list[dict[str, Any]]:
 def _list(args: argparse.Namespace) -> int:
     found = _with_store(args, rows)
     if args.format == "json":
-        sys.stdout.write(json.dumps(found, indent=2, sort_keys=True, ensure_ascii=True) + "\n")
+        _print_json(found)
         return 0
     if not found:
         sys.stdout.write("no schedules\n")
@@ -153,6 +154,9 @@ def _set_paused(args: argparse.Namespace, *, paused: bool) -> int:
 
     changed = _with_store(args, act)
     word = "paused" if paused else "resumed"
+    if args.format == "json":
+        _print_json({"job": args.name, "paused": paused, "changed": changed})
+        return 0
     if changed:
         sys.stdout.write(f"schedule {escape(args.name)} {word}\n")
     else:
@@ -168,8 +172,15 @@ def _run_now(args: argparse.Namespace) -> int:
         return (await run_now(store, catalog, spec.name)).id
 
     job_id = _with_store(args, act)
+    if args.format == "json":
+        _print_json({"job": args.name, "job_id": job_id})
+        return 0
     sys.stdout.write(f"schedule {escape(args.name)} fired now: job {job_id}\n")
     return 0
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True) + "\n")
 
 
 def _control(store: object) -> ScheduleControl:

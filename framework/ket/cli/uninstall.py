@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 
 from ket.cli.output import escape
@@ -31,6 +32,7 @@ def add_parser(
     parser.add_argument(
         "--yes", action="store_true", help="do not ask: the database is named on the command line"
     )
+    parser.add_argument("--format", choices=["text", "json"], default="text")
     parser.set_defaults(run=run)
 
 
@@ -53,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write("not confirmed: nothing removed\n")
             return 1
     dropped = asyncio.run(_uninstall(url))
+    if args.format == "json":
+        shown = {"tenant": tenant, "database": shown_url(url), "removed": dropped}
+        sys.stdout.write(json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=True) + "\n")
+        return 0
     if dropped:
         sys.stdout.write(f"{escape(where)}: removed {', '.join(dropped)}\n")
     else:
