@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ket.catalog import Catalog, JobSpec
 from ket.cli.options import deployment_of
-from ket.cli.output import escape
+from ket.cli.output import escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
 from ket.store.contract import QueryableStore, ScheduleControl
@@ -180,7 +179,7 @@ def _run_now(args: argparse.Namespace) -> int:
 
 
 def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True) + "\n")
+    sys.stdout.write(json_text(value) + "\n")
 
 
 def _control(store: object) -> ScheduleControl:

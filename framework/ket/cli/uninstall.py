@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 
-from ket.cli.output import escape
+from ket.cli.output import escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
 from ket.store.database_url import shown_url
@@ -57,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     dropped = asyncio.run(_uninstall(url))
     if args.format == "json":
         shown = {"tenant": tenant, "database": shown_url(url), "removed": dropped}
-        sys.stdout.write(json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=True) + "\n")
+        sys.stdout.write(json_text(shown) + "\n")
         return 0
     if dropped:
         sys.stdout.write(f"{escape(where)}: removed {', '.join(dropped)}\n")
