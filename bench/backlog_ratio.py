@@ -42,9 +42,9 @@ from ket_side import KetSide  # noqa: E402
 from procfs import cpu_seconds, load_average  # noqa: E402
 from worker import WorkerProcess  # noqa: E402
 
-from ket.store.sql.lane import compiled  # noqa: E402
+from ket.store.sql import statement as stmt  # noqa: E402
+from ket.store.sql.lane import text_of  # noqa: E402
 from ket.store.sql.now import time_params  # noqa: E402
-from ket.store.sql.query import statements  # noqa: E402
 
 STALL_S = 60.0
 
@@ -63,7 +63,7 @@ class Run:
 
 def _claim() -> tuple[str, dict[str, Any]]:
     """The claim as the store's lane runs it, with the parameters of a 10-job claim."""
-    claim = compiled(statements("postgresql").claim)
+    claim = text_of(stmt.CLAIM)
     given = {**time_params(None, lease=30.0), "p_queue": "default", "limit": 10}
     return claim.text, claim.params({**given, "p_worker_id": "bench-probe"})
 

@@ -14,9 +14,9 @@ from psycopg import sql
 
 from ket.store import JobClaim, NewJob, Settle, Vacuum
 from ket.store.sql import SqlStore
-from ket.store.sql.lane import compiled
+from ket.store.sql import statement as stmt
+from ket.store.sql.lane import text_of
 from ket.store.sql.now import time_params
-from ket.store.sql.query import statements
 from tests.conftest import REQUIRED
 
 ALWAYS = Vacuum(threshold=0, scale_factor=0)
@@ -28,7 +28,7 @@ def _on_schema(schema: str) -> dict[str, Any]:
 
 def _claim_buffers(url: str, schema: str) -> int:
     """Index pages of `ket_jobs_runnable` that one 10-job claim of queue q reads (rolled back)."""
-    claim = compiled(statements("postgresql").claim)  # as the store's lane runs it
+    claim = text_of(stmt.CLAIM)  # as the store's lane runs it
     params = claim.params(
         {**time_params(None, lease=30.0), "p_queue": "q", "limit": 10, "p_worker_id": "probe"}
     )

@@ -82,6 +82,8 @@ class Contexts:
             raise StoreError(f"store {type(store).__name__} keeps no sent ledger for ctx.transport")
         self._store = store
         self._ledger: SentLedger = store
+        # the fire ledger `ctx.schedule.fires()` reads, where the store keeps one
+        self._fires = store.schedule_fires if isinstance(store, QueryableStore) else None
         self._catalog = catalog
         self._tenant = tenant
         self._sender = sender
@@ -102,9 +104,8 @@ class Contexts:
         tick = job.tick
         schedule = None
         if tick is not None:
-            ledger = None
-            if isinstance(self._store, QueryableStore):
-                ledger = functools.partial(self._store.schedule_fires, job.name)
+            fires = self._fires
+            ledger = None if fires is None else functools.partial(fires, job.name)
             schedule = ScheduleInfo(tick=tick, skipped=job.ticks_skipped or 0, ledger=ledger)
         return job_context_made_on_use(
             functools.partial(self._job_part, job, spec, signal),

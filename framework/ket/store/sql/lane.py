@@ -43,14 +43,6 @@ def text_of(statement: Statement) -> Compiled:
     return TEXT[statement.key]
 
 
-def compiled(statement: Any) -> Compiled:
-    """`statement` (a SQLAlchemy Core statement) compiled for psycopg, as postgres_text.py is
-    generated (imports SQLAlchemy; for tools and tests)."""
-    from ket.store.sql.generation import compiled as compile_now
-
-    return compile_now(statement)
-
-
 class LaneConnection:
     """One checked-out lane connection: statements run prepared, rows come back as named tuples."""
 

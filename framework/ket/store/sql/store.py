@@ -76,8 +76,6 @@ _LOCKED_RETRIES = 8
 _KEY_RACES = 3  # times a bulk batch runs when a racing insert takes a unique key it retries
 # `ket jobs stats` names the transactions open on the tenant database for longer than this
 LONG_TRANSACTION_SECONDS = 60.0
-# outcomes whose error text, when given, goes in the job's history (a snooze's is its note)
-_RECORDS_ERROR = frozenset({"retryable", "discarded", "cancelled", "snoozed"})
 # outcomes that, with no delay, make the job claimable at once: its queue's waiters are woken
 _RUNNABLE_AGAIN = frozenset({"retryable", "snoozed"})
 
@@ -369,7 +367,7 @@ class SqlStore:
                 rows = await conn.rows(stmt.SETTLE[settle.outcome], params)
                 if rows:
                     applied.add(settle.id)
-                    if settle.error is not None and settle.outcome in _RECORDS_ERROR:
+                    if settle.error is not None:  # every outcome here records its text
                         # a snooze gave its attempt back: the entry is the attempt's that snoozed
                         attempt = rows[0].attempt + (settle.outcome == "snoozed")
                         errors.append(_error_row(settle.id, attempt, settle.error, now))
