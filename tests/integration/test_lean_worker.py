@@ -24,12 +24,18 @@ import pytest
 from psycopg import sql
 
 APP = """
+from datetime import timedelta
+
 from ket import define_deployment, define_job, define_module, define_model
 
 async def first(ctx, input):
-    # an insert, a unique-key insert that coalesces, and the sent ledger
-    await ctx.jobs.enqueue("app.second", {{"n": input.n}}, unique_key=f"second:{{input.n}}")
-    await ctx.jobs.enqueue("app.second", {{"n": input.n}}, unique_key=f"second:{{input.n}}")
+    # an insert, a unique-key insert that coalesces, and the sent ledger; the holder waits a
+    # few seconds, so it is still active for the second enqueue however busy the machine is
+    later = ctx.now() + timedelta(seconds=3)
+    key = f"second:{{input.n}}"
+    await ctx.jobs.enqueue("app.second", {{"n": input.n}}, unique_key=key, run_at=later)
+    again = await ctx.jobs.enqueue("app.second", {{"n": input.n}}, unique_key=key, run_at=later)
+    assert again.coalesced, again
     await ctx.transport.send({{
         "from": {{"address": "app@example.com"}}, "to": [{{"address": "a@example.com"}}],
         "subject": "hi", "text": "hello",

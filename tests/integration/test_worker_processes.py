@@ -29,8 +29,10 @@ from ket import define_deployment, define_job, define_module
 RUNS = Path(os.environ["KET_TEST_RUNS"])
 
 async def work(ctx, input):
-    # one file per execution: the test counts how often each job really ran
+    # one file per execution: the test counts how often each job really ran; `ms` of work
     (RUNS / f"{{ctx.job.id}}.{{ctx.job.attempt}}.{{uuid.uuid4().hex}}").touch()
+    if input.ms:
+        await asyncio.sleep(input.ms / 1000)
 
 def hang_first(ctx, input):
     (RUNS / f"{{ctx.job.id}}.{{ctx.job.attempt}}.{{uuid.uuid4().hex}}").touch()
@@ -41,7 +43,7 @@ async def tick(ctx, input):
     (RUNS / f"tick.{{int(ctx.schedule.tick.timestamp())}}.{{uuid.uuid4().hex}}").touch()
 
 app = define_module(name="app", jobs={{
-    "work": define_job(idempotent=True, input={{"n": "int"}}, handler=work),
+    "work": define_job(idempotent=True, input={{"n": "int", "ms": "int?"}}, handler=work),
     "hang_first": define_job(idempotent=True, handler=hang_first),
     "tick": define_job(idempotent=True, schedule={{"every": "10s"}}, handler=tick),
 }})
@@ -188,7 +190,9 @@ def test_three_workers_run_each_of_a_thousand_jobs_exactly_once(
         60,
         "three serving workers",
     )
-    ids = fleet.enqueue([NewJob(name="app.work", payload={"n": n}) for n in range(1_000)])
+    # 20 ms each: the backlog outlasts one replica's head start, so every replica gets a share
+    jobs = [NewJob(name="app.work", payload={"n": n, "ms": 20}) for n in range(1_000)]
+    ids = fleet.enqueue(jobs)
     try:
         _until(
             lambda: (
