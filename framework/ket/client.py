@@ -142,11 +142,18 @@ class Client:
         priority: int | None = None,
         unique_key: str | None = None,
         company: str | None = None,
+        tags: list[str] | tuple[str, ...] | None = None,
         connection: Connection | None = None,
     ) -> Inserted:
         """Enqueue one job; returns its id and whether it coalesced with an active one."""
         job = self._catalog.new_job(
-            name, input, run_at=run_at, priority=priority, unique_key=unique_key, company=company
+            name,
+            input,
+            run_at=run_at,
+            priority=priority,
+            unique_key=unique_key,
+            company=company,
+            tags=tags,
         )
         [inserted] = self._insert([job], connection)
         return inserted
@@ -203,11 +210,18 @@ class AsyncClient:
         priority: int | None = None,
         unique_key: str | None = None,
         company: str | None = None,
+        tags: list[str] | tuple[str, ...] | None = None,
         connection: AsyncConnection | None = None,
     ) -> Inserted:
         """Enqueue one job; returns its id and whether it coalesced with an active one."""
         job = self._catalog.new_job(
-            name, input, run_at=run_at, priority=priority, unique_key=unique_key, company=company
+            name,
+            input,
+            run_at=run_at,
+            priority=priority,
+            unique_key=unique_key,
+            company=company,
+            tags=tags,
         )
         [inserted] = await self._insert([job], connection)
         return inserted

@@ -105,6 +105,13 @@ CODES: dict[str, Code] = {
             "from the oldest you still accept up to input_version - 1.",
         ),
         Code(
+            id="KET111",
+            level=E,
+            title="tags are not a list of short strings",
+            hint="Give tags=['billing', 'eu']: at most 32 distinct strings of 1 to 100 "
+            "characters each.",
+        ),
+        Code(
             id="KET201",
             level=E,
             title="schedule does not parse",

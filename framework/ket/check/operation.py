@@ -11,7 +11,7 @@ from ket.check.registry import CheckContext, register
 from ket.declare import resolve
 from ket.declare.job import JobDecl
 from ket.declare.operation import OperationDecl
-from ket.errors import InputSpecError
+from ket.errors import DeclarationError, InputSpecError
 
 
 @register("operations")
@@ -110,6 +110,10 @@ def _job_options(job: JobDecl) -> list[CheckMessage]:
         )
     elif job.upgrade is not None:
         found.extend(finding("KET110", problem, where) for problem in _upgrade(job, version))  # type: ignore[arg-type]
+    try:
+        resolve.tags(job.tags)
+    except DeclarationError as error:
+        found.append(finding("KET111", str(error), where))
     return found
 
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 SAMPLE = 10  # jobs shown by a dry run and before the question
 _STATES: dict[BulkAction, tuple[JobState, ...]] = {"retry": RETRY_STATES, "cancel": CANCEL_STATES}
 _DONE = {"retry": "retried", "cancel": "cancelled"}
-_FILTERS = ("state", "queue", "job", "older_than")
+_FILTERS = ("state", "queue", "job", "tag", "older_than")
 _BULK_ONLY = (*_FILTERS, "all", "dry_run", "yes", "format")
 
 
@@ -61,6 +61,12 @@ def add_arguments(
     )
     group.add_argument("--queue", help="only jobs of this queue")
     group.add_argument("--job", metavar="NAME", help="only jobs of this name")
+    group.add_argument(
+        "--tag",
+        action="append",
+        metavar="TAG",
+        help="only jobs carrying this tag; repeatable (a job must carry every one)",
+    )
     group.add_argument(
         "--older-than",
         type=duration,
@@ -83,7 +89,7 @@ def run(args: argparse.Namespace, action: BulkAction) -> int:
     """The filter form of `ket jobs retry` or `ket jobs cancel`."""
     if not (args.all or any(getattr(args, name) not in (None, []) for name in _FILTERS)):
         raise KetError(
-            f"ket jobs {action} needs a job id, or filters (--state, --queue, --job, "
+            f"ket jobs {action} needs a job id, or filters (--state, --queue, --job, --tag, "
             "--older-than), or --all for every job it applies to"
         )
     tenant, url = single_tenant(args)
@@ -165,7 +171,12 @@ async def _count(
             before = await store.now() - timedelta(seconds=args.older_than)
         states = tuple(dict.fromkeys(s for group in args.state or [] for s in group))
         job_filter = JobFilter(
-            action=action, states=states, queue=args.queue, name=args.job, enqueued_before=before
+            action=action,
+            states=states,
+            queue=args.queue,
+            name=args.job,
+            tags=tuple(args.tag or ()),
+            enqueued_before=before,
         )
         return job_filter, await store.job_bulk_count(job_filter, SAMPLE)
     finally:

@@ -49,6 +49,12 @@ def add_parser(
     listing.add_argument("--state", choices=JOB_STATES)
     listing.add_argument("--queue")
     listing.add_argument("--job", metavar="NAME", help="only jobs of this name")
+    listing.add_argument(
+        "--tag",
+        action="append",
+        metavar="TAG",
+        help="only jobs carrying this tag; repeatable (a job must carry every one)",
+    )
     listing.add_argument("--limit", type=_positive, default=50)
     listing.add_argument("--offset", type=_not_negative, default=0)
     listing.add_argument("--format", choices=["text", "json"], default="text")
@@ -102,7 +108,12 @@ def _with_store(args: argparse.Namespace, action: Callable[[SqlStore], Awaitable
 
 def _list(args: argparse.Namespace) -> int:
     query = JobQuery(
-        state=args.state, queue=args.queue, name=args.job, limit=args.limit, offset=args.offset
+        state=args.state,
+        queue=args.queue,
+        name=args.job,
+        tags=tuple(args.tag or ()),
+        limit=args.limit,
+        offset=args.offset,
     )
     records = _with_store(args, lambda store: store.job_list(query))
     if args.format == "json":
@@ -111,7 +122,8 @@ def _list(args: argparse.Namespace) -> int:
     if not records:
         sys.stdout.write("no jobs\n")
         return 0
-    rows: list[tuple[str, ...]] = [("ID", "STATE", "QUEUE", "JOB", "ATTEMPT", "RUN AT", "ERRORS")]
+    header = ("ID", "STATE", "QUEUE", "JOB", "ATTEMPT", "RUN AT", "ERRORS", "TAGS")
+    rows: list[tuple[str, ...]] = [header]
     for r in records:
         cells = (
             str(r.id),
@@ -121,6 +133,7 @@ def _list(args: argparse.Namespace) -> int:
             f"{r.attempt}/{r.max_attempts}",
             r.run_at.isoformat(timespec="seconds"),
             str(len(r.errors)),
+            ",".join(r.tags) or "-",
         )
         rows.append(tuple(escape(cell) for cell in cells))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -155,8 +168,11 @@ def _show(args: argparse.Namespace) -> int:
         "finished_at",
         "worker_id",
         "lease_until",
+        "tags",
     ):
         value = fields.get(key)
+        if key == "tags":
+            value = ", ".join(record.tags) or None
         sys.stdout.write(f"{key + ':':<14}{'-' if value is None else escape(str(value))}\n")
     payload = json.dumps(redact_payload(record.payload), sort_keys=True)
     sys.stdout.write(f"{'version:':<14}{record.payload_version}\n")  # the payload's input version

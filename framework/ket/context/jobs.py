@@ -39,9 +39,10 @@ class Jobs(Part):
         priority: int | None = None,
         unique_key: str | None = None,
         company: str | None = None,
+        tags: list[str] | tuple[str, ...] | None = None,
     ) -> Inserted:
         """Enqueue one job; returns its id and whether it coalesced with an active one."""
-        job = self.__build(name, input, run_at, priority, unique_key, company)
+        job = self.__build(name, input, run_at, priority, unique_key, company, tags)
         [inserted] = await self.__insert([job])
         return inserted
 
@@ -59,6 +60,7 @@ class Jobs(Part):
                     options.pop("priority", None),
                     options.pop("unique_key", None),
                     options.pop("company", None),
+                    options.pop("tags", None),
                 )
             )
             if options:
@@ -73,6 +75,7 @@ class Jobs(Part):
         priority: int | None,
         unique_key: str | None,
         company: str | None,
+        tags: list[str] | tuple[str, ...] | None,
     ) -> NewJob:
         operation = self.__operation
         if not operation.allows("enqueue", name):
@@ -85,5 +88,11 @@ class Jobs(Part):
                 "declare cross_company=True"
             )
         return self.__catalog.new_job(
-            name, input, run_at=run_at, priority=priority, unique_key=unique_key, company=company
+            name,
+            input,
+            run_at=run_at,
+            priority=priority,
+            unique_key=unique_key,
+            company=company,
+            tags=tags,
         )

@@ -19,6 +19,7 @@ from ket.declare.operation import OperationDecl
 from ket.declare.worker import WorkerConfig
 from ket.errors import DeclarationError
 from ket.schedule import Schedule, parse_schedule
+from ket.store.types import MAX_TAG_LENGTH, MAX_TAGS
 
 TIMEZONE_VARIABLE = "KET_TIMEZONE"
 
@@ -58,6 +59,29 @@ def worker_config(deployment: DeploymentDecl) -> WorkerConfig:
             value = f", got {item['input']!r}" if where else ""
             problems.append(f"{where or 'worker'}: {item['msg']}{value}")
         raise DeclarationError("; ".join(problems)) from None
+
+
+def tags(value: object) -> tuple[str, ...]:
+    """Tags as a job carries them: each stripped, repeats dropped, in their order.
+
+    DeclarationError, naming the value, unless `value` is a list (or tuple) of at most MAX_TAGS
+    distinct strings of 1 to MAX_TAG_LENGTH characters without NUL.
+    """
+    if not isinstance(value, list | tuple):
+        raise DeclarationError(f"tags must be a list of strings, got {value!r}")
+    cleaned: dict[str, None] = {}
+    for tag in value:
+        if not isinstance(tag, str):
+            raise DeclarationError(f"a tag must be a string, got {tag!r}")
+        text = tag.strip()
+        if not text or len(text) > MAX_TAG_LENGTH or "\x00" in text:
+            raise DeclarationError(
+                f"a tag must be 1 to {MAX_TAG_LENGTH} characters without NUL, got {tag!r}"
+            )
+        cleaned[text] = None
+    if len(cleaned) > MAX_TAGS:
+        raise DeclarationError(f"a job carries at most {MAX_TAGS} tags, got {len(cleaned)}")
+    return tuple(cleaned)
 
 
 def handler_name(operation: OperationDecl) -> str:

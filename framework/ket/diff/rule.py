@@ -83,6 +83,7 @@ RULES: Mapping[str, Severity] = {
     "max_attempts_raised": "safe",
     "timeout_ms_raised": "safe",
     "priority_changed": "safe",
+    "tags_changed": "safe",
     "backoff_changed": "safe",
     "handler_changed": "safe",
     "idempotent_changed": "safe",

@@ -75,4 +75,5 @@ def _job(job: JobDecl, timezone: str | None) -> JobEntry:
         schedule=ScheduleEntry.model_validate(schedule.to_manifest()) if schedule else None,
         input_version=int(job.input_version),  # type: ignore[call-overload]
         upgrades_from=sorted(job.upgrade or {}),  # type: ignore[call-overload]
+        tags=list(resolve.tags(job.tags)),
     )

@@ -63,12 +63,15 @@ class JobEntry(OperationEntry):
     # written before versions existed have neither: version 1, no upgrades)
     input_version: int = 1
     upgrades_from: list[int] = []
+    # the tags its jobs carry unless an enqueue gives others (older manifests: none)
+    tags: list[str] = []
 
     @model_serializer(mode="wrap")
-    def _omit_no_upgrades(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _omit_empty_lists(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        if not data.get("upgrades_from"):
-            data.pop("upgrades_from", None)
+        for name in ("upgrades_from", "tags"):
+            if not data.get(name):
+                data.pop(name, None)
         return data
 
 

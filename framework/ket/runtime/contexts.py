@@ -171,7 +171,7 @@ class Contexts:
         parts = self._parts.get(spec.name)
         if parts is None:
             parts = self._parts[spec.name] = (
-                Jobs(self._catalog, spec, self._inserter()),
+                Jobs(self._catalog, spec, self.inserter()),
                 Storage(spec, self._tenant, root=self._root, max_blob_bytes=self._max_blob_bytes),
                 Transport(
                     self._sender, self._ledger, spec, self._tenant, limits=self._message_limits
@@ -179,7 +179,7 @@ class Contexts:
             )
         return parts
 
-    def _inserter(self) -> Callable[[Sequence[NewJob]], Awaitable[list[Inserted]]]:
+    def inserter(self) -> Callable[[Sequence[NewJob]], Awaitable[list[Inserted]]]:
         """The store's insert, reporting `enqueued` events when anyone listens."""
         insert, hooks, tenant = self._store.job_insert, self._hooks, self._tenant
         if hooks is None:

@@ -41,6 +41,7 @@ RETRY_STATES: tuple[JobState, ...] = ("retryable", "discarded")  # what an opera
 CANCEL_STATES: tuple[JobState, ...] = ACTIVE_STATES  # what an operator cancel takes
 
 PRIORITY_MIN, PRIORITY_MAX = -1_000, 1_000
+MAX_TAGS, MAX_TAG_LENGTH = 32, 100  # per job; characters per tag
 PAYLOAD_VERSION = 1
 
 
@@ -59,6 +60,7 @@ class NewJob:
     company: str | None = None
     tick: datetime | None = None
     ticks_skipped: int | None = None
+    tags: tuple[str, ...] = ()  # labels to find it by (`ket jobs list --tag`), in their order
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -297,15 +299,18 @@ class JobRecord:
     errors: tuple[ErrorRecord, ...]
     tick: datetime | None
     ticks_skipped: int | None
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobQuery:
-    """Filter and page for listing; None means any. Newest first."""
+    """Filter and page for listing; None means any, and a job matches `tags` when it carries
+    every one of them. Newest first."""
 
     state: JobState | None = None
     queue: str | None = None
     name: str | None = None
+    tags: tuple[str, ...] = ()
     limit: int = 50
     offset: int = 0
 
@@ -319,15 +324,17 @@ class JobFilter:
     """The jobs a bulk retry or cancel acts on: every given filter holds; None means any.
 
     `states` are states the action applies to (empty: all of them, RETRY_STATES or
-    CANCEL_STATES); `enqueued_before` keeps jobs enqueued before that instant; the ids are in
-    (`after_id`, `through_id`]. A cancel never matches an executing job that already carries a
-    cancel request: there is nothing left to do to it.
+    CANCEL_STATES); a job matches `tags` when it carries every one of them; `enqueued_before`
+    keeps jobs enqueued before that instant; the ids are in (`after_id`, `through_id`]. A cancel
+    never matches an executing job that already carries a cancel request: there is nothing left
+    to do to it.
     """
 
     action: BulkAction
     states: tuple[JobState, ...] = ()
     queue: str | None = None
     name: str | None = None
+    tags: tuple[str, ...] = ()
     enqueued_before: datetime | None = None
     after_id: JobId = 0
     through_id: JobId | None = None

@@ -18,6 +18,8 @@ from typing import Any, TypeGuard, cast
 from ket.errors import JobRejected
 from ket.store.types import (
     CANCEL_STATES,
+    MAX_TAG_LENGTH,
+    MAX_TAGS,
     PRIORITY_MAX,
     PRIORITY_MIN,
     RETRY_STATES,
@@ -85,6 +87,7 @@ def _shares_declared(job: NewJob, other: NewJob) -> bool:
         and job.max_attempts is other.max_attempts
         and job.payload_version is other.payload_version
         and job.ticks_skipped is other.ticks_skipped
+        and job.tags is other.tags
     )
 
 
@@ -105,6 +108,8 @@ def _check_declared(job: NewJob) -> None:
     _counter(job, "payload_version", job.payload_version, minimum=1)
     if job.ticks_skipped is not None:
         _counter(job, "ticks_skipped", job.ticks_skipped, minimum=0)
+    if job.tags:
+        check_tags(job.tags, f"job {job.name!r}: tags")
 
 
 def _check_own(job: NewJob) -> None:
@@ -138,6 +143,25 @@ def encode_payload(job: NewJob, *, limit: int = MAX_PAYLOAD_BYTES) -> str:
             "store large data in a model or in storage and enqueue a reference"
         )
     return text
+
+
+def check_tags(tags: object, what: str) -> None:
+    """Refuse tags that are not a tuple or list of at most MAX_TAGS strings of 1 to
+    MAX_TAG_LENGTH characters; `what` names them in the message (`job 'send': tags`)."""
+    if not isinstance(tags, tuple | list):
+        raise JobRejected(f"{what} must be a list of strings, got {tags!r}")
+    if len(tags) > MAX_TAGS:
+        raise JobRejected(f"{what} hold at most {MAX_TAGS} tags, got {len(tags)}")
+    for tag in tags:
+        if not _clean_text(tag, MAX_TAG_LENGTH):
+            raise JobRejected(
+                f"{what}: a tag must be 1 to {MAX_TAG_LENGTH} characters{_TEXT}, got {tag!r}"
+            )
+
+
+def encode_tags(tags: Sequence[str]) -> str | None:
+    """Checked tags as a JSON array, None for none (the column stays NULL, off the index)."""
+    return _JSON.encode(list(tags)) if tags else None
 
 
 def check_claim(claim: JobClaim) -> None:
@@ -245,6 +269,7 @@ def check_query(query: JobQuery) -> None:
     for field, value in (("state", query.state), ("queue", query.queue), ("name", query.name)):
         if value is not None and not _clean_text(value, None):
             raise JobRejected(f"job list {field} must be a string{_TEXT}, got {value!r}")
+    check_tags(query.tags, "job list tags")
 
 
 def check_filter(job_filter: JobFilter) -> tuple[JobState, ...]:
@@ -268,6 +293,7 @@ def check_filter(job_filter: JobFilter) -> tuple[JobState, ...]:
                 f"bulk filter {field} must be 1 to {MAX_KEY_LENGTH} characters{_TEXT}, "
                 f"got {value!r}"
             )
+    check_tags(job_filter.tags, "bulk filter tags")
     before = job_filter.enqueued_before
     if before is not None and not _aware(before):
         raise JobRejected(

@@ -42,6 +42,7 @@ __all__ = [
     "test_insert_refuses_max_attempts_of_zero",
     "test_insert_refuses_priority_above_1000",
     "test_insert_refuses_priority_below_minus_1000",
+    "test_insert_refuses_tags_that_are_not_a_short_list_of_strings",
     "test_insert_returns_one_result_per_job_in_order",
     "test_insert_round_trips_every_field",
     "test_insert_round_trips_nested_and_unicode_payloads",
@@ -252,6 +253,19 @@ async def test_insert_refuses_priority_below_minus_1000(t: Tck) -> None:
 @tck_test
 async def test_insert_refuses_max_attempts_of_zero(t: Tck) -> None:
     await _refused(t, new_job("kit.bad.attempts", max_attempts=0), "kit.bad.attempts")
+
+
+@tck_test
+async def test_insert_refuses_tags_that_are_not_a_short_list_of_strings(t: Tck) -> None:
+    for tags, named in (
+        ("billing", "'billing'"),  # a string is not a list of tags
+        (("ok", ""), "''"),
+        (("a\x00b",), "'a\\x00b'"),
+        (("x" * 101,), "100 characters"),
+        ((7,), "7"),
+        (tuple(f"t{n}" for n in range(33)), "at most 32 tags"),
+    ):
+        await _refused(t, new_job("kit.bad.tags", tags=tags), "kit.bad.tags", named)
 
 
 @tck_test

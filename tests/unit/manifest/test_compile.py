@@ -212,3 +212,20 @@ def test_worker_entry_fills_in_defaults() -> None:
         shutdown_grace_ms=15_000,
         schedule_sweep_ms=30_000,
     )
+
+
+def test_declared_tags_are_recorded_cleaned_and_none_are_left_out() -> None:
+    def send(ctx: object, input: object) -> None: ...
+
+    module = define_module(
+        name="shop",
+        jobs={
+            "tagged": define_job(idempotent=True, tags=[" billing", "eu", "billing"], handler=send),
+            "plain": define_job(idempotent=True, handler=send),
+        },
+    )
+    text = dump_manifest(compile_manifest(define_deployment(name="main", modules=[module])))
+    jobs = compile_manifest(define_deployment(name="main", modules=[module])).modules["shop"].jobs
+    assert jobs["tagged"].tags == ["billing", "eu"]
+    assert jobs["plain"].tags == []
+    assert text.count("tags:") == 1  # a job without tags writes none: older manifests stay equal

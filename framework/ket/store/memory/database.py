@@ -66,6 +66,7 @@ class MemoryDatabase:
             enqueued_at=now,
             tick=None if job.tick is None else job.tick.astimezone(UTC),
             ticks_skipped=job.ticks_skipped,
+            tags=tuple(job.tags),
         )
         self.rows[row.id] = row
         self.move(row, row.state)

@@ -312,6 +312,7 @@ class MemoryStore:
                 if (query.state is None or row.state == query.state)
                 and (query.queue is None or row.queue == query.queue)
                 and (query.name is None or row.name == query.name)
+                and row.tagged(query.tags)
             )
             page: list[JobRecord] = []
             for index, row in enumerate(matches):

@@ -20,6 +20,7 @@ from ket.store.sql.fetch import Rows
 from ket.store.sql.now import TimeSql
 from ket.store.sql.statement import Statement, built
 from ket.store.types import Inserted, NewJob
+from ket.store.validate import encode_tags
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -42,6 +43,7 @@ _ARRAYS: tuple[tuple[str, str], ...] = (
     ("run_at", "instant"),
     ("tick", "instant"),
     ("ticks_skipped", "integer"),
+    ("tags", "text"),
 )
 
 
@@ -93,9 +95,12 @@ def insert_sql(dialect: str) -> InsertSql:
     time = TimeSql(dialect)
     now = time.now()
     run_at = func.coalesce(bindparam("p_run_at", type_=Instant), now)
+    # JSON encoded by the caller (validate.py), stored as it came
     payload: Any = bindparam("p_payload", type_=Text)
+    tags: Any = bindparam("p_tags", type_=Text)
     if dialect == "postgresql":
         payload = cast(payload, postgresql.JSONB)
+        tags = cast(tags, postgresql.JSONB)
     values = {
         "name": bindparam("p_name"),
         "queue": bindparam("p_queue"),
@@ -116,6 +121,7 @@ def insert_sql(dialect: str) -> InsertSql:
         "cancel_requested": false(),
         "tick": bindparam("p_tick", type_=Instant),
         "ticks_skipped": bindparam("p_ticks_skipped"),
+        "tags": tags,
     }
     dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return InsertSql(
@@ -202,6 +208,7 @@ def _unnested(now: Any) -> Any:
         "cancel_requested": false(),
         "tick": numbered.c.tick,
         "ticks_skipped": numbered.c.ticks_skipped,
+        "tags": cast(numbered.c.tags, postgresql.JSONB),
     }
     inserted = insert(jobs).from_select(list(values), select(*values.values())).cte("inserted")
     ids = func.array_agg(postgresql.aggregate_order_by(numbered.c.id, numbered.c.ord))
@@ -317,6 +324,7 @@ def _arrays(
         "a_run_at": [job.run_at for job in batch],
         "a_tick": [job.tick for job in batch],
         "a_ticks_skipped": [job.ticks_skipped for job in batch],
+        "a_tags": [encode_tags(job.tags) for job in batch],
     }
 
 
@@ -334,6 +342,7 @@ def _parameters(job: NewJob, payload: str, now: datetime | None) -> dict[str, An
         "p_run_at": job.run_at,
         "p_tick": job.tick,
         "p_ticks_skipped": job.ticks_skipped,
+        "p_tags": encode_tags(job.tags),
     }
 
 

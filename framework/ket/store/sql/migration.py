@@ -147,6 +147,20 @@ MIGRATIONS += (
         },
     ),
 )
+MIGRATIONS += (
+    Migration(
+        version=3,
+        name="jobs carry tags",
+        statements={
+            "postgresql": (
+                "ALTER TABLE ket_jobs ADD COLUMN tags JSONB",
+                "CREATE INDEX ket_jobs_tags ON ket_jobs USING gin (tags jsonb_path_ops) "
+                "WHERE tags IS NOT NULL",
+            ),
+            "sqlite": ("ALTER TABLE ket_jobs ADD COLUMN tags JSON",),
+        },
+    ),
+)
 LATEST = MIGRATIONS[-1].version
 
 _LEDGER = {

@@ -352,7 +352,7 @@ def _rescue(time: TimeSql) -> Any:
     )
 
 
-def listing(job_query: JobQuery) -> Any:
+def listing(dialect: str, job_query: JobQuery) -> Any:
     """The (dynamic) listing query: filters, newest first, one page."""
     statement = select(jobs)
     if job_query.state is not None:
@@ -361,7 +361,27 @@ def listing(job_query: JobQuery) -> Any:
         statement = statement.where(jobs.c.queue == job_query.queue)
     if job_query.name is not None:
         statement = statement.where(jobs.c.name == job_query.name)
+    if job_query.tags:
+        statement = statement.where(*tagged(dialect, job_query.tags))
     return statement.order_by(jobs.c.id.desc()).limit(job_query.limit).offset(job_query.offset)
+
+
+def tagged(dialect: str, tags: Sequence[str]) -> list[Any]:
+    """Clauses for "the job carries every one of `tags`" (values bound in the statement, as
+    the dynamic filters are): on PostgreSQL one `@>` the GIN index answers, on SQLite a
+    json_each probe per tag."""
+    from sqlalchemy import column, exists, literal
+
+    from ket.store.validate import encode_tags
+
+    if dialect == "postgresql":
+        wanted = literal(encode_tags(tags), Text).cast(postgresql.JSONB)
+        return [jobs.c.tags.op("@>")(wanted)]
+    clauses = []
+    for tag in tags:
+        element = func.json_each(jobs.c.tags).table_valued("value")
+        clauses.append(exists().select_from(element).where(column("value") == literal(tag)))
+    return clauses
 
 
 def errors_of(ids: Sequence[int]) -> Any:
@@ -404,6 +424,7 @@ def job_records(rows: Sequence[Any], history: Sequence[Any]) -> list[JobRecord]:
             errors=tuple(errors.get(row.id, ())),
             tick=row.tick,
             ticks_skipped=row.ticks_skipped,
+            tags=tuple(row.tags or ()),
         )
         for row in rows
     ]

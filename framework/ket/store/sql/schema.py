@@ -55,6 +55,7 @@ jobs = Table(
     Column("cancel_requested", Boolean, nullable=False),
     Column("tick", Instant),
     Column("ticks_skipped", Integer),
+    Column("tags", Json),  # a JSON array of strings; NULL when the job has none
     CheckConstraint(f"state IN ({_states(JOB_STATES)})", name="ket_jobs_state"),
     sqlite_autoincrement=True,
 )
@@ -93,6 +94,16 @@ Index(
     postgresql_where=TERMINAL,
     sqlite_where=TERMINAL,
 )
+
+# Tag filters (`@>`) on PostgreSQL; untagged rows stay out of the index. SQLite scans: its
+# filters read each row's array with json_each.
+Index(
+    "ket_jobs_tags",
+    jobs.c.tags,
+    postgresql_using="gin",
+    postgresql_ops={"tags": "jsonb_path_ops"},
+    postgresql_where=jobs.c.tags.is_not(None),
+).ddl_if(dialect="postgresql")
 
 job_errors = Table(
     "ket_job_errors",

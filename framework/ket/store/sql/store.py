@@ -587,7 +587,7 @@ class SqlStore:
         validate.check_query(job_query)
         from ket.store.sql import query
 
-        return await self._records(query.listing(job_query))
+        return await self._records(query.listing(self.dialect, job_query))
 
     async def _records(self, statement: Any) -> list[JobRecord]:
         from ket.store.sql import query

@@ -38,3 +38,30 @@ async def create_database(url: str) -> bool:
     except (psycopg.Error, OSError) as error:  # OSError: asyncio's timeouts, lost sockets
         reason = hide_password(describe(error), admin)
         raise StoreError(f"cannot create database {name!r}: {reason}") from error
+
+
+async def drop_database(url: str) -> bool:
+    """Drop the PostgreSQL database `url` names, closing its sessions (a test's scratch
+    database); True if it existed. A SQLite file is left to its folder's owner."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return False
+    name = parsed.database
+    if not name:
+        raise StoreError(f"database URL {shown_url(parsed)!r} names no database")
+    admin = parsed.set(drivername="postgresql", database="postgres")
+    dsn = admin.render_as_string(hide_password=False)
+    try:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            found = await connection.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+            )
+            if not await found.fetchone():
+                return False
+            await connection.execute(
+                sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+            return True
+    except (psycopg.Error, OSError) as error:
+        reason = hide_password(describe(error), admin)
+        raise StoreError(f"cannot drop database {name!r}: {reason}") from error
