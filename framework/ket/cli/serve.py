@@ -92,8 +92,9 @@ def check_servable(catalog: Catalog, command: str) -> None:
     authenticator: the server never serves anonymously."""
     missing = [name for name in PACKAGES if importlib.util.find_spec(name) is None]
     if missing:
+        verb = "is" if len(missing) == 1 else "are"
         raise KetError(
-            f"{command} needs {' and '.join(PACKAGES[m] for m in missing)}, which are not "
+            f"{command} needs {' and '.join(PACKAGES[m] for m in missing)}, which {verb} not "
             "installed: pip install 'ket[serve]'"
         )
     if catalog.serve.authenticate is None:
