@@ -79,7 +79,7 @@ class Gate:
         asked = AuthRequest(
             tenant=tenant,
             method=request.method,
-            path=request.url.path,
+            path=request.scope["path"],
             headers=request.headers,
             client=client,
         )
