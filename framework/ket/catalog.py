@@ -23,6 +23,7 @@ from ket.declare.deployment import DeploymentDecl
 from ket.declare.effect import Effect
 from ket.declare.job import JobDecl, Upgrade, default_backoff_seconds
 from ket.declare.operation import Handler, OperationDecl
+from ket.declare.serve import ServeConfig
 from ket.declare.worker import WorkerConfig
 from ket.errors import CheckFailed, DeclarationError, JobRejected, PayloadVersionError
 from ket.schedule import Schedule
@@ -76,7 +77,8 @@ class JobSpec(OperationSpec):
 
 @dataclass(frozen=True, kw_only=True)
 class Catalog:
-    """The deployment's jobs and functions by qualified name, and its worker configuration."""
+    """The deployment's jobs and functions by qualified name, and how its worker runs them and
+    `ket serve` serves them."""
 
     deployment: str
     jobs: Mapping[str, JobSpec]
@@ -85,6 +87,7 @@ class Catalog:
     worker: WorkerConfig
     keys: SecretKeys | None = None  # KET_SECRET_KEYS: None stores secrets in clear (marked)
     redact: Redact | None = None  # the deployment's hook for exception texts
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
     @classmethod
     def build(
@@ -113,6 +116,7 @@ class Catalog:
             worker=resolve.worker_config(deployment),
             keys=SecretKeys.from_environment(environ),
             redact=deployment.redact,
+            serve=resolve.serve_config(deployment),
         )
 
     def job(self, name: str) -> JobSpec:

@@ -63,7 +63,9 @@ FORBIDDEN = {
     },
     "catalog": {"manifest", "diff", "cli", "workspace", "runtime", "context"},
     "context": {"manifest", "check", "diff", "cli", "workspace", "runtime", "tck"},
-    "runtime": {"manifest", "check", "diff", "cli", "workspace", "tck"},
+    "runtime": {"manifest", "check", "diff", "cli", "workspace", "tck", "serve"},
+    # the server stands on the runtime and the store contract; the CLI passes it a store opener
+    "serve": {"manifest", "check", "diff", "cli", "workspace", "tck", "testing"},
     # private folders (storage, the outbox): os calls only, so both rooms can use them
     "folder": LEAF,
     # secret input fields: pure functions over pydantic values and payloads, used by the
@@ -85,7 +87,7 @@ FORBIDDEN = {
     },
 }
 # rooms that may use the store contract but never a concrete store
-CONTRACT_ONLY = ["catalog", "context", "runtime", "tck"]
+CONTRACT_ONLY = ["catalog", "context", "runtime", "tck", "serve"]
 
 
 def _modules(path: Path) -> set[str]:
@@ -118,6 +120,16 @@ def test_room_does_not_import_rooms_downstream_of_it(room: str) -> None:
         for target in _imports(path) & FORBIDDEN[room]
     }
     assert offenders == set()
+
+
+def test_only_the_cli_imports_the_server() -> None:
+    # `ket.serve` needs Starlette: no room a worker or a declaration loads may import it
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).parts[0] not in ("cli", "serve") and "serve" in _imports(path)
+    ]
+    assert offenders == []
 
 
 def test_nothing_imports_the_cli() -> None:

@@ -15,12 +15,8 @@ from ket.cli.options import deployment_of
 from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
-from ket.secret import Redactor, open_payload, seal_payload
+from ket.runtime.call import MAX_INPUT_DEPTH, call_function, json_depth, redactor
 from ket.workspace import where_in_user_code
-
-# Deeper input is refused before parsing: Python's JSON parser would recurse past its limit,
-# and no function's input model nests anywhere near this.
-MAX_INPUT_DEPTH = 100
 
 
 def add_parser(
@@ -38,7 +34,7 @@ def add_parser(
 def parse_input(text: str) -> dict[str, Any]:
     """The JSON object given on the command line, or KetError naming what is wrong."""
     shown = repr(clip(text))
-    depth = _depth(text)
+    depth = json_depth(text)
     if depth > MAX_INPUT_DEPTH:
         raise KetError(f"input is nested {depth} levels deep, more than {MAX_INPUT_DEPTH}: {shown}")
     try:
@@ -52,26 +48,6 @@ def parse_input(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise KetError(f"input must be a JSON object, got {shown}")
     return value
-
-
-def _depth(text: str) -> int:
-    """How deeply the brackets of JSON `text` nest (strings left out), without parsing it."""
-    deepest = level = 0
-    in_string = escaped = False
-    for char in text:  # one pass: a regular expression for strings could backtrack
-        if escaped:
-            escaped = False
-        elif in_string:
-            escaped = char == "\\"
-            in_string = char != '"'
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            level += 1
-            deepest = max(deepest, level)
-        elif char in "]}":
-            level -= 1
-    return deepest
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,26 +74,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def redactor(catalog: Catalog, calls: list[tuple[str, dict[str, Any]]]) -> Redactor:
-    """What hides the calls' secret input values and applies the deployment's redact hook to
-    the text of what a function raised, as the worker does for a job."""
-    secrets: list[str] = []
-    for name, payload in calls:
-        spec = catalog.functions.get(name)
-        if spec is not None and spec.secret:
-            try:
-                value = spec.input_model.model_validate(payload)
-            except ValidationError:  # this call never ran: it holds nothing to hide
-                continue
-            secrets += open_payload(seal_payload(value, None, job=name), None)[1]
-    return Redactor.of(secrets, catalog.redact)
-
-
 async def call_on_tenant(
     catalog: Catalog, tenant: str, url: str, calls: list[tuple[str, dict[str, Any]]]
 ) -> list[Any]:
     """Call functions in order against one tenant's database; their results."""
-    from ket.runtime.call import call_function
     from ket.runtime.contexts import Contexts, default_sender, install_models
 
     store = await open_store(url)

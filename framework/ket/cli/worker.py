@@ -97,32 +97,60 @@ def _number(environ: Mapping[str, str], name: str, default: T, kind: Callable[[s
         raise KetError(f"{name} must be a number, got {text!r}") from None
 
 
+class Stopping:
+    """SIGTERM and SIGINT for a command that runs the worker: the first sets `event` and calls
+    every callback given to `also` (the HTTP server of `ket dev --all` stops with the worker);
+    the second hands running jobs back within half a second and exits within a second,
+    whatever handler threads are doing."""
+
+    def __init__(self, command: str = "ket worker") -> None:
+        self.event = asyncio.Event()
+        self.fleet: Fleet | None = None
+        self._command = command
+        self._also: list[Callable[[], None]] = []
+
+    def install(self) -> None:
+        """Handle SIGTERM and SIGINT on the running loop."""
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(number, self._on_signal, number)
+
+    def also(self, stop: Callable[[], None]) -> None:
+        """Call `stop` too at the first signal."""
+        self._also.append(stop)
+
+    def _on_signal(self, number: int) -> None:
+        if self.event.is_set():
+            sys.stderr.write(
+                f"{self._command}: second signal: handing back running jobs and exiting\n"
+            )
+            # a stuck handler thread or a hung database call must not keep the process alive
+            threading.Timer(EXIT_SECONDS, os._exit, (1,)).start()
+            if self.fleet is not None:
+                task = asyncio.get_running_loop().create_task(
+                    self.fleet.hand_back_now(HAND_BACK_SECONDS)
+                )
+                task.add_done_callback(lambda _: os._exit(1))
+            return
+        log.info("received %s: finishing running jobs, then stopping", signal.Signals(number).name)
+        self.event.set()
+        for stop in self._also:
+            stop()
+
+
 async def serve(
     catalog: Catalog,
     database_url: str | None,
     tenant: str | None,
     settings: HostConcurrency | None = None,
+    stopping: Stopping | None = None,
 ) -> int:
-    """Serve until a signal; returns the exit code. `catalog` carries the concurrency to run,
-    `settings` says which of it this host set (for the start-up line)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    fleet: Fleet | None = None
-
-    def on_signal(number: int) -> None:
-        if stop.is_set():
-            sys.stderr.write("ket worker: second signal: handing back running jobs and exiting\n")
-            # a stuck handler thread or a hung database call must not keep the process alive
-            threading.Timer(EXIT_SECONDS, os._exit, (1,)).start()
-            if fleet is not None:
-                task = loop.create_task(fleet.hand_back_now(HAND_BACK_SECONDS))
-                task.add_done_callback(lambda _: os._exit(1))
-            return
-        log.info("received %s: finishing running jobs, then stopping", signal.Signals(number).name)
-        stop.set()
-
-    for number in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(number, on_signal, number)
+    """Serve until a signal (or until `stopping.event` is set, when the caller handles the
+    signals); returns the exit code. `catalog` carries the concurrency to run, `settings`
+    says which of it this host set (for the start-up line)."""
+    if stopping is None:
+        stopping = Stopping()
+        stopping.install()
     registry = registry_reader()
 
     async def list_tenants() -> dict[str, str | None]:
@@ -137,7 +165,7 @@ async def serve(
         )
 
     identity = worker_id()
-    fleet = Fleet(
+    fleet = stopping.fleet = Fleet(
         catalog=catalog,
         template=database_template(database_url),
         list_tenants=list_tenants,
@@ -154,7 +182,7 @@ async def serve(
         pool,
     )
     try:
-        await fleet.run(stop)
+        await fleet.run(stopping.event)
     finally:
         registry.close()
     stuck = [t.name for t in threading.enumerate() if t.name.startswith("ket-") and t.is_alive()]

@@ -27,7 +27,6 @@ from ket.context import (
     Storage,
     Transactor,
     Transport,
-    build_db_and_tx,
 )
 from ket.context.context import job_context_made_on_use
 from ket.context.db import Database, records_of
@@ -140,12 +139,14 @@ class Contexts:
     def for_function(self, spec: OperationSpec, company: str | None = None) -> FunctionContext:
         """The context of one call of a function."""
         jobs, storage, transport = self._operation(spec)
-        db, tx = build_db_and_tx(self._store, self._catalog, spec, self._tx_executor, company)
+        # built once per function and company, as a job's are: a server calls the same few
+        # functions for the same companies over and over
+        db, transactor = self._data(spec, company)
         return FunctionContext(
             tenant=self._tenant,
             company=company,
             db=db,
-            tx=tx,
+            tx=transactor.run,
             jobs=jobs,
             storage=storage,
             transport=transport,

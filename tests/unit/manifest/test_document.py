@@ -53,6 +53,7 @@ def test_yaml_carries_format_1_and_a_header(text: str) -> None:
         "deployment",
         "format",
         "modules",
+        "serve",
         "worker",
     ]
 
