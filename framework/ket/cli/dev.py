@@ -23,6 +23,7 @@ from ket.cli.options import deployment_of
 from ket.cli.output import clip, configure_logging, escape
 from ket.cli.runtime import run_service, single_tenant, tenant_urls
 from ket.cli.worker import serve
+from ket.declare.deployment import DeploymentDecl
 from ket.runtime.outcome import describe
 
 log = logging.getLogger("ket.dev")
@@ -61,13 +62,14 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, "%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     logging.getLogger("ket.jobs").setLevel(min(logging.DEBUG, logging.getLevelName(args.log_level)))
     settings = concurrency.read(args.concurrency, os.environ)
-    catalog = settings.apply(Catalog.build(deployment_of(args)))
+    deployment = deployment_of(args)
+    catalog = settings.apply(Catalog.build(deployment))
     calls = [(name, parse_input(text)) for name, text in args.call]
     urls = tenant_urls(args)
     if calls:
         urls = dict([single_tenant(args)])  # --call needs one tenant
     asyncio.run(migrate_all(catalog, urls))
-    return run_service(_dev(catalog, args, settings, urls, calls))
+    return run_service(_dev(catalog, args, settings, urls, calls, deployment))
 
 
 async def _dev(
@@ -76,8 +78,11 @@ async def _dev(
     settings: HostConcurrency,
     urls: dict[str, str],
     calls: list[tuple[str, dict[str, object]]],
+    deployment: DeploymentDecl,
 ) -> int:
-    serving = asyncio.ensure_future(serve(catalog, args.database_url, args.tenant, settings))
+    serving = asyncio.ensure_future(
+        serve(catalog, args.database_url, args.tenant, settings, deployment)
+    )
     if calls:
         await asyncio.sleep(0.5)
         [(name, url)] = urls.items()

@@ -28,7 +28,7 @@ from ket.errors import CheckFailed, KetError
 # ket.cli of the same name adds its parser (`add_parser(commands, parents)`)
 DECLARING = ["manifest", "check", "diff"]  # workspace options
 RUNNING = ["worker", "dev", "migrate", "call", "schedules"]  # workspace and database options
-OPERATING = ["tenants", "jobs", "uninstall"]  # database options
+OPERATING = ["tenants", "workers", "jobs", "uninstall"]  # database options
 # Ctrl-C outside `ket worker` and `ket dev`, as a shell reports a command that SIGINT ended.
 INTERRUPTED = 130
 
