@@ -28,6 +28,7 @@ from ket.cli.output import clip, configure_logging, escape
 from ket.cli.runtime import run_service, single_tenant, tenant_urls
 from ket.cli.serve import add_http_options, check_servable, http_server, listen_for
 from ket.cli.worker import Stopping, serve
+from ket.declare.deployment import DeploymentDecl
 from ket.runtime.call import redactor
 from ket.runtime.outcome import describe
 
@@ -68,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, "%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     logging.getLogger("ket.jobs").setLevel(min(logging.DEBUG, logging.getLevelName(args.log_level)))
     settings = concurrency.read(args.concurrency, os.environ)
-    catalog = settings.apply(Catalog.build(deployment_of(args)))
+    deployment = deployment_of(args)
+    catalog = settings.apply(Catalog.build(deployment))
     calls = [(name, parse_input(text)) for name, text in args.call]
     if args.all:
         check_servable(catalog, "ket dev --all")
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         urls = dict([single_tenant(args)])  # --call needs one tenant
     sock = listen_for(args) if args.all else None  # a port in use stops the start here
     asyncio.run(migrate_all(catalog, urls))
-    return run_service(_dev(catalog, args, settings, urls, calls, sock))
+    return run_service(_dev(catalog, args, settings, urls, calls, sock, deployment))
 
 
 async def _dev(
@@ -87,11 +89,12 @@ async def _dev(
     urls: dict[str, str],
     calls: list[tuple[str, dict[str, object]]],
     sock: socket.socket | None,
+    deployment: DeploymentDecl,
 ) -> int:
     stopping = Stopping()
     stopping.install()
     serving = asyncio.ensure_future(
-        serve(catalog, args.database_url, args.tenant, settings, stopping)
+        serve(catalog, args.database_url, args.tenant, settings, stopping, deployment)
     )
     if sock is not None:
         from ket.serve.server import address

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ket.cli import bulk
+from ket.cli import bulk, workers
 from ket.cli.options import deployment_of, workspace_parent
 from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
@@ -26,6 +26,7 @@ from ket.errors import KetError
 from ket.runtime.prune import prune_batches
 from ket.secret import redact_payload
 from ket.store.contract import QueryableStore
+from ket.store.roster import manifest_counts
 from ket.store.types import JOB_STATES, TERMINAL_STATES, JobQuery, JobRecord, Prune
 from ket.store.validate import MAX_BIGINT, MAX_SECONDS
 
@@ -239,6 +240,7 @@ def _prune(args: argparse.Namespace) -> int:
 
 def _stats(args: argparse.Namespace) -> int:
     stats = _with_store(args, lambda store: store.job_stats())
+    manifests = _manifests(args)
     if args.format == "json":
         _print_json(
             {
@@ -251,6 +253,10 @@ def _stats(args: argparse.Namespace) -> int:
                 "dead_rows": stats.dead_rows,
                 "live_rows": stats.live_rows,
                 "long_transactions": [asdict(t) for t in stats.long_transactions],
+                # manifest hash -> live workers running it (None: the control database
+                # could not be read)
+                "manifests": manifests,
+                "manifest_mismatch": manifests is not None and len(manifests) > 1,
             }
         )
         return 0
@@ -277,7 +283,20 @@ def _stats(args: argparse.Namespace) -> int:
             f"transaction open for {_age(open_.seconds)}: pid {open_.pid} ({who}, "
             f"{escape(open_.state or 'state hidden')}); it keeps dead rows from a vacuum\n"
         )
+    if manifests is not None and len(manifests) > 1:
+        sys.stdout.write(workers.mismatch_line(manifests) + "\n")
     return 0
+
+
+def _manifests(args: argparse.Namespace) -> dict[str, int] | None:
+    """Manifest hash -> how many live workers run it, from the control database; None (and a
+    warning) when it cannot be read: the job counts are shown all the same."""
+    try:
+        _, seen = workers.read_workers(args.database_url)
+    except KetError as error:
+        sys.stderr.write(f"ket: warning: cannot read the workers: {escape(error.message)}\n")
+        return None
+    return manifest_counts(seen)
 
 
 def _summary(record: JobRecord) -> dict[str, Any]:

@@ -117,7 +117,7 @@ def http_server(catalog: Catalog, args: argparse.Namespace, sock: socket.socket)
     from ket.serve.app import create_app
     from ket.serve.server import HttpServer
 
-    registry = registry_reader()
+    registry = registry_reader(args.database_url)
 
     async def list_tenants() -> dict[str, str | None]:
         return await asyncio.to_thread(registry.databases)

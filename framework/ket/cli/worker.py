@@ -25,10 +25,13 @@ from ket.cli import concurrency
 from ket.cli.concurrency import HostConcurrency
 from ket.cli.options import deployment_of
 from ket.cli.output import configure_logging
+from ket.cli.presence import presence_service
 from ket.cli.runtime import open_store, registry_reader, run_service, tenant_urls, worker_id
+from ket.declare.deployment import DeploymentDecl
 from ket.errors import KetError
 from ket.runtime.contexts import default_sender
 from ket.runtime.fleet import Fleet
+from ket.runtime.supervisor import Supervisor
 from ket.runtime.tenancy import database_template
 from ket.runtime.worker import SERVICE_CONNECTIONS, connections_needed, loop_connections
 from ket.store.contract import JobStore
@@ -39,6 +42,7 @@ T = TypeVar("T")
 # The second signal: how long handing back may take, and when the process is gone regardless.
 HAND_BACK_SECONDS = 0.5
 EXIT_SECONDS = 0.9
+PRESENCE_TIMEOUT_SECONDS = 30.0
 
 
 def add_parser(
@@ -62,10 +66,13 @@ def add_parser(
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = concurrency.read(args.concurrency, os.environ)
-    catalog = settings.apply(Catalog.build(deployment_of(args)))
+    deployment = deployment_of(args)
+    catalog = settings.apply(Catalog.build(deployment))
     pool_settings(catalog, os.environ)  # refuse a pool too small before serving anything
     tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker
-    return run_service(serve(catalog, args.database_url, args.tenant, settings))
+    return run_service(
+        serve(catalog, args.database_url, args.tenant, settings, deployment=deployment)
+    )
 
 
 def pool_settings(catalog: Catalog, environ: Mapping[str, str]) -> tuple[int, float]:
@@ -144,14 +151,16 @@ async def serve(
     tenant: str | None,
     settings: HostConcurrency | None = None,
     stopping: Stopping | None = None,
+    deployment: DeploymentDecl | None = None,
 ) -> int:
     """Serve until a signal (or until `stopping.event` is set, when the caller handles the
     signals); returns the exit code. `catalog` carries the concurrency to run, `settings`
-    says which of it this host set (for the start-up line)."""
+    says which of it this host set (for the start-up line); with the `deployment`, the worker
+    records itself in the control database (`ket workers list`)."""
     if stopping is None:
         stopping = Stopping()
         stopping.install()
-    registry = registry_reader()
+    registry = registry_reader(database_url)
 
     async def list_tenants() -> dict[str, str | None]:
         return await asyncio.to_thread(registry.databases)
@@ -181,10 +190,28 @@ async def serve(
         (settings or HostConcurrency(settings={})).describe(catalog.worker),
         pool,
     )
+    # its own supervisor, stopped after the tenants: the row stays while running jobs finish.
+    # The first report comes within one interval, not at once: the worker takes its first jobs
+    # before it loads the manifest room to hash the manifest (and, on SQLite, the roster's
+    # engine); a first report that meets a busy database may take long, hence the timeout.
+    presence = Supervisor(tenant=None, stopping=asyncio.Event())
+    service = None
+    if deployment is not None:
+        service = presence_service(
+            deployment=deployment,
+            catalog=catalog,
+            worker_id=identity,
+            tenant=tenant,
+            database_url=database_url,
+        )
+        presence.every(service, timeout=PRESENCE_TIMEOUT_SECONDS)
     try:
         await fleet.run(stopping.event)
     finally:
         registry.close()
+        await presence.stop()
+        if service is not None:
+            await service.leave()
     stuck = [t.name for t in threading.enumerate() if t.name.startswith("ket-") and t.is_alive()]
     if stuck:
         # handler threads that ignored their abort: their jobs were handed back and their
