@@ -382,6 +382,17 @@ class JobStats:
     dead_rows: int | None = None
     live_rows: int | None = None
     long_transactions: tuple[OpenTransaction, ...] = ()
+    # the two ages per queue, for the queues that have a due or an executing job
+    queue_ages: Mapping[str, QueueAges] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueueAges:
+    """One queue's ages, in seconds (None: no such job): how long its oldest lease has been
+    held, and how long its oldest due job has waited."""
+
+    oldest_lease_age: float | None
+    oldest_available_age: float | None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -408,3 +419,42 @@ class ModelTable:
 
 Where = Mapping[str, Any]
 """Equality filters on a model's fields, all of which must hold (`{"status": "pending"}`)."""
+
+
+AuditAction = Literal["retry", "cancel"]
+MAX_AUDIT_TEXT = 2_000  # characters of an audit entry's subject or detail
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AuditEntry:
+    """An operator's retry or cancel, for the tenant's audit log: who (`subject`, through
+    `source`: `dashboard`, `cli`), what (`action` on one `job_id`, or on every job `selection`
+    matched: the filter as JSON) and what came of it (`matched`, `changed`, `skipped`, and a
+    `detail` for people, such as `discarded -> available`)."""
+
+    subject: str
+    source: str
+    action: AuditAction
+    job_id: JobId | None = None
+    selection: Mapping[str, Any] = field(default_factory=dict)
+    matched: int = 0
+    changed: int = 0
+    skipped: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AuditRecord:
+    """An entry of the audit log as stored: its id, the store's time `at`, and the entry."""
+
+    id: int
+    at: datetime
+    entry: AuditEntry
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AuditQuery:
+    """A page of the audit log, newest first."""
+
+    limit: int = 50
+    offset: int = 0

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeGuard, cast
 
 from ket.errors import JobRejected
 from ket.store.types import (
     CANCEL_STATES,
+    MAX_AUDIT_TEXT,
     MAX_TAG_LENGTH,
     MAX_TAGS,
     PRIORITY_MAX,
     PRIORITY_MIN,
     RETRY_STATES,
     TERMINAL_STATES,
+    AuditEntry,
+    AuditQuery,
     BulkBatch,
     Heartbeat,
     JobClaim,
@@ -444,3 +447,40 @@ def _bigint(value: object) -> bool:
 
 def _int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_audit_entry(entry: AuditEntry) -> str:
+    """Refuse an audit entry without a subject or source, with an unknown action, a bad job id,
+    negative counts or a selection that is not a JSON object; the selection as compact JSON."""
+    for field, value, required in (
+        ("subject", entry.subject, True),
+        ("source", entry.source, True),
+        ("detail", entry.detail, False),
+    ):
+        if (required or value != "") and not _clean_text(value, MAX_AUDIT_TEXT):
+            raise JobRejected(
+                f"audit {field} must be 1 to {MAX_AUDIT_TEXT} characters{_TEXT}, got {value!r}"
+            )
+    if entry.action not in _ACTION_STATES:
+        raise JobRejected(f"audit action must be retry or cancel, got {entry.action!r}")
+    if entry.job_id is not None:
+        check_job_id(entry.job_id)
+    for field, count in (
+        ("matched", entry.matched),
+        ("changed", entry.changed),
+        ("skipped", entry.skipped),
+    ):
+        check_count(f"audit {field}", count, minimum=0)
+    selection = entry.selection
+    if not isinstance(selection, Mapping) or _holds_nul(dict(selection)):
+        raise JobRejected(f"audit selection must be a JSON object without NUL, got {selection!r}")
+    try:
+        return _JSON.encode(dict(selection))
+    except (TypeError, ValueError) as error:
+        raise JobRejected(f"audit selection must be a JSON object: {error}") from None
+
+
+def check_audit_query(query: AuditQuery) -> None:
+    """Refuse an audit page with a bad limit or offset."""
+    check_count("audit list limit", query.limit, minimum=0)
+    check_count("audit list offset", query.offset, minimum=0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ket.store.types import JobQuery, JobState
+from ket.store.types import JobQuery, JobState, QueueAges
 from ket.tck.arrange import (
     UNKNOWN_ID,
     arrange,
@@ -29,6 +29,7 @@ __all__ = [
     "test_job_stats_of_an_empty_store",
     "test_job_stats_oldest_available_age_comes_from_the_clock",
     "test_job_stats_oldest_lease_age_comes_from_the_clock",
+    "test_job_stats_tell_both_ages_per_queue",
     "test_job_tags_round_trip_through_every_insert_path",
     "test_schedule_fires_of_an_unknown_schedule_is_empty",
 ]
@@ -194,6 +195,25 @@ async def test_job_stats_oldest_available_age_comes_from_the_clock(t: Tck) -> No
     await claim(t.store, "a")
     stats = await queryable(t).job_stats()
     assert stats.oldest_available_age == 5.0, f"job {oldest} is executing and no longer waits"
+
+
+@tck_test
+async def test_job_stats_tell_both_ages_per_queue(t: Tck) -> None:
+    """Each queue with a due or an executing job has its own two ages (the dashboard's queues)."""
+    mail, sms, later = fresh_queue("mail"), fresh_queue("sms"), fresh_queue("later")
+    await insert(t.store, new_job(queue=mail), new_job(queue=mail))
+    await arrange(t, "scheduled", queue=later)  # not due: no age at all
+    t.clock.advance(seconds=10)
+    await insert_one(t.store, new_job(queue=sms))
+    t.clock.advance(seconds=5)
+    await claim(t.store, mail, limit=1)
+    t.clock.advance(seconds=20)
+    ages = (await queryable(t).job_stats()).queue_ages
+    assert {queue: ages[queue] for queue in (mail, sms) if queue in ages} == {
+        mail: QueueAges(oldest_lease_age=20.0, oldest_available_age=35.0),
+        sms: QueueAges(oldest_lease_age=None, oldest_available_age=25.0),
+    }
+    assert later not in ages
 
 
 @tck_test

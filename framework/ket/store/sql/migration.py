@@ -161,6 +161,39 @@ MIGRATIONS += (
         },
     ),
 )
+
+
+def _v4(id_type: str, instant: str, json: str) -> tuple[str, ...]:
+    return (
+        f"""CREATE TABLE ket_audit (
+            id {id_type},
+            at {instant} NOT NULL,
+            subject TEXT NOT NULL,
+            source TEXT NOT NULL,
+            action TEXT NOT NULL,
+            job_id BIGINT,
+            selection {json} NOT NULL,
+            matched BIGINT NOT NULL,
+            changed BIGINT NOT NULL,
+            skipped BIGINT NOT NULL,
+            detail TEXT NOT NULL,
+            CONSTRAINT ket_audit_action CHECK (action IN ('retry', 'cancel'))
+        )""",
+    )
+
+
+MIGRATIONS += (
+    Migration(
+        version=4,
+        name="the audit log of operators' retries and cancels",
+        statements={
+            "postgresql": _v4(
+                "BIGSERIAL NOT NULL PRIMARY KEY", "TIMESTAMP WITH TIME ZONE", "JSONB"
+            ),
+            "sqlite": _v4("INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT", "BIGINT", "JSON"),
+        },
+    ),
+)
 LATEST = MIGRATIONS[-1].version
 
 _LEDGER = {
@@ -212,6 +245,7 @@ def schema_version(connection: Connection) -> int:
 # Everything the migrations create, dropped by `ket uninstall` (the app's model tables are its
 # data and stay). On PostgreSQL the NOTIFY trigger goes with its table, and its function after.
 KET_TABLES = (
+    "ket_audit",
     "ket_job_errors",
     "ket_schedule_fires",
     "ket_schedules",

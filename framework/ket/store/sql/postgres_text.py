@@ -300,6 +300,16 @@ TEXT: dict[str, Compiled] = {
         },
         returning=False,
     ),
+    'query.queue_ages': Compiled(
+        text=(
+            "SELECT ket_jobs.queue, min(CASE WHEN (ket_jobs.state = 'executing') THEN ket_jobs.attempted_at END) AS lease, min(CASE WHEN (ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.run_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN ket_jobs.run_at END) AS due \n"
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.state = 'executing' OR ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.run_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) GROUP BY ket_jobs.queue"
+        ),
+        constants={
+        },
+        returning=False,
+    ),
     'query.record_fire': Compiled(
         text=(
             'INSERT INTO ket_schedule_fires (schedule_id, fingerprint, tick, skipped, job_id, fired_at) VALUES (%(p_schedule_id)s::VARCHAR, %(p_fingerprint)s::VARCHAR, %(p_tick)s::TIMESTAMP WITH TIME ZONE, %(p_skipped)s::INTEGER, %(p_job_id)s::BIGINT, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) RETURNING ket_schedule_fires.id'

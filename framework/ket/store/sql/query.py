@@ -26,6 +26,7 @@ from sqlalchemy import (
     func,
     insert,
     literal_column,
+    or_,
     select,
     tuple_,
     update,
@@ -45,7 +46,14 @@ from ket.store.sql.schema import (
     schedule_fires,
     schedules,
 )
-from ket.store.types import RETRY_STATES, ErrorRecord, JobQuery, JobRecord, JobStats
+from ket.store.types import (
+    RETRY_STATES,
+    ErrorRecord,
+    JobQuery,
+    JobRecord,
+    JobStats,
+    QueueAges,
+)
 
 # what an operator's retry takes (literal SQL, as schema.py's predicates)
 _RETRYABLE = jobs.c.state.in_([literal_column(f"'{s}'") for s in RETRY_STATES])
@@ -97,6 +105,7 @@ class Statements:
     schedule_fires: Any  # the ledger of one schedule, newest first
     counts: Any
     oldest: Any
+    queue_ages: Any  # per queue: its oldest lease start and its oldest due run_at
     clock: Any  # the database's now (or the test clock's, passed as `now`)
     notify: Any  # None where the database has no NOTIFY (SQLite)
 
@@ -108,6 +117,7 @@ def statements(dialect: str) -> Statements:
     now = time.now()
     fenced = (jobs.c.id == bindparam("p_id"), jobs.c.fence == bindparam("p_fence"))
     held = _held(dialect)
+    due = and_(RUNNABLE, jobs.c.run_at <= now)
     dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return Statements(
         claim=_claim(time),
@@ -231,6 +241,13 @@ def statements(dialect: str) -> Statements:
             .scalar_subquery()
             .label("due"),
         ),
+        queue_ages=select(
+            jobs.c.queue,
+            func.min(case((EXECUTING, jobs.c.attempted_at))).label("lease"),
+            func.min(case((due, jobs.c.run_at))).label("due"),
+        )
+        .where(or_(EXECUTING, due))
+        .group_by(jobs.c.queue),
         clock=select(now.label("now")),
         notify=_notify() if dialect == "postgresql" else None,
     )
@@ -430,14 +447,20 @@ def job_records(rows: Sequence[Any], history: Sequence[Any]) -> list[JobRecord]:
     ]
 
 
-def job_stats(count_rows: Sequence[Any], oldest_row: Any) -> JobStats:
+def job_stats(count_rows: Sequence[Any], oldest_row: Any, queue_rows: Sequence[Any]) -> JobStats:
     now = _instant(oldest_row.now)
-    lease = _instant(oldest_row.lease) if oldest_row.lease is not None else None
-    due = _instant(oldest_row.due) if oldest_row.due is not None else None
+
+    def age(value: Any) -> float | None:
+        return None if value is None else (now - _instant(value)).total_seconds()
+
     return JobStats(
         counts={(row.state, row.queue): row[2] for row in count_rows},
-        oldest_lease_age=(now - lease).total_seconds() if lease else None,
-        oldest_available_age=(now - due).total_seconds() if due else None,
+        oldest_lease_age=age(oldest_row.lease),
+        oldest_available_age=age(oldest_row.due),
+        queue_ages={
+            row.queue: QueueAges(oldest_lease_age=age(row.lease), oldest_available_age=age(row.due))
+            for row in sorted(queue_rows, key=lambda row: row.queue)
+        },
     )
 
 

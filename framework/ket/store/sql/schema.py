@@ -154,6 +154,25 @@ sent_messages = Table(
     CheckConstraint("state IN ('claimed', 'sent')", name="ket_sent_messages_state"),
 )
 
+# The audit log: who retried or cancelled what, from the dashboard or the CLI (append only).
+audit = Table(
+    "ket_audit",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("at", Instant, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("job_id", BigInteger),
+    Column("selection", Json, nullable=False),
+    Column("matched", BigInteger, nullable=False),
+    Column("changed", BigInteger, nullable=False),
+    Column("skipped", BigInteger, nullable=False),
+    Column("detail", Text, nullable=False),
+    CheckConstraint("action IN ('retry', 'cancel')", name="ket_audit_action"),
+    sqlite_autoincrement=True,
+)
+
 migrations = Table(
     "ket_migrations",
     metadata,

@@ -92,6 +92,7 @@ SCHEDULE_FIRES = _query("schedule_fires")
 RECORD_FIRE = _query("record_fire")
 COUNTS = _query("counts")
 OLDEST = _query("oldest")
+QUEUE_AGES = _query("queue_ages")  # parameter `now`: the instant OLDEST answered
 CLOCK = _query("clock")  # the database's now (or the test clock's, passed as `now`)
 NOTIFY = _query("notify")  # PostgreSQL only: SQLite has no NOTIFY (see `wakes_by_notify`)
 

@@ -32,6 +32,9 @@ from ket.store.sql.lane import Lane
 from ket.store.sql.now import time_params
 from ket.store.sql.vacuum import table_health, vacuum_jobs
 from ket.store.types import (
+    AuditEntry,
+    AuditQuery,
+    AuditRecord,
     BulkApplied,
     BulkBatch,
     BulkCount,
@@ -610,13 +613,31 @@ class SqlStore:
             rows = EngineRows(conn)
             counts = await rows.rows(stmt.COUNTS)
             oldest = (await rows.rows(stmt.OLDEST, {"now": now}))[0]
-            stats = query.job_stats(counts, oldest)
+            per_queue = await rows.rows(stmt.QUEUE_AGES, {"now": oldest.now})
+            stats = query.job_stats(counts, oldest, per_queue)
             if self.dialect != "postgresql":  # SQLite rewrites rows in place: nothing to tell
                 return stats
             dead, live, long = await table_health(rows, long_after)
             return replace(stats, dead_rows=dead, live_rows=live, long_transactions=long)
 
         return await self._transact(body)
+
+    # -- the audit log (AuditLog; statements in audit.py) ----------------------------------
+
+    async def audit_append(self, entry: AuditEntry) -> AuditRecord:
+        """Record an operator's action at the store's now."""
+        selection = validate.check_audit_entry(entry)
+        now = self._now()
+        from ket.store.sql import audit
+
+        return await self._transact(lambda conn: audit.append(conn, entry, selection, now))
+
+    async def audit_list(self, query: AuditQuery) -> list[AuditRecord]:
+        """A page of the audit log, newest first."""
+        validate.check_audit_query(query)
+        from ket.store.sql import audit
+
+        return await self._transact(lambda conn: audit.page(conn, query), single=True)
 
     # -- the sent ledger (SentLedger) -------------------------------------------------------
 
