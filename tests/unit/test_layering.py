@@ -26,6 +26,7 @@ LEAF = {
     "tck",
     "schedule",
     "transport",
+    "operate",
 }
 
 # room -> rooms it must never import
@@ -64,6 +65,18 @@ FORBIDDEN = {
     "catalog": {"manifest", "diff", "cli", "workspace", "runtime", "context"},
     "context": {"manifest", "check", "diff", "cli", "workspace", "runtime", "tck"},
     "runtime": {"manifest", "check", "diff", "cli", "workspace", "tck", "serve"},
+    # what operators do (retry, cancel, the audit log, schedules), for the CLI and the server
+    "operate": {
+        "manifest",
+        "check",
+        "diff",
+        "cli",
+        "workspace",
+        "tck",
+        "serve",
+        "testing",
+        "runtime",
+    },
     # the server stands on the runtime and the store contract; the CLI passes it a store opener
     "serve": {"manifest", "check", "diff", "cli", "workspace", "tck", "testing"},
     # private folders (storage, the outbox): os calls only, so both rooms can use them
@@ -87,7 +100,7 @@ FORBIDDEN = {
     },
 }
 # rooms that may use the store contract but never a concrete store
-CONTRACT_ONLY = ["catalog", "context", "runtime", "tck", "serve"]
+CONTRACT_ONLY = ["catalog", "context", "runtime", "tck", "serve", "operate"]
 
 
 def _modules(path: Path) -> set[str]:

@@ -23,6 +23,8 @@ from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.declare.resolve import worker_config
 from ket.errors import KetError
+from ket.operate import cancel_job, retry_job
+from ket.operate.action import change_text
 from ket.runtime.prune import prune_batches
 from ket.secret import redact_payload
 from ket.store.contract import QueryableStore
@@ -94,7 +96,10 @@ def add_parser(
 
 def _with_store(args: argparse.Namespace, action: Callable[[SqlStore], Awaitable[T]]) -> T:
     _, url = single_tenant(args)
+    return _on(url, action)
 
+
+def _on(url: str, action: Callable[[SqlStore], Awaitable[T]]) -> T:
     async def run() -> T:
         store = await open_store(url)
         try:
@@ -194,20 +199,18 @@ def _retry(args: argparse.Namespace) -> int:
     if args.id is None:
         return bulk.run(args, "retry")
     bulk.refuse_with_id(args)
-    change = _with_store(args, lambda store: store.job_retry(args.id))
-    return _changed(
-        args.id, change.changed, change.reason or f"{change.previous} -> {change.state}"
-    )
+    tenant, url = single_tenant(args)
+    change = _on(url, lambda store: retry_job(store, args.id, bulk.cli_actor(), tenant=tenant))
+    return _changed(args.id, change.changed, change_text(change))
 
 
 def _cancel(args: argparse.Namespace) -> int:
     if args.id is None:
         return bulk.run(args, "cancel")
     bulk.refuse_with_id(args)
-    change = _with_store(args, lambda store: store.job_cancel(args.id))
-    return _changed(
-        args.id, change.changed, change.reason or f"{change.previous} -> {change.state}"
-    )
+    tenant, url = single_tenant(args)
+    change = _on(url, lambda store: cancel_job(store, args.id, bulk.cli_actor(), tenant=tenant))
+    return _changed(args.id, change.changed, change_text(change))
 
 
 def _changed(job_id: int, changed: bool, reason: str) -> int:
