@@ -29,13 +29,14 @@ from ket.errors import KetError
 
 if TYPE_CHECKING:
     from ket.serve.server import HttpServer
+    from ket.store.roster import SeenWorker
 
 log = logging.getLogger("ket.serve")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-# the server's packages: import name -> distribution
-PACKAGES = {"starlette": "starlette", "uvicorn": "uvicorn"}
+# the server's packages: import name -> distribution (Jinja for the dashboard's pages)
+PACKAGES = {"starlette": "starlette", "uvicorn": "uvicorn", "jinja2": "jinja2"}
 
 
 def add_parser(
@@ -90,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
 def check_servable(catalog: Catalog, command: str) -> None:
     """KetError unless the server's packages are installed and the deployment declares an
     authenticator: the server never serves anonymously."""
-    missing = [name for name in PACKAGES if importlib.util.find_spec(name) is None]
+    needed = [n for n in PACKAGES if n != "jinja2" or catalog.serve.dashboard is not None]
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:
         verb = "is" if len(missing) == 1 else "are"
         raise KetError(
@@ -113,6 +115,7 @@ def listen_for(args: argparse.Namespace) -> socket.socket:
 
 def http_server(catalog: Catalog, args: argparse.Namespace, sock: socket.socket) -> HttpServer:
     """The server of `catalog`'s functions on `sock`, for the command line's tenants."""
+    from ket.cli.workers import read_workers
     from ket.runtime.tenancy import database_template
     from ket.serve.app import create_app
     from ket.serve.server import HttpServer
@@ -122,12 +125,16 @@ def http_server(catalog: Catalog, args: argparse.Namespace, sock: socket.socket)
     async def list_tenants() -> dict[str, str | None]:
         return await asyncio.to_thread(registry.databases)
 
+    async def list_workers() -> list[SeenWorker]:
+        return await asyncio.to_thread(lambda: read_workers(args.database_url)[1])
+
     app = create_app(
         catalog,
         list_tenants=list_tenants,
         template=database_template(args.database_url),
         open_store=open_store,
         only=args.tenant,
+        list_workers=list_workers,
     )
     return HttpServer(
         app,

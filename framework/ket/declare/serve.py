@@ -20,6 +20,10 @@ BEARER: dict[str, Any] = {"type": "http", "scheme": "bearer"}
 SECURITY_TYPES = ("http", "apiKey", "oauth2", "openIdConnect", "mutualTLS")
 TENANT = "{tenant}"
 _HOST_CHARACTERS = re.compile(r"[a-z0-9.\-]*")
+DEFAULT_DASHBOARD = "/dashboard"
+# one or more lowercase segments; never the functions' or the OpenAPI document's paths
+_DASHBOARD_PATH = re.compile(r"(/[a-z0-9][a-z0-9_-]{0,62}){1,5}")
+_TAKEN_PATHS = ("/functions", "/openapi.json")
 
 
 class ServeConfig(BaseModel):
@@ -27,7 +31,7 @@ class ServeConfig(BaseModel):
 
     `authenticate(request) -> Principal | None` (sync or async) decides who calls; without it the
     server serves nobody. `tenant_host`, e.g. `"{tenant}.erp.example.com"`, maps a request's host
-    to its tenant.
+    to its tenant. `dashboard` is the path the dashboard is mounted at (None: not mounted).
     """
 
     # strict: a declared value is Python, so True or "50" is a mistake, not a 1 or a 50
@@ -39,6 +43,21 @@ class ServeConfig(BaseModel):
     shutdown_grace_ms: int = Field(default=DEFAULT_SHUTDOWN_GRACE_MS, ge=0)
     # the OpenAPI security scheme the authenticator expects; a bearer token by default
     security_scheme: dict[str, Any] = Field(default_factory=lambda: dict(BEARER))
+    # where the dashboard is mounted; None: no dashboard
+    dashboard: str | None = DEFAULT_DASHBOARD
+
+    @field_validator("dashboard")
+    @classmethod
+    def _dashboard_path(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not _DASHBOARD_PATH.fullmatch(value) or value.startswith(_TAKEN_PATHS):
+            raise ValueError(
+                "must be a path of 1 to 5 lowercase segments such as '/dashboard' or "
+                "'/ops/jobs' (letters, digits, '_' and '-'; no trailing '/'), outside "
+                f"/functions and /openapi.json, or None for no dashboard; got {value!r}"
+            )
+        return value
 
     @field_validator("tenant_host")
     @classmethod

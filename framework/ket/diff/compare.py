@@ -239,6 +239,8 @@ SERVE_RULES: Mapping[str, FieldRule] = {
     # who may call the functions over HTTP is decided elsewhere now: a person should look
     "authenticate": changed("serve_authenticator_changed", "serve.authenticate"),
     "tenant_host": changed("serve_tenant_host_changed", "serve.tenant_host"),
+    # who can see and steer jobs over HTTP, and where
+    "dashboard": changed("serve_dashboard_changed", "serve.dashboard"),
 }
 MANIFEST_RULES: Mapping[str, FieldRule] = {
     "deployment": lambda old, new: [

@@ -54,6 +54,7 @@ RULES: Mapping[str, Severity] = {
     # Who may call the functions over HTTP, or which host names which tenant, changes.
     "serve_authenticator_changed": "review",
     "serve_tenant_host_changed": "review",
+    "serve_dashboard_changed": "review",
     # Closing an input schema refuses undeclared fields that queued rows might carry; unlike a
     # removed field we cannot tell whether any do, so a person decides.
     "input_closed": "review",

@@ -49,6 +49,7 @@ def _serve(deployment: DeploymentDecl) -> ServeEntry:
         tenant_host=config.tenant_host,
         shutdown_grace_ms=config.shutdown_grace_ms,
         security_scheme=config.security_scheme,
+        dashboard=config.dashboard,
     )
 
 

@@ -10,7 +10,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from ket.declare.serve import BEARER, DEFAULT_MAX_BODY_BYTES, DEFAULT_SHUTDOWN_GRACE_MS
+from ket.declare.serve import (
+    BEARER,
+    DEFAULT_DASHBOARD,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_SHUTDOWN_GRACE_MS,
+)
 from ket.declare.worker import DEFAULT_RETENTION_MS
 
 FORMAT = 1
@@ -113,6 +118,8 @@ class ServeEntry(Entry):
     tenant_host: str | None
     shutdown_grace_ms: int
     security_scheme: dict[str, Any]
+    # manifests written before the dashboard existed: the default mount
+    dashboard: str | None = DEFAULT_DASHBOARD
 
     @classmethod
     def undeclared(cls) -> ServeEntry:
@@ -123,6 +130,7 @@ class ServeEntry(Entry):
             tenant_host=None,
             shutdown_grace_ms=DEFAULT_SHUTDOWN_GRACE_MS,
             security_scheme=dict(BEARER),
+            dashboard=DEFAULT_DASHBOARD,
         )
 
 

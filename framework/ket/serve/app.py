@@ -15,12 +15,13 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from ket.catalog import Catalog
 from ket.runtime.contexts import default_sender
@@ -33,6 +34,9 @@ from ket.serve.refusal import Refusal, json_response, on_http_exception, on_refu
 from ket.serve.stores import OpenStore, TenantStores
 from ket.serve.tenant import ListTenants, TenantLookup
 from ket.transport import Sender
+
+if TYPE_CHECKING:
+    from ket.serve.dashboard.view import ListWorkers
 
 log = logging.getLogger("ket.serve")
 
@@ -75,10 +79,13 @@ def create_app(
     only: str | None = None,
     sender: Sender | None = None,
     routes: Sequence[BaseRoute] = (),
+    list_workers: ListWorkers | None = None,
 ) -> Starlette:
     """The server's ASGI app. `list_tenants` reads the registry, `template` is the database URL
     template, `open_store` opens a tenant's store, `only` serves one tenant; `routes` are
-    mounted beside the functions (they find the Parts on `request.app.state.ket`)."""
+    mounted beside the functions (they find the Parts on `request.app.state.ket`); the
+    dashboard, unless the deployment turns it off, at its path, showing the workers
+    `list_workers` reads from the control database."""
     repeats = Repeats(log)
     tenants = TenantLookup(
         list_tenants=list_tenants,
@@ -122,6 +129,7 @@ def create_app(
                 methods=["POST"],
             ),
             Route("/openapi.json", openapi, methods=["GET"]),
+            *_dashboard(parts, list_workers),
             *routes,
         ],
         exception_handlers={
@@ -133,6 +141,24 @@ def create_app(
     )
     app.state.ket = parts
     return app
+
+
+def _dashboard(parts: Parts, list_workers: ListWorkers | None) -> list[BaseRoute]:
+    """The dashboard's mount, unless the deployment declares `dashboard: None`."""
+    path = parts.catalog.serve.dashboard
+    if path is None:
+        return []
+    from ket.serve.dashboard import Dashboard, dashboard_app  # Jinja: only when it is served
+
+    dashboard = Dashboard(
+        path=path,
+        catalog=parts.catalog,
+        gate=parts.gate,
+        tenants=parts.tenants,
+        stores=parts.stores,
+        list_workers=list_workers,
+    )
+    return [Mount(path, app=dashboard_app(dashboard))]
 
 
 async def _on_unexpected(request: Request, error: Exception) -> Response:

@@ -46,12 +46,21 @@ class Gate:
         self._tenants = tenants
         self._challenge = _challenge(config.security_scheme)
 
-    async def admit(self, request: Request, permission: str | None = None) -> Caller:
-        """The caller of `request`, holding `permission` if one is named; Refusal otherwise."""
-        tenant = await self._tenants.name_of(request.headers)
-        principal = await self._principal(request, tenant)
-        url = await self._tenants.url_of(tenant)
-        caller = Caller(tenant=tenant, url=url, principal=principal)
+    async def admit(
+        self,
+        request: Request,
+        permission: str | None = None,
+        *,
+        tenant: str | None = None,
+        token: str | None = None,
+    ) -> Caller:
+        """The caller of `request`, holding `permission` if one is named; Refusal otherwise.
+        The dashboard passes the `tenant` its path names and the `token` its sign-in cookie
+        holds."""
+        name = await self._tenants.name_of(request.headers, tenant)
+        principal = await self.principal(request, name, token=token)
+        url = await self._tenants.url_of(name)
+        caller = Caller(tenant=name, url=url, principal=principal)
         if permission is not None:
             self.require(caller, permission)
         return caller
@@ -65,7 +74,10 @@ class Gate:
                 403, "forbidden", f"{subject!r} does not hold the {permission} permission"
             )
 
-    async def _principal(self, request: Request, tenant: str) -> Principal:
+    async def principal(
+        self, request: Request, tenant: str, *, token: str | None = None
+    ) -> Principal:
+        """Who `request` acts for in `tenant`, as the authenticator says; Refusal (401, 500)."""
         authenticate = self._authenticate
         if authenticate is None:
             raise Refusal(
@@ -82,6 +94,7 @@ class Gate:
             path=request.scope["path"],
             headers=request.headers,
             client=client,
+            dashboard_token=token,
         )
         try:
             if self._async:

@@ -71,19 +71,26 @@ class Principal:
 class AuthRequest:
     """What an authenticator sees of a request: the tenant it names (a valid name; whether that
     tenant is registered is checked after authentication, so that only an authenticated caller
-    learns it), method, path, headers (a case-insensitive mapping) and the client's address."""
+    learns it), method, path, headers (a case-insensitive mapping, cookies included), the
+    client's address, and on the dashboard the token its sign-in form stored."""
 
     tenant: str
     method: str
     path: str
     headers: Mapping[str, str]
     client: str | None = None
+    # the token the dashboard's sign-in form keeps in its cookie, on dashboard requests only
+    dashboard_token: str | None = None
 
     def bearer_token(self) -> str | None:
-        """The token of an `Authorization: Bearer <token>` header, or None."""
+        """The token of an `Authorization: Bearer <token>` header; on a dashboard request
+        without one, the token its sign-in form stored (a browser sends no such header);
+        else None."""
         scheme, _, token = self.headers.get("authorization", "").partition(" ")
         token = token.strip()
-        return token if scheme.lower() == "bearer" and token else None
+        if scheme.lower() == "bearer" and token:
+            return token
+        return self.dashboard_token or None
 
 
 Authenticate = Callable[[AuthRequest], Principal | Awaitable[Principal | None] | None]

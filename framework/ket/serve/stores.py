@@ -89,6 +89,11 @@ class TenantStores:
         self._open_ones[tenant] = (url, store, contexts)
         return contexts
 
+    async def store(self, tenant: str, url: str) -> JobStore:
+        """The store of `tenant`, whose database is `url` (opened as `contexts` opens it)."""
+        await self.contexts(tenant, url)
+        return self._open_ones[tenant][1]
+
     def tenants(self) -> list[str]:
         """The tenants whose stores are open."""
         return sorted(self._open_ones)

@@ -10,6 +10,7 @@ without a flood of unknown names costing a registry read each.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -59,12 +60,14 @@ class TenantLookup:
         registered = await self._list()
         self.tenancy = resolve_tenants(registered, self._template, only=self._only)
 
-    async def name_of(self, headers: Mapping[str, str]) -> str:
+    async def name_of(self, headers: Mapping[str, str], named: str | None = None) -> str:
         """The tenant the request names (the only one, if it names none); Refusal (400) when
-        it names none of several, a name outside the tenant grammar, or two names."""
+        it names none of several, a name outside the tenant grammar, or two names. `named` is
+        a tenant the request's path names (the dashboard's), which the header and the host,
+        when they name one, must agree with."""
         if self._read_at is None:  # the app runs without its start-up
             await self._read_early()
-        return self._named(headers)
+        return self._named(headers, named)
 
     async def url_of(self, name: str) -> str:
         """The database URL of tenant `name`; Refusal (404, 503) when it is not served."""
@@ -77,16 +80,19 @@ class TenantLookup:
             raise Refusal(404, "unknown_tenant", f"no tenant {name!r} is served here")
         return url
 
-    def _named(self, headers: Mapping[str, str]) -> str:
-        given = headers.get(TENANT_HEADER)
-        from_host = self._from_host(headers.get("host", ""))
-        if given is not None and from_host is not None and given != from_host:
-            raise Refusal(
-                400,
-                "tenant_mismatch",
-                f"the X-Ket-Tenant header names {given!r} but the host names {from_host!r}",
-            )
-        name = given if given is not None else from_host
+    def _named(self, headers: Mapping[str, str], named: str | None) -> str:
+        sources = [
+            ("the path", named),
+            ("the X-Ket-Tenant header", headers.get(TENANT_HEADER)),
+            ("the host", self._from_host(headers.get("host", ""))),
+        ]
+        given = [(where, name) for where, name in sources if name is not None]
+        for (first, one), (second, other) in itertools.pairwise(given):
+            if one != other:
+                raise Refusal(
+                    400, "tenant_mismatch", f"{first} names {one!r} but {second} names {other!r}"
+                )
+        name = given[0][1] if given else None
         if name is None:
             return self._only_tenant()
         try:
