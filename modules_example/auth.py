@@ -1,5 +1,6 @@
-"""Who may call the erp functions over HTTP (`ket serve`): whoever sends the token in
-ERP_API_TOKEN as `Authorization: Bearer <token>`. Unset, nobody may."""
+"""Who may call the erp functions over HTTP (`ket serve`) and use its dashboard: whoever sends
+the token in ERP_API_TOKEN as `Authorization: Bearer <token>`, or signs in to the dashboard with
+it. Unset, nobody may."""
 
 from __future__ import annotations
 
@@ -17,4 +18,5 @@ async def authenticate(request: AuthRequest) -> Principal | None:
         return None
     if not hmac.compare_digest(token.encode(), expected.encode()):  # in constant time
         return None
-    return Principal(subject="erp-api", permissions={"call:*"})
+    # call every function; read the dashboard, and retry or cancel jobs there
+    return Principal(subject="erp-api", permissions={"call:*", "jobs:read", "jobs:write"})
