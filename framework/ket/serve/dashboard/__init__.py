@@ -12,7 +12,6 @@ form) or 403. Reading takes the `jobs:read` permission, retrying and cancelling 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 
 from starlette.applications import Starlette
@@ -29,8 +28,6 @@ from ket.serve.dashboard.view import COOKIE, Dashboard, ListWorkers
 from ket.serve.refusal import Refusal
 
 __all__ = ["Dashboard", "ListWorkers", "dashboard_app"]
-
-log = logging.getLogger("ket.serve")
 
 
 def dashboard_app(dashboard: Dashboard) -> Starlette:

@@ -20,7 +20,7 @@ from ket.operate import Actor, apply_bulk, cancel_job, count_bulk, retry_job, se
 from ket.operate.action import change_text
 from ket.serve.dashboard import form
 from ket.serve.dashboard.guard import forwarded_scheme, same_site
-from ket.serve.dashboard.pages import Pages, _job_id, _queryable, _queues
+from ket.serve.dashboard.pages import Pages, job_id_of, queryable, queues_of
 from ket.serve.dashboard.view import COOKIE, READ, WRITE, Dashboard, Visit
 from ket.serve.refusal import Refusal
 from ket.store.contract import BulkStore
@@ -85,7 +85,7 @@ class Actions:
 
     async def _one(self, request: Request, action: Literal["retry", "cancel"]) -> Response:
         visit = await self._posted(request, WRITE)
-        job_id = _job_id(request)
+        job_id = job_id_of(request)
         actor = Actor(subject=visit.caller.principal.subject, source=SOURCE)
         act = retry_job if action == "retry" else cancel_job
         change = await act(visit.store, job_id, actor, tenant=visit.tenant)
@@ -146,10 +146,10 @@ class Actions:
         """The filters `values` give, from the allowlists (the states `action` applies to)."""
         if not isinstance(visit.store, BulkStore):
             raise Refusal(501, "not_bulk", "this tenant's store cannot act on jobs by filter")
-        stats = await _queryable(visit).job_stats()
+        stats = await queryable(visit).job_stats()
         chosen = form.selection(
             values,
-            queues=_queues(self.d, stats),
+            queues=queues_of(self.d, stats),
             jobs=self.d.catalog.jobs,
             states=_STATES[action],
         )

@@ -38,6 +38,7 @@ class JobSelection:
         return "?" + urlencode(given) if given else ""
 
     def is_empty(self) -> bool:
+        """Whether no filter is chosen."""
         return self.state is None and self.queue is None and self.job is None
 
 

@@ -4,7 +4,6 @@ one job; queues; schedules; workers; the audit log; the tenants a principal may 
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -75,10 +74,10 @@ class Pages:
 
     async def jobs(self, request: Request) -> Response:
         visit = await self.d.admit(request)
-        store = _queryable(visit)
+        store = queryable(visit)
         stats = await store.job_stats()
         chosen = form.selection(
-            request.query_params, queues=_queues(self.d, stats), jobs=self.d.catalog.jobs
+            request.query_params, queues=queues_of(self.d, stats), jobs=self.d.catalog.jobs
         )
         size = form.page_size(request.query_params)
         page = form.number(request.query_params, "page", default=1, low=1, high=form.MAX_PAGE)
@@ -120,7 +119,7 @@ class Pages:
             "size": size,
             "has_next": len(found) > size,
             "counts": counts,
-            "queues": sorted(_queues(self.d, stats)),
+            "queues": sorted(queues_of(self.d, stats)),
             "job_names": sorted(self.d.catalog.jobs),
             "states": JOB_STATES,
             "notice": _notice(request),
@@ -131,13 +130,13 @@ class Pages:
 
     async def job(self, request: Request) -> Response:
         visit = await self.d.admit(request)
-        return await self.job_page(request, visit, _job_id(request))
+        return await self.job_page(request, visit, job_id_of(request))
 
     async def job_page(
         self, request: Request, visit: Visit, job_id: int, *, refused: str = "", status: int = 200
     ) -> Response:
         """One job's page (also the answer to an action it refused, with the reason)."""
-        record = await _queryable(visit).job_get(job_id)
+        record = await queryable(visit).job_get(job_id)
         if record is None:
             raise Refusal(404, "unknown_job", f"no job {job_id} in tenant {visit.tenant}")
         now = await visit.store.now()
@@ -162,10 +161,10 @@ class Pages:
 
     async def queues(self, request: Request) -> Response:
         visit = await self.d.admit(request)
-        stats = await _queryable(visit).job_stats()
+        stats = await queryable(visit).job_stats()
         declared = self.d.catalog.worker.queues
         rows = []
-        for queue in sorted(_queues(self.d, stats)):
+        for queue in sorted(queues_of(self.d, stats)):
             ages = stats.queue_ages.get(queue)
             rows.append(
                 {
@@ -255,19 +254,21 @@ class Pages:
         raise Refusal(404, "not_found", "the dashboard has no such page")
 
 
-def _queryable(visit: Visit) -> QueryableStore:
+def queryable(visit: Visit) -> QueryableStore:
+    """The visit's store as a QueryableStore; Refusal (501) for a store that is not one."""
     store = visit.store
     if not isinstance(store, QueryableStore):
         raise Refusal(501, "not_queryable", "this tenant's store cannot list jobs")
     return store
 
 
-def _queues(dashboard: Dashboard, stats: JobStats) -> set[str]:
+def queues_of(dashboard: Dashboard, stats: JobStats) -> set[str]:
     """The queues a filter may name: the deployment's, and any the tenant's jobs use."""
     return set(dashboard.catalog.worker.queues) | {queue for _, queue in stats.counts}
 
 
-def _job_id(request: Request) -> int:
+def job_id_of(request: Request) -> int:
+    """The job id the path names; Refusal (400) for anything but a whole number in range."""
     return form.number(request.path_params, "id", default=0, low=1, high=form.MAX_ID)
 
 
@@ -282,7 +283,3 @@ def _notice(request: Request) -> str:
         for key in ("changed", "skipped")
     }
     return text.format(**counts)
-
-
-def iso(value: datetime | None) -> str:
-    return "-" if value is None else value.isoformat()

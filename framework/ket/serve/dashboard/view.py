@@ -50,6 +50,7 @@ class Visit:
 
     @property
     def tenant(self) -> str:
+        """The tenant the visit is for."""
         return self.caller.tenant
 
 
