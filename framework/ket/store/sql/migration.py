@@ -161,6 +161,16 @@ MIGRATIONS += (
         },
     ),
 )
+MIGRATIONS += (
+    Migration(
+        version=4,
+        name="jobs carry the trace context of their enqueue",
+        statements={
+            "postgresql": ("ALTER TABLE ket_jobs ADD COLUMN trace_context JSONB",),
+            "sqlite": ("ALTER TABLE ket_jobs ADD COLUMN trace_context JSON",),
+        },
+    ),
+)
 LATEST = MIGRATIONS[-1].version
 
 _LEDGER = {
