@@ -83,7 +83,9 @@ class S3Server:
     def client(self) -> Any:
         import boto3  # moto depends on it
 
-        return boto3.client(
+        # a session of its own: boto3's default one would keep the environment of the test
+        # that made it (AWS_PROFILE, say) for every test after it
+        return boto3.session.Session().client(
             "s3",
             endpoint_url=self.endpoint,
             region_name=REGION,
@@ -96,10 +98,10 @@ class S3Server:
         self.client().create_bucket(Bucket=name)
         return name
 
-    def url(self, bucket: str, prefix: str = "ket") -> str:
-        """The KET_STORAGE_URL of `bucket`/`prefix` on this server."""
+    def url(self, bucket: str, prefix: str = "ket", endpoint: str | None = None) -> str:
+        """The KET_STORAGE_URL of `bucket`/`prefix` on this server (or at `endpoint`)."""
         path = f"/{prefix}" if prefix else ""
-        query = urlencode({"endpoint_url": self.endpoint, "region": REGION})
+        query = urlencode({"endpoint_url": endpoint or self.endpoint, "region": REGION})
         return f"s3://{bucket}{path}?{query}"
 
     def objects(self, bucket: str, prefix: str = "") -> dict[str, bytes]:

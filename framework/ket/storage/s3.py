@@ -77,7 +77,7 @@ class S3Blobs:
         try:
             # one PUT: whole or nothing (a multipart upload could leave parts behind)
             await self._obstore.put_async(self._store, name, data, use_multipart=False)
-        except self._obstore.exceptions.BaseError as error:
+        except (FileNotFoundError, self._obstore.exceptions.BaseError) as error:
             raise self._failed("put", key, error) from None
 
     async def blob_get(self, tenant: str, key: str) -> bytes | None:
@@ -85,7 +85,9 @@ class S3Blobs:
         try:
             found = await self._obstore.get_async(self._store, name)
             return bytes(await found.bytes_async())
-        except FileNotFoundError:
+        except FileNotFoundError as error:
+            if _no_bucket(error):
+                raise self._failed("get", key, error) from None
             return None
         except self._obstore.exceptions.BaseError as error:
             raise self._failed("get", key, error) from None
@@ -95,7 +97,9 @@ class S3Blobs:
         name = self._object(tenant, key)
         try:
             await self._obstore.head_async(self._store, name)
-        except FileNotFoundError:
+        except FileNotFoundError as error:
+            if _no_bucket(error):
+                raise self._failed("delete", key, error) from None
             return False
         except self._obstore.exceptions.BaseError as error:
             raise self._failed("delete", key, error) from None
@@ -124,7 +128,7 @@ class S3Blobs:
                     # objects ket did not write (a "folder/" marker, an unsafe name) are no keys
                     if key.startswith(prefix) and key_problem(key) is None:
                         keys.append(key)
-        except self._obstore.exceptions.BaseError as error:
+        except (FileNotFoundError, self._obstore.exceptions.BaseError) as error:
             raise self._failed("list", prefix, error, what="prefix") from None
         return sorted(keys)
 
@@ -174,6 +178,13 @@ def _profile_credentials() -> Any:
         raise StorageError(
             f"AWS_PROFILE={profile!r} gives no credentials: {_first_line(error)}"
         ) from None
+
+
+def _no_bucket(error: BaseException) -> bool:
+    """A "not found" that is about the bucket, not the object: a misconfiguration, not a
+    missing blob. (A HEAD answers without a body, so a missing bucket looks like a missing
+    object there; the next put or list says it.)"""
+    return "NoSuchBucket" in str(error)
 
 
 def _first_line(error: BaseException) -> str:
