@@ -101,6 +101,8 @@ FORBIDDEN = {
         "tck",
         "schedule",
         "transport",
+        "serve",
+        "testing",
     },
 }
 # rooms that may use the store contract but never a concrete store
@@ -228,5 +230,5 @@ def test_the_worker_and_the_store_on_postgresql_import_no_sqlalchemy() -> None:
 
 def test_the_worker_loads_no_s3_client_unless_storage_is_on_s3() -> None:
     # obstore (a native library) costs start-up time and memory only to those who use it
-    code = "import ket.cli.worker, ket.cli.dev, ket.cli.call, ket.testing"
+    code = "import ket.cli.worker, ket.cli.dev, ket.cli.call, ket.cli.serve, ket.testing"
     assert _loaded(code, ("obstore", "ket.storage.s3", "boto3")) == []

@@ -103,7 +103,7 @@ async def _dev(
     if sock is not None:
         from ket.serve.server import address
 
-        server = http_server(catalog, args, sock)
+        server = http_server(catalog, args, sock, blobs)
         stopping.also(server.stop)
         http = asyncio.ensure_future(server.run())
         log.info("serving the functions over HTTP on %s", address(sock))
