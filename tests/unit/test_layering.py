@@ -26,6 +26,7 @@ LEAF = {
     "tck",
     "schedule",
     "transport",
+    "storage",
 }
 
 # room -> rooms it must never import
@@ -84,6 +85,24 @@ FORBIDDEN = {
         "context",
         "tck",
         "schedule",
+    },
+    # blob backends know tenants, keys and bytes: the context checks effects before them
+    "storage": {
+        "declare",
+        "manifest",
+        "check",
+        "diff",
+        "cli",
+        "workspace",
+        "catalog",
+        "runtime",
+        "context",
+        "store",
+        "tck",
+        "schedule",
+        "transport",
+        "serve",
+        "testing",
     },
 }
 # rooms that may use the store contract but never a concrete store
@@ -207,3 +226,9 @@ def test_the_worker_and_the_store_on_postgresql_import_no_sqlalchemy() -> None:
     assert _loaded(code, ("sqlalchemy", "ket.manifest", "ket.store.sql.registry")) == [
         "ket.store.sql.registry_reader"
     ]
+
+
+def test_the_worker_loads_no_s3_client_unless_storage_is_on_s3() -> None:
+    # obstore (a native library) costs start-up time and memory only to those who use it
+    code = "import ket.cli.worker, ket.cli.dev, ket.cli.call, ket.cli.serve, ket.testing"
+    assert _loaded(code, ("obstore", "ket.storage.s3", "boto3")) == []

@@ -16,6 +16,7 @@ from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
 from ket.runtime.call import MAX_INPUT_DEPTH, call_function, json_depth, redactor
+from ket.storage import BlobStore
 from ket.workspace import where_in_user_code
 
 
@@ -51,11 +52,14 @@ def parse_input(text: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ket.runtime.contexts import default_blobs
+
     catalog = Catalog.build(deployment_of(args))
     payload = parse_input(args.input)
     tenant, url = single_tenant(args)
+    blobs = default_blobs()  # a bad KET_STORAGE_URL stops here, naming it
     try:
-        [result] = asyncio.run(call_on_tenant(catalog, tenant, url, [(args.name, payload)]))
+        [result] = asyncio.run(call_on_tenant(catalog, tenant, url, [(args.name, payload)], blobs))
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
@@ -75,15 +79,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def call_on_tenant(
-    catalog: Catalog, tenant: str, url: str, calls: list[tuple[str, dict[str, Any]]]
+    catalog: Catalog,
+    tenant: str,
+    url: str,
+    calls: list[tuple[str, dict[str, Any]]],
+    blobs: BlobStore | None = None,
 ) -> list[Any]:
-    """Call functions in order against one tenant's database; their results."""
+    """Call functions in order against one tenant's database; their results. `blobs` is where
+    ctx.storage keeps blobs (None: what KET_STORAGE_URL names)."""
     from ket.runtime.contexts import Contexts, default_sender, install_models
 
     store = await open_store(url)
     try:
         await install_models(store, catalog)
-        contexts = Contexts(store=store, catalog=catalog, tenant=tenant, sender=default_sender())
+        contexts = Contexts(
+            store=store, catalog=catalog, tenant=tenant, sender=default_sender(), blobs=blobs
+        )
         return [await call_function(catalog, contexts, name, payload) for name, payload in calls]
     finally:
         await store.close()

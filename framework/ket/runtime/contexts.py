@@ -13,7 +13,6 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from datetime import UTC, datetime
-from pathlib import Path
 
 from ket.catalog import Catalog, JobSpec, OperationSpec
 from ket.context import (
@@ -33,8 +32,8 @@ from ket.context.db import Database, records_of
 from ket.context.fence import fence
 from ket.context.storage import max_blob_bytes_from
 from ket.errors import StoreError
-from ket.project import ket_folder
 from ket.runtime.events import Event, Hooks
+from ket.storage import BlobStore, LocalBlobs, blobs_from_environ
 from ket.store.contract import JobStore, QueryableStore, RecordStore, SentLedger
 from ket.store.types import ClaimedJob, Inserted, NewJob
 from ket.transport import DEFAULT_TRANSPORT_URL, Sender, sender_from_url
@@ -57,6 +56,12 @@ def wall_clock() -> datetime:
     return datetime.now(UTC)
 
 
+def default_blobs() -> BlobStore:
+    """The blob backend KET_STORAGE_URL names (files under the project's .ket/storage by
+    default); StorageError, naming the URL, when it is malformed or its backend missing."""
+    return blobs_from_environ(os.environ)
+
+
 def default_sender() -> Sender:
     """The sender KET_TRANSPORT_URL names (`dev:` by default: `.eml` files under .ket/outbox)."""
     return sender_from_url(os.environ.get("KET_TRANSPORT_URL") or DEFAULT_TRANSPORT_URL)
@@ -72,7 +77,8 @@ class Contexts:
         catalog: Catalog,
         tenant: str,
         sender: Sender,
-        storage_root: str | os.PathLike[str] | None = None,  # the project's .ket/storage
+        blobs: BlobStore | None = None,  # None: what KET_STORAGE_URL names
+        storage_root: str | os.PathLike[str] | None = None,  # instead of blobs: files there
         clock: Clock = wall_clock,
         tx_executor: Executor | None = None,
         hooks: Hooks | None = None,
@@ -86,7 +92,11 @@ class Contexts:
         self._catalog = catalog
         self._tenant = tenant
         self._sender = sender
-        self._root = Path(storage_root) if storage_root is not None else ket_folder() / "storage"
+        if blobs is not None and storage_root is not None:
+            raise TypeError("give blobs or storage_root, not both")
+        if blobs is None:
+            blobs = LocalBlobs(storage_root) if storage_root is not None else default_blobs()
+        self._blobs = blobs
         self._clock = clock
         # caps from the environment, read once here so that a bad value stops the start
         self._message_limits = MessageLimits.from_environ(os.environ)
@@ -173,7 +183,7 @@ class Contexts:
         if parts is None:
             parts = self._parts[spec.name] = (
                 Jobs(self._catalog, spec, self.inserter()),
-                Storage(spec, self._tenant, root=self._root, max_blob_bytes=self._max_blob_bytes),
+                Storage(spec, self._tenant, blobs=self._blobs, max_blob_bytes=self._max_blob_bytes),
                 Transport(
                     self._sender, self._ledger, spec, self._tenant, limits=self._message_limits
                 ),
