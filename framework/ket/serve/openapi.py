@@ -14,6 +14,7 @@ from pydantic.json_schema import models_json_schema
 from ket.catalog import Catalog, OperationSpec
 from ket.serve.function import PREFIX
 from ket.serve.tenant import TENANT_HEADER
+from ket.store.tenant import RESERVED_TENANT_NAMES, TENANT_PATTERN
 
 SCHEME = "ket"
 _ERROR = {"$ref": "#/components/schemas/KetError"}
@@ -68,7 +69,12 @@ def _operation(name: str, spec: OperationSpec, schema: Any) -> dict[str, Any]:
                 "required": False,
                 "description": "the tenant; needed when the server serves several and the host "
                 "names none",
-                "schema": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,62}$"},
+                # the tenant grammar, reserved names excepted (they are refused with 400)
+                "schema": {
+                    "type": "string",
+                    "pattern": f"^{TENANT_PATTERN}$",
+                    "not": {"enum": sorted(RESERVED_TENANT_NAMES)},
+                },
             }
         ],
         "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
