@@ -103,8 +103,8 @@ class Contexts:
         self._max_blob_bytes = max_blob_bytes_from(os.environ)
         self._tx_executor = tx_executor
         self._hooks = hooks
-        self._parts: dict[str, tuple[Jobs, Storage, Transport]] = {}
-        self._data_parts: dict[tuple[str, str | None], tuple[Database, Transactor]] = {}
+        self._parts: dict[str, tuple[Storage, Transport]] = {}
+        self._data_parts: dict[tuple[str, str | None], tuple[Database, Transactor, Jobs]] = {}
 
     def for_job(self, job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> JobContext:
         """The context of one attempt of `job`: every effect call raises Aborted once `signal`
@@ -144,14 +144,16 @@ class Contexts:
             return fence(self._data(spec, job.company)[0], signal)
         if name == "tx":
             return self._data(spec, job.company)[1].fenced(signal)
+        if name == "jobs":
+            return fence(self._data(spec, job.company)[2], signal)
         return fence(self._operation(spec)[_OPERATION_PARTS[name]], signal)
 
     def for_function(self, spec: OperationSpec, company: str | None = None) -> FunctionContext:
         """The context of one call of a function."""
-        jobs, storage, transport = self._operation(spec)
+        storage, transport = self._operation(spec)
         # built once per function and company, as a job's are: a server calls the same few
         # functions for the same companies over and over
-        db, transactor = self._data(spec, company)
+        db, transactor, jobs = self._data(spec, company)
         return FunctionContext(
             tenant=self._tenant,
             company=company,
@@ -164,9 +166,11 @@ class Contexts:
             clock=self._clock,
         )
 
-    def _data(self, spec: OperationSpec, company: str | None) -> tuple[Database, Transactor]:
-        """`ctx.db` and the transactor of one operation for one company, built once: a job's
-        attempts only fence them (see for_job)."""
+    def _data(
+        self, spec: OperationSpec, company: str | None
+    ) -> tuple[Database, Transactor, Jobs]:
+        """`ctx.db`, the transactor and `ctx.jobs` of one operation for one company, built
+        once: a job's attempts only fence them (see for_job)."""
         key = (spec.name, company)
         data = self._data_parts.get(key)
         if data is None:
@@ -174,15 +178,16 @@ class Contexts:
                 self._data_parts.clear()
             db = Database(records_of(self._store), spec, self._catalog.models, company)
             transactor = Transactor(self._store, self._catalog, spec, self._tx_executor, company)
-            data = self._data_parts[key] = (db, transactor)
+            jobs = Jobs(self._catalog, spec, self.inserter(), company)
+            data = self._data_parts[key] = (db, transactor, jobs)
         return data
 
-    def _operation(self, spec: OperationSpec) -> tuple[Jobs, Storage, Transport]:
-        """The parts that depend on the operation only (the db view depends on the company)."""
+    def _operation(self, spec: OperationSpec) -> tuple[Storage, Transport]:
+        """The parts that depend on the operation only (the db view and the jobs part depend on
+        the company)."""
         parts = self._parts.get(spec.name)
         if parts is None:
             parts = self._parts[spec.name] = (
-                Jobs(self._catalog, spec, self.inserter()),
                 Storage(spec, self._tenant, blobs=self._blobs, max_blob_bytes=self._max_blob_bytes),
                 Transport(
                     self._sender, self._ledger, spec, self._tenant, limits=self._message_limits
@@ -216,4 +221,4 @@ class Contexts:
         return insert_and_report
 
 
-_OPERATION_PARTS = {"jobs": 0, "storage": 1, "transport": 2}  # as Contexts._operation has them
+_OPERATION_PARTS = {"storage": 0, "transport": 1}  # as Contexts._operation has them

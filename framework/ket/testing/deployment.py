@@ -75,11 +75,20 @@ class TestClient:
     def __init__(self, e2e: TestDeployment) -> None:
         self._e2e = e2e
 
-    def call(self, name: str, input: BaseModel | Mapping[str, Any] | None = None) -> Any:
-        """Call function `name` with `input`; returns its result."""
+    def call(
+        self,
+        name: str,
+        input: BaseModel | Mapping[str, Any] | None = None,
+        *,
+        company: str | None = None,
+    ) -> Any:
+        """Call function `name` with `input`, for `company` (as `ket serve` does for its
+        principal's company); returns its result."""
         e2e = self._e2e
         return e2e._loop.run(
-            call_function(e2e.catalog, e2e._contexts, name, input, executor=e2e._executor)
+            call_function(
+                e2e.catalog, e2e._contexts, name, input, executor=e2e._executor, company=company
+            )
         )
 
 
