@@ -166,9 +166,7 @@ class Contexts:
             clock=self._clock,
         )
 
-    def _data(
-        self, spec: OperationSpec, company: str | None
-    ) -> tuple[Database, Transactor, Jobs]:
+    def _data(self, spec: OperationSpec, company: str | None) -> tuple[Database, Transactor, Jobs]:
         """`ctx.db`, the transactor and `ctx.jobs` of one operation for one company, built
         once: a job's attempts only fence them (see for_job)."""
         key = (spec.name, company)
