@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from ket import trace
 from ket.check import error_messages, run_checks
 from ket.declare import resolve
 from ket.declare.deployment import DeploymentDecl
@@ -87,6 +88,7 @@ class Catalog:
     worker: WorkerConfig
     keys: SecretKeys | None = None  # KET_SECRET_KEYS: None stores secrets in clear (marked)
     redact: Redact | None = None  # the deployment's hook for exception texts
+    tracing: bool = False  # KET_OTEL=1: OpenTelemetry spans for enqueues and attempts
     serve: ServeConfig = field(default_factory=ServeConfig)
 
     @classmethod
@@ -117,6 +119,7 @@ class Catalog:
             keys=SecretKeys.from_environment(environ),
             redact=deployment.redact,
             serve=resolve.serve_config(deployment),
+            tracing=trace.enabled(environ),
         )
 
     def job(self, name: str) -> JobSpec:
@@ -172,6 +175,7 @@ class Catalog:
             tick=tick,
             ticks_skipped=ticks_skipped,
             tags=spec.tags if tags is None else tags,
+            trace_context=trace.enqueue_context(name, spec.queue) if self.tracing else None,
         )
 
     def job_input(

@@ -177,7 +177,10 @@ def test_the_quick_start_of_the_docs_runs_as_pasted(
         body = re.search(r"-d '([^']*)'", command)
         assert body
         got = httpx.post(
-            server.url + "/functions/hello.greet", headers=headers, content=body.group(1)
+            server.url + "/functions/hello.greet",
+            headers=headers,
+            content=body.group(1),
+            timeout=30,
         )
         assert got.text == answer
     code, output = server.stop(signal.SIGTERM)
@@ -192,7 +195,10 @@ def test_sigterm_lets_requests_in_flight_finish_then_exits_0(
     env = {"KET_DATABASE_URL": tenant_database}  # on SQLite and on PostgreSQL
     assert run_ket("migrate", cwd=root, env=env).code == 0
     server = start(root, "serve", env=env)
-    noted = httpx.post(server.url + "/functions/app.add_note", json={"text": "hi"}, headers=TOKEN)
+    # a first request to a fresh server on a busy machine can take seconds (imports, tables)
+    noted = httpx.post(
+        server.url + "/functions/app.add_note", json={"text": "hi"}, headers=TOKEN, timeout=30
+    )
     assert noted.status_code == 200, noted.text
     answers: list[httpx.Response] = []
     napping = threading.Thread(
@@ -239,7 +245,9 @@ def test_dev_all_runs_the_worker_and_the_server_in_one_process(
 ) -> None:
     root = project({"app/workspace.py": SERVED})
     dev = start(root, "dev", "--all")
-    noted = httpx.post(dev.url + "/functions/app.add_note", json={"text": "hi"}, headers=TOKEN)
+    noted = httpx.post(
+        dev.url + "/functions/app.add_note", json={"text": "hi"}, headers=TOKEN, timeout=30
+    )
     assert noted.status_code == 200, noted.text
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:  # the worker of the same process runs the job

@@ -27,6 +27,7 @@ LEAF = {
     "schedule",
     "transport",
     "operate",
+    "storage",
 }
 
 # room -> rooms it must never import
@@ -97,6 +98,24 @@ FORBIDDEN = {
         "context",
         "tck",
         "schedule",
+    },
+    # blob backends know tenants, keys and bytes: the context checks effects before them
+    "storage": {
+        "declare",
+        "manifest",
+        "check",
+        "diff",
+        "cli",
+        "workspace",
+        "catalog",
+        "runtime",
+        "context",
+        "store",
+        "tck",
+        "schedule",
+        "transport",
+        "serve",
+        "testing",
     },
 }
 # rooms that may use the store contract but never a concrete store
@@ -220,3 +239,9 @@ def test_the_worker_and_the_store_on_postgresql_import_no_sqlalchemy() -> None:
     assert _loaded(code, ("sqlalchemy", "ket.manifest", "ket.store.sql.registry")) == [
         "ket.store.sql.registry_reader"
     ]
+
+
+def test_the_worker_loads_no_s3_client_unless_storage_is_on_s3() -> None:
+    # obstore (a native library) costs start-up time and memory only to those who use it
+    code = "import ket.cli.worker, ket.cli.dev, ket.cli.call, ket.cli.serve, ket.testing"
+    assert _loaded(code, ("obstore", "ket.storage.s3", "boto3")) == []

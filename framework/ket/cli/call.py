@@ -16,6 +16,7 @@ from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
 from ket.runtime.call import MAX_INPUT_DEPTH, call_function, json_depth, redactor
+from ket.storage import BlobStore
 from ket.workspace import where_in_user_code
 
 
@@ -28,7 +29,24 @@ def add_parser(
     )
     parser.add_argument("name", help="the function, <module>.<function>")
     parser.add_argument("input", nargs="?", default="{}", help="its input as a JSON object")
+    parser.add_argument(
+        "--company",
+        type=_company,
+        metavar="ID",
+        help="call it for this company, as ket serve does for its principal's "
+        "(cross_company rules apply)",
+    )
     parser.set_defaults(run=run)
+
+
+def _company(text: str) -> str:
+    """A company id: 1 to 500 characters without NUL or surrounding spaces."""
+    if not text or len(text) > 500 or "\x00" in text or text != text.strip():
+        raise argparse.ArgumentTypeError(
+            f"a company must be 1 to 500 characters without NUL or surrounding spaces, "
+            f"got {clip(text, 60)!r}"
+        )
+    return text
 
 
 def parse_input(text: str) -> dict[str, Any]:
@@ -51,11 +69,18 @@ def parse_input(text: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ket.runtime.contexts import default_blobs
+
     catalog = Catalog.build(deployment_of(args))
     payload = parse_input(args.input)
     tenant, url = single_tenant(args)
+    blobs = default_blobs()  # a bad KET_STORAGE_URL stops here, naming it
     try:
-        [result] = asyncio.run(call_on_tenant(catalog, tenant, url, [(args.name, payload)]))
+        [result] = asyncio.run(
+            call_on_tenant(
+                catalog, tenant, url, [(args.name, payload)], blobs, company=args.company
+            )
+        )
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
@@ -75,15 +100,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def call_on_tenant(
-    catalog: Catalog, tenant: str, url: str, calls: list[tuple[str, dict[str, Any]]]
+    catalog: Catalog,
+    tenant: str,
+    url: str,
+    calls: list[tuple[str, dict[str, Any]]],
+    blobs: BlobStore | None = None,
+    *,
+    company: str | None = None,
 ) -> list[Any]:
-    """Call functions in order against one tenant's database; their results."""
+    """Call functions in order against one tenant's database, for `company`; their results.
+    `blobs` is where ctx.storage keeps blobs (None: what KET_STORAGE_URL names)."""
     from ket.runtime.contexts import Contexts, default_sender, install_models
 
     store = await open_store(url)
     try:
         await install_models(store, catalog)
-        contexts = Contexts(store=store, catalog=catalog, tenant=tenant, sender=default_sender())
-        return [await call_function(catalog, contexts, name, payload) for name, payload in calls]
+        contexts = Contexts(
+            store=store, catalog=catalog, tenant=tenant, sender=default_sender(), blobs=blobs
+        )
+        return [
+            await call_function(catalog, contexts, name, payload, company=company)
+            for name, payload in calls
+        ]
     finally:
         await store.close()

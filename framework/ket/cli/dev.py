@@ -30,7 +30,9 @@ from ket.cli.serve import add_http_options, check_servable, http_server, listen_
 from ket.cli.worker import Stopping, serve
 from ket.declare.deployment import DeploymentDecl
 from ket.runtime.call import redactor
+from ket.runtime.contexts import default_blobs
 from ket.runtime.outcome import describe
+from ket.storage import BlobStore
 
 log = logging.getLogger("ket.dev")
 
@@ -78,8 +80,9 @@ def run(args: argparse.Namespace) -> int:
     if calls:
         urls = dict([single_tenant(args)])  # --call needs one tenant
     sock = listen_for(args) if args.all else None  # a port in use stops the start here
+    blobs = default_blobs()  # a bad KET_STORAGE_URL stops the start, naming it
     asyncio.run(migrate_all(catalog, urls))
-    return run_service(_dev(catalog, args, settings, urls, calls, sock, deployment))
+    return run_service(_dev(catalog, args, settings, urls, calls, sock, deployment, blobs))
 
 
 async def _dev(
@@ -90,16 +93,17 @@ async def _dev(
     calls: list[tuple[str, dict[str, object]]],
     sock: socket.socket | None,
     deployment: DeploymentDecl,
+    blobs: BlobStore,
 ) -> int:
     stopping = Stopping()
     stopping.install()
     serving = asyncio.ensure_future(
-        serve(catalog, args.database_url, args.tenant, settings, stopping, deployment)
+        serve(catalog, args.database_url, args.tenant, settings, stopping, deployment, blobs)
     )
     if sock is not None:
         from ket.serve.server import address
 
-        server = http_server(catalog, args, sock)
+        server = http_server(catalog, args, sock, blobs)
         stopping.also(server.stop)
         http = asyncio.ensure_future(server.run())
         log.info("serving the functions over HTTP on %s", address(sock))
@@ -109,7 +113,7 @@ async def _dev(
         [(name, url)] = urls.items()
         try:
             for (function, _), result in zip(
-                calls, await call_on_tenant(catalog, name, url, calls), strict=True
+                calls, await call_on_tenant(catalog, name, url, calls, blobs), strict=True
             ):
                 log.info("called %s: %s", function, result)
         except Exception as error:  # a failing demo call must not stop the worker

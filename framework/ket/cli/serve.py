@@ -29,6 +29,7 @@ from ket.errors import KetError
 
 if TYPE_CHECKING:
     from ket.serve.server import HttpServer
+    from ket.storage import BlobStore
     from ket.store.roster import SeenWorker
 
 log = logging.getLogger("ket.serve")
@@ -84,8 +85,11 @@ def run(args: argparse.Namespace) -> int:
     catalog = Catalog.build(deployment_of(args))
     check_servable(catalog, "ket serve")
     tenant_urls(args)  # an unknown --tenant or an unreadable registry stops the start here
+    from ket.runtime.contexts import default_blobs
+
+    blobs = default_blobs()  # a bad KET_STORAGE_URL stops the start, naming it
     sock = listen_for(args)
-    return run_service(serve_http(catalog, args, sock))
+    return run_service(serve_http(catalog, args, sock, blobs))
 
 
 def check_servable(catalog: Catalog, command: str) -> None:
@@ -113,8 +117,14 @@ def listen_for(args: argparse.Namespace) -> socket.socket:
     return listen(args.host, args.port)
 
 
-def http_server(catalog: Catalog, args: argparse.Namespace, sock: socket.socket) -> HttpServer:
-    """The server of `catalog`'s functions on `sock`, for the command line's tenants."""
+def http_server(
+    catalog: Catalog,
+    args: argparse.Namespace,
+    sock: socket.socket,
+    blobs: BlobStore | None = None,
+) -> HttpServer:
+    """The server of `catalog`'s functions on `sock`, for the command line's tenants; `blobs`
+    is where ctx.storage keeps blobs (None: what KET_STORAGE_URL names)."""
     from ket.cli.workers import read_workers
     from ket.runtime.tenancy import database_template
     from ket.serve.app import create_app
@@ -135,6 +145,7 @@ def http_server(catalog: Catalog, args: argparse.Namespace, sock: socket.socket)
         open_store=open_store,
         only=args.tenant,
         list_workers=list_workers,
+        blobs=blobs,
     )
     return HttpServer(
         app,
@@ -144,11 +155,16 @@ def http_server(catalog: Catalog, args: argparse.Namespace, sock: socket.socket)
     )
 
 
-async def serve_http(catalog: Catalog, args: argparse.Namespace, sock: socket.socket) -> int:
+async def serve_http(
+    catalog: Catalog,
+    args: argparse.Namespace,
+    sock: socket.socket,
+    blobs: BlobStore | None = None,
+) -> int:
     """Serve until a signal; the exit code."""
     from ket.serve.server import address
 
-    server = http_server(catalog, args, sock)
+    server = http_server(catalog, args, sock, blobs)
     signals = 0
 
     def on_signal(number: int) -> None:

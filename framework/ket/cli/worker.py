@@ -29,11 +29,12 @@ from ket.cli.presence import presence_service
 from ket.cli.runtime import open_store, registry_reader, run_service, tenant_urls, worker_id
 from ket.declare.deployment import DeploymentDecl
 from ket.errors import KetError
-from ket.runtime.contexts import default_sender
+from ket.runtime.contexts import default_blobs, default_sender
 from ket.runtime.fleet import Fleet
 from ket.runtime.supervisor import Supervisor
 from ket.runtime.tenancy import database_template
 from ket.runtime.worker import SERVICE_CONNECTIONS, connections_needed, loop_connections
+from ket.storage import BlobStore
 from ket.store.contract import JobStore
 
 log = logging.getLogger("ket.worker")
@@ -70,8 +71,9 @@ def run(args: argparse.Namespace) -> int:
     catalog = settings.apply(Catalog.build(deployment))
     pool_settings(catalog, os.environ)  # refuse a pool too small before serving anything
     tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker
+    blobs = default_blobs()  # a bad KET_STORAGE_URL stops the start, naming it
     return run_service(
-        serve(catalog, args.database_url, args.tenant, settings, deployment=deployment)
+        serve(catalog, args.database_url, args.tenant, settings, deployment=deployment, blobs=blobs)
     )
 
 
@@ -152,11 +154,13 @@ async def serve(
     settings: HostConcurrency | None = None,
     stopping: Stopping | None = None,
     deployment: DeploymentDecl | None = None,
+    blobs: BlobStore | None = None,
 ) -> int:
     """Serve until a signal (or until `stopping.event` is set, when the caller handles the
     signals); returns the exit code. `catalog` carries the concurrency to run, `settings`
     says which of it this host set (for the start-up line); with the `deployment`, the worker
-    records itself in the control database (`ket workers list`)."""
+    records itself in the control database (`ket workers list`); `blobs` is where ctx.storage
+    keeps blobs (None: what KET_STORAGE_URL names)."""
     if stopping is None:
         stopping = Stopping()
         stopping.install()
@@ -174,6 +178,7 @@ async def serve(
         )
 
     identity = worker_id()
+    blobs = blobs if blobs is not None else default_blobs()
     fleet = stopping.fleet = Fleet(
         catalog=catalog,
         template=database_template(database_url),
@@ -181,6 +186,7 @@ async def serve(
         open_store=open_tenant,
         worker_id=identity,
         sender=default_sender(),
+        blobs=blobs,
         only=tenant,
     )
     log.info(
@@ -190,6 +196,7 @@ async def serve(
         (settings or HostConcurrency(settings={})).describe(catalog.worker),
         pool,
     )
+    log.info("ctx.storage keeps blobs in %r", blobs)
     # its own supervisor, stopped after the tenants: the row stays while running jobs finish.
     # The first report comes within one interval, not at once: the worker takes its first jobs
     # before it loads the manifest room to hash the manifest (and, on SQLite, the roster's

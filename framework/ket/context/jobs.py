@@ -18,17 +18,28 @@ Item = tuple[str, BaseModel | Mapping[str, Any] | None] | tuple[str, Any, Mappin
 
 
 class Jobs(Part):
-    """Enqueue jobs as the running operation; undeclared enqueues raise EffectError."""
+    """Enqueue jobs as the running operation; undeclared enqueues raise EffectError.
+
+    A job is enqueued for the company the operation runs for, unless a `cross_company`
+    operation names another: work done for a company stays that company's.
+    """
 
     __ket_api__ = True
     # the catalog and the store's insert are the context's business: mangled slots, off the
     # documented surface (see __dir__)
-    __slots__ = ("__catalog", "__insert", "__operation")
+    __slots__ = ("__catalog", "__company", "__insert", "__operation")
 
-    def __init__(self, catalog: Catalog, operation: OperationSpec, insert: Insert) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        operation: OperationSpec,
+        insert: Insert,
+        company: str | None = None,
+    ) -> None:
         self.__catalog = catalog
         self.__operation = operation
         self.__insert = insert
+        self.__company = company
 
     async def enqueue(
         self,
@@ -82,7 +93,9 @@ class Jobs(Part):
             raise EffectError(
                 f"{operation.name} may not enqueue {name!r}: declare the effect 'enqueue:{name}'"
             )
-        if company is not None and not operation.cross_company:
+        if company is None:
+            company = self.__company
+        elif company != self.__company and not operation.cross_company:
             raise EffectError(
                 f"{operation.name} may not enqueue for company {company!r}: "
                 "declare cross_company=True"

@@ -33,6 +33,7 @@ from ket.serve.openapi import openapi_document
 from ket.serve.refusal import Refusal, json_response, on_http_exception, on_refusal
 from ket.serve.stores import OpenStore, TenantStores
 from ket.serve.tenant import ListTenants, TenantLookup
+from ket.storage import BlobStore
 from ket.transport import Sender
 
 if TYPE_CHECKING:
@@ -78,11 +79,13 @@ def create_app(
     open_store: OpenStore,
     only: str | None = None,
     sender: Sender | None = None,
+    blobs: BlobStore | None = None,
     routes: Sequence[BaseRoute] = (),
     list_workers: ListWorkers | None = None,
 ) -> Starlette:
     """The server's ASGI app. `list_tenants` reads the registry, `template` is the database URL
-    template, `open_store` opens a tenant's store, `only` serves one tenant; `routes` are
+    template, `open_store` opens a tenant's store, `only` serves one tenant; `sender` and `blobs`
+    are ctx.transport's and ctx.storage's (None: what the environment names); `routes` are
     mounted beside the functions (they find the Parts on `request.app.state.ket`); the
     dashboard, unless the deployment turns it off, at its path, showing the workers
     `list_workers` reads from the control database."""
@@ -98,6 +101,7 @@ def create_app(
         catalog=catalog,
         open_store=open_store,
         sender=sender or default_sender(),
+        blobs=blobs,
         hooks=default_hooks,
         repeats=repeats,
     )

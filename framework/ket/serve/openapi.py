@@ -14,11 +14,9 @@ from pydantic.json_schema import models_json_schema
 from ket.catalog import Catalog, OperationSpec
 from ket.serve.function import PREFIX
 from ket.serve.tenant import TENANT_HEADER
-from ket.store.tenant import RESERVED_TENANT_NAMES
+from ket.store.tenant import RESERVED_TENANT_NAMES, TENANT_PATTERN
 
 SCHEME = "ket"
-# the tenant grammar, less the reserved names (which are refused with 400 bad_tenant)
-_TENANT_PATTERN = f"^(?!({'|'.join(sorted(RESERVED_TENANT_NAMES))})$)[a-z][a-z0-9_-]{{0,62}}$"
 _ERROR = {"$ref": "#/components/schemas/KetError"}
 _REFUSALS = {
     "400": "the body is not JSON or not UTF-8, or the tenant is missing or malformed",
@@ -71,7 +69,12 @@ def _operation(name: str, spec: OperationSpec, schema: Any) -> dict[str, Any]:
                 "required": False,
                 "description": "the tenant; needed when the server serves several and the host "
                 "names none",
-                "schema": {"type": "string", "pattern": _TENANT_PATTERN},
+                # the tenant grammar, reserved names excepted (they are refused with 400)
+                "schema": {
+                    "type": "string",
+                    "pattern": f"^{TENANT_PATTERN}$",
+                    "not": {"enum": sorted(RESERVED_TENANT_NAMES)},
+                },
             }
         ],
         "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},

@@ -13,10 +13,11 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ket.catalog import Catalog
-from ket.runtime.contexts import Contexts, install_models
+from ket.runtime.contexts import Contexts, default_blobs, install_models
 from ket.runtime.events import Hooks
 from ket.runtime.supervisor import Repeats
 from ket.serve.refusal import Refusal
+from ket.storage import BlobStore
 from ket.store.contract import JobStore
 from ket.transport import Sender
 
@@ -34,12 +35,15 @@ class TenantStores:
         catalog: Catalog,
         open_store: OpenStore,
         sender: Sender,
+        blobs: BlobStore | None = None,  # None: what KET_STORAGE_URL names
         hooks: Hooks | None = None,
         repeats: Repeats | None = None,
     ) -> None:
         self._catalog = catalog
         self._open = open_store
         self._sender = sender
+        # one backend for every tenant, as the worker has
+        self._blobs = blobs if blobs is not None else default_blobs()
         self._hooks = hooks
         self._repeats = repeats or Repeats(log)
         self._open_ones: dict[str, tuple[str, JobStore, Contexts]] = {}
@@ -77,6 +81,7 @@ class TenantStores:
                 catalog=self._catalog,
                 tenant=tenant,
                 sender=self._sender,
+                blobs=self._blobs,
                 hooks=self._hooks,
             )
         except Exception as error:

@@ -61,6 +61,8 @@ class NewJob:
     tick: datetime | None = None
     ticks_skipped: int | None = None
     tags: tuple[str, ...] = ()  # labels to find it by (`ket jobs list --tag`), in their order
+    # the W3C trace context of its enqueue (`traceparent`, `tracestate`), when traced
+    trace_context: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,6 +103,7 @@ class ClaimedJob:
     fence: int
     tick: datetime | None
     ticks_skipped: int | None
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -300,6 +303,7 @@ class JobRecord:
     tick: datetime | None
     ticks_skipped: int | None
     tags: tuple[str, ...] = ()
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -44,6 +44,7 @@ from ket.store.types import (
 MAX_PAYLOAD_BYTES = 1_048_576
 MAX_NAME_LENGTH = 200
 MAX_KEY_LENGTH = 500
+MAX_TRACE_ENTRIES, MAX_TRACE_TEXT = 8, 512
 # A century: any longer lease, delay, retention or staleness means "never", and would overflow
 # date arithmetic (Python's datetime ends in the year 9999).
 MAX_SECONDS = 3_153_600_000
@@ -118,6 +119,8 @@ def _check_declared(job: NewJob) -> None:
 def _check_own(job: NewJob) -> None:
     """The fields each job has of its own."""
     _text(job, "unique_key", job.unique_key, required=False)
+    if job.trace_context is not None:
+        _check_trace_context(job)
     for field, value in (("run_at", job.run_at), ("tick", job.tick)):
         if value is not None and not _aware(value):
             raise JobRejected(
@@ -160,6 +163,28 @@ def check_tags(tags: object, what: str) -> None:
             raise JobRejected(
                 f"{what}: a tag must be 1 to {MAX_TAG_LENGTH} characters{_TEXT}, got {tag!r}"
             )
+
+
+def _check_trace_context(job: NewJob) -> None:
+    """A trace context is a few short strings by name (W3C `traceparent`, `tracestate`)."""
+    carrier = job.trace_context
+    if (
+        not isinstance(carrier, dict)
+        or len(carrier) > MAX_TRACE_ENTRIES
+        or not all(
+            _clean_text(k, MAX_TRACE_TEXT) and _clean_text(v, MAX_TRACE_TEXT)
+            for k, v in carrier.items()
+        )
+    ):
+        raise JobRejected(
+            f"job {job.name!r}: trace_context must be a dict of at most {MAX_TRACE_ENTRIES} "
+            f"strings of 1 to {MAX_TRACE_TEXT} characters, got {carrier!r}"
+        )
+
+
+def encode_trace_context(carrier: Mapping[str, str] | None) -> str | None:
+    """A checked trace context as JSON, None for none."""
+    return _JSON.encode(dict(carrier)) if carrier else None
 
 
 def encode_tags(tags: Sequence[str]) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,7 @@ from ket.runtime.runner import JobRunner, Result
 from ket.runtime.settler import record
 from ket.runtime.supervisor import Repeats
 from ket.runtime.sweep import sweep
+from ket.storage import STORAGE_URL_VARIABLE, BlobStore, LocalBlobs, blobs_from_url
 from ket.store.clock import ManualClock
 from ket.store.sql import SqlStore
 from ket.store.tenant import check_tenant_name
@@ -73,11 +75,20 @@ class TestClient:
     def __init__(self, e2e: TestDeployment) -> None:
         self._e2e = e2e
 
-    def call(self, name: str, input: BaseModel | Mapping[str, Any] | None = None) -> Any:
-        """Call function `name` with `input`; returns its result."""
+    def call(
+        self,
+        name: str,
+        input: BaseModel | Mapping[str, Any] | None = None,
+        *,
+        company: str | None = None,
+    ) -> Any:
+        """Call function `name` with `input`, for `company` (as `ket serve` does for its
+        principal's company); returns its result."""
         e2e = self._e2e
         return e2e._loop.run(
-            call_function(e2e.catalog, e2e._contexts, name, input, executor=e2e._executor)
+            call_function(
+                e2e.catalog, e2e._contexts, name, input, executor=e2e._executor, company=company
+            )
         )
 
 
@@ -117,6 +128,7 @@ class TestDeployment:
         worker: bool = True,
         database_url: str | None = None,
         tenant: str = "default",
+        storage_url: str | None = None,
     ) -> None:
         self.catalog = Catalog.build(deployment)
         self.tenant = check_tenant_name(tenant)  # as the client and the CLI would refuse it
@@ -125,6 +137,11 @@ class TestDeployment:
         self.transport = CaptureSender()
         self.hooks = Hooks()
         self._folder = tempfile.TemporaryDirectory(prefix="ket-test-")
+        try:
+            blobs = _blobs(storage_url, Path(self._folder.name) / "storage")
+        except BaseException:
+            self._folder.cleanup()
+            raise
         url = database_url or f"sqlite:///{Path(self._folder.name) / 'ket.db'}"
         self._loop = LoopThread()
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ket-test-job")
@@ -138,7 +155,7 @@ class TestDeployment:
             catalog=self.catalog,
             tenant=tenant,
             sender=self.transport,
-            storage_root=Path(self._folder.name) / "storage",
+            blobs=blobs,
             clock=self.clock.now,
             hooks=self.hooks,
         )
@@ -387,7 +404,23 @@ def create_test_deployment(
     worker: bool = True,
     database_url: str | None = None,
     tenant: str = "default",
+    storage_url: str | None = None,
 ) -> TestDeployment:
     """A fresh embedded store for `deployment` (or `database_url`), a controllable clock, and
-    helpers to call functions, enqueue, drain jobs and run schedules. Use it in a `with`."""
-    return TestDeployment(deployment, worker=worker, database_url=database_url, tenant=tenant)
+    helpers to call functions, enqueue, drain jobs and run schedules. Use it in a `with`.
+
+    `ctx.storage` keeps blobs where `storage_url` says, else where KET_STORAGE_URL says, else
+    in a fresh folder removed on close."""
+    return TestDeployment(
+        deployment,
+        worker=worker,
+        database_url=database_url,
+        tenant=tenant,
+        storage_url=storage_url,
+    )
+
+
+def _blobs(storage_url: str | None, fresh: Path) -> BlobStore:
+    """The backend `storage_url` names, else KET_STORAGE_URL's, else files under `fresh`."""
+    url = storage_url if storage_url is not None else os.environ.get(STORAGE_URL_VARIABLE)
+    return blobs_from_url(url) if url else LocalBlobs(fresh)

@@ -69,6 +69,7 @@ class MemoryDatabase:
             tick=None if job.tick is None else job.tick.astimezone(UTC),
             ticks_skipped=job.ticks_skipped,
             tags=tuple(job.tags),
+            trace_context=dict(job.trace_context) if job.trace_context else None,
         )
         self.rows[row.id] = row
         self.move(row, row.state)

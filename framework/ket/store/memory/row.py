@@ -32,6 +32,7 @@ class JobRow:
     tick: datetime | None
     ticks_skipped: int | None
     tags: tuple[str, ...] = ()
+    trace_context: dict[str, str] | None = None
     attempt: int = 0
     fence: int = 0
     attempted_at: datetime | None = None
@@ -79,6 +80,7 @@ class JobRow:
             fence=self.fence,
             tick=self.tick,
             ticks_skipped=self.ticks_skipped,
+            trace_context=_copy(self.trace_context),
         )
 
     def record(self) -> JobRecord:
@@ -107,4 +109,9 @@ class JobRow:
             tick=self.tick,
             ticks_skipped=self.ticks_skipped,
             tags=self.tags,
+            trace_context=_copy(self.trace_context),
         )
+
+
+def _copy(carrier: dict[str, str] | None) -> dict[str, str] | None:
+    return None if carrier is None else dict(carrier)

@@ -161,9 +161,19 @@ MIGRATIONS += (
         },
     ),
 )
+MIGRATIONS += (
+    Migration(
+        version=4,
+        name="jobs carry the trace context of their enqueue",
+        statements={
+            "postgresql": ("ALTER TABLE ket_jobs ADD COLUMN trace_context JSONB",),
+            "sqlite": ("ALTER TABLE ket_jobs ADD COLUMN trace_context JSON",),
+        },
+    ),
+)
 
 
-def _v4(id_type: str, instant: str, json: str) -> tuple[str, ...]:
+def _v5(id_type: str, instant: str, json: str) -> tuple[str, ...]:
     return (
         f"""CREATE TABLE ket_audit (
             id {id_type},
@@ -184,13 +194,13 @@ def _v4(id_type: str, instant: str, json: str) -> tuple[str, ...]:
 
 MIGRATIONS += (
     Migration(
-        version=4,
+        version=5,
         name="the audit log of operators' retries and cancels",
         statements={
-            "postgresql": _v4(
+            "postgresql": _v5(
                 "BIGSERIAL NOT NULL PRIMARY KEY", "TIMESTAMP WITH TIME ZONE", "JSONB"
             ),
-            "sqlite": _v4("INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT", "BIGINT", "JSON"),
+            "sqlite": _v5("INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT", "BIGINT", "JSON"),
         },
     ),
 )

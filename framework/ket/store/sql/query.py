@@ -75,6 +75,7 @@ _CLAIMED = (  # the order statement.claimed_job reads
     jobs.c.fence,
     jobs.c.tick,
     jobs.c.ticks_skipped,
+    jobs.c.trace_context,
 )
 
 
@@ -442,6 +443,7 @@ def job_records(rows: Sequence[Any], history: Sequence[Any]) -> list[JobRecord]:
             tick=row.tick,
             ticks_skipped=row.ticks_skipped,
             tags=tuple(row.tags or ()),
+            trace_context=row.trace_context,
         )
         for row in rows
     ]

@@ -56,6 +56,7 @@ jobs = Table(
     Column("tick", Instant),
     Column("ticks_skipped", Integer),
     Column("tags", Json),  # a JSON array of strings; NULL when the job has none
+    Column("trace_context", Json),  # the W3C trace context of its enqueue, when traced
     CheckConstraint(f"state IN ({_states(JOB_STATES)})", name="ket_jobs_state"),
     sqlite_autoincrement=True,
 )

@@ -171,4 +171,5 @@ def claimed_job(row: Any) -> ClaimedJob:
         fence=row[13],
         tick=row[14],
         ticks_skipped=row[15],
+        trace_context=row[16],
     )
