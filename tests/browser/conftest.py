@@ -3,9 +3,9 @@
 
 Playwright's own browser download cannot run here, so the tests drive the `chromium` that
 `.ci/run` installs with apt. Where it is missing, or cannot start, the tests skip with the
-reason, except in CI (`CI=true`), where they fail. Screenshots go to `test-output/dashboard/`
-at the repository's root (kept out of git), or to `KET_TEST_OUTPUT` when set; each test prints
-the paths of the ones it took.
+reason, except in CI (`CI=true`, or `KET_REQUIRE_BROWSER=1` as `.ci/run` sets), where they
+fail. Screenshots go to `test-output/dashboard/` at the repository's root (kept out of git), or
+to `KET_TEST_OUTPUT` when set; each test prints the paths of the ones it took.
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ from tests.acceptance.conftest import project  # noqa: F401 (the fixture, for th
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("KET_CHROMIUM", "/usr/bin/chromium")
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+IN_CI = (
+    os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    or os.environ.get("KET_REQUIRE_BROWSER") == "1"
+)
 
 
 def _unavailable(reason: str) -> None:
