@@ -34,9 +34,11 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def browser() -> Iterator[Any]:
-    """Chromium, headless, started once per test process."""
+    """Chromium, headless, for one test. Not shared across tests: while Playwright's sync API
+    runs, its event loop is the thread's running loop, and every later test of the process
+    that calls asyncio.run() would fail."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
