@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -32,7 +31,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from ket.store.sql.column import from_micros
 from ket.store.sql.insert import CHANNEL
 from ket.store.sql.now import TimeSql
 from ket.store.sql.schema import (
@@ -45,7 +43,7 @@ from ket.store.sql.schema import (
     schedule_fires,
     schedules,
 )
-from ket.store.types import RETRY_STATES, ErrorRecord, JobQuery, JobRecord, JobStats
+from ket.store.types import RETRY_STATES, ErrorRecord, JobQuery, JobRecord
 
 # what an operator's retry takes (literal SQL, as schema.py's predicates)
 _RETRYABLE = jobs.c.state.in_([literal_column(f"'{s}'") for s in RETRY_STATES])
@@ -407,22 +405,3 @@ def job_records(rows: Sequence[Any], history: Sequence[Any]) -> list[JobRecord]:
         )
         for row in rows
     ]
-
-
-def job_stats(count_rows: Sequence[Any], oldest_row: Any) -> JobStats:
-    now = _instant(oldest_row.now)
-    lease = _instant(oldest_row.lease) if oldest_row.lease is not None else None
-    due = _instant(oldest_row.due) if oldest_row.due is not None else None
-    return JobStats(
-        counts={(row.state, row.queue): row[2] for row in count_rows},
-        oldest_lease_age=(now - lease).total_seconds() if lease else None,
-        oldest_available_age=(now - due).total_seconds() if due else None,
-    )
-
-
-def _instant(value: Any) -> datetime:
-    """Scalar subqueries lose the column type, so SQLite hands back raw microseconds."""
-    if isinstance(value, int):
-        return from_micros(value)
-    result: datetime = value
-    return result
