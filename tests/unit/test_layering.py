@@ -48,6 +48,7 @@ FORBIDDEN = {
         "context",
         "tck",
         "schedule",
+        "observe",
     },
     "tck": {
         "declare",
@@ -61,9 +62,12 @@ FORBIDDEN = {
         "context",
         "schedule",
     },
-    "catalog": {"manifest", "diff", "cli", "workspace", "runtime", "context"},
-    "context": {"manifest", "check", "diff", "cli", "workspace", "runtime", "tck"},
-    "runtime": {"manifest", "check", "diff", "cli", "workspace", "tck"},
+    "catalog": {"manifest", "diff", "cli", "workspace", "runtime", "context", "observe"},
+    "context": {"manifest", "check", "diff", "cli", "workspace", "runtime", "tck", "observe"},
+    # the runtime is watched through its hooks and job stats; it never knows who watches
+    "runtime": {"manifest", "check", "diff", "cli", "workspace", "tck", "observe"},
+    # logs and metrics read the runtime's events and the store's stats, never the other way
+    "observe": {"manifest", "check", "diff", "cli", "workspace", "tck", "context", "declare"},
     # private folders (storage, the outbox): os calls only, so both rooms can use them
     "folder": LEAF,
     # secret input fields: pure functions over pydantic values and payloads, used by the
@@ -85,7 +89,7 @@ FORBIDDEN = {
     },
 }
 # rooms that may use the store contract but never a concrete store
-CONTRACT_ONLY = ["catalog", "context", "runtime", "tck"]
+CONTRACT_ONLY = ["catalog", "context", "runtime", "tck", "observe"]
 
 
 def _modules(path: Path) -> set[str]:
@@ -184,6 +188,12 @@ def test_ket_check_loads_no_store_and_no_other_command() -> None:
         "assert main(['check', '--workspace', 'modules_example/workspace.py']) == 0"
     )
     assert _loaded(code, (*STORES, "ket.manifest", "ket.cli.worker", "ket.cli.jobs")) == []
+
+
+def test_a_worker_without_metrics_imports_no_prometheus_client() -> None:
+    # metrics are the optional `metrics` extra, and cost a worker that did not ask nothing
+    code = "import ket.cli.worker, ket.cli.dev, ket.observe.logs"
+    assert _loaded(code, ("prometheus_client", "ket.observe.metrics", "ket.observe.gauges")) == []
 
 
 def test_the_worker_and_the_store_on_postgresql_import_no_sqlalchemy() -> None:

@@ -19,7 +19,7 @@ from ket.cli import concurrency
 from ket.cli.call import call_on_tenant, parse_input, redactor
 from ket.cli.concurrency import HostConcurrency
 from ket.cli.migrate import migrate_all
-from ket.cli.options import deployment_of
+from ket.cli.options import add_log_options, deployment_of, log_format, log_third_party
 from ket.cli.output import clip, configure_logging, escape
 from ket.cli.runtime import run_service, single_tenant, tenant_urls
 from ket.cli.worker import serve
@@ -51,14 +51,17 @@ def add_parser(
         help="call a function once the worker runs (repeatable)",
     )
     concurrency.add_option(parser)
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
+    add_log_options(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, "%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    configure_logging(
+        args.log_level,
+        "%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        log_format=log_format(args, os.environ),
+        third_party=log_third_party(os.environ),
+    )
     logging.getLogger("ket.jobs").setLevel(min(logging.DEBUG, logging.getLevelName(args.log_level)))
     settings = concurrency.read(args.concurrency, os.environ)
     catalog = settings.apply(Catalog.build(deployment_of(args)))

@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from ket.catalog import Catalog
-from ket.cli import concurrency
+from ket.cli import concurrency, metrics
 from ket.cli.concurrency import HostConcurrency
-from ket.cli.options import deployment_of
+from ket.cli.options import add_log_options, deployment_of, log_format, log_third_party
 from ket.cli.output import configure_logging
 from ket.cli.runtime import open_store, registry_reader, run_service, tenant_urls, worker_id
 from ket.errors import KetError
@@ -53,19 +53,26 @@ def add_parser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     concurrency.add_option(parser)
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
+    add_log_options(parser)
+    metrics.add_options(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(
+        args.log_level,
+        "%(asctime)s %(levelname)s %(name)s: %(message)s",
+        log_format=log_format(args, os.environ),
+        third_party=log_third_party(os.environ),
+    )
     settings = concurrency.read(args.concurrency, os.environ)
+    chosen = metrics.settings(args, os.environ)
+    if chosen is not None:
+        metrics.require()  # say what to install before anything starts
     catalog = settings.apply(Catalog.build(deployment_of(args)))
     pool_settings(catalog, os.environ)  # refuse a pool too small before serving anything
     tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker
-    return run_service(serve(catalog, args.database_url, args.tenant, settings))
+    return run_service(serve(catalog, args.database_url, args.tenant, settings, chosen))
 
 
 def pool_settings(catalog: Catalog, environ: Mapping[str, str]) -> tuple[int, float]:
@@ -102,9 +109,11 @@ async def serve(
     database_url: str | None,
     tenant: str | None,
     settings: HostConcurrency | None = None,
+    metrics_settings: metrics.MetricsSettings | None = None,
 ) -> int:
     """Serve until a signal; returns the exit code. `catalog` carries the concurrency to run,
-    `settings` says which of it this host set (for the start-up line)."""
+    `settings` says which of it this host set (for the start-up line); with
+    `metrics_settings`, metrics are served too."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     fleet: Fleet | None = None
@@ -153,10 +162,15 @@ async def serve(
         (settings or HostConcurrency(settings={})).describe(catalog.worker),
         pool,
     )
+    served = None
     try:
-        await fleet.run(stop)
+        if metrics_settings is not None:
+            served = metrics.start(metrics_settings, catalog, fleet.hooks, fleet.stores)
+        await fleet.run(stop, [served.service] if served is not None else [])
     finally:
         registry.close()
+        if served is not None:
+            served.close()
     stuck = [t.name for t in threading.enumerate() if t.name.startswith("ket-") and t.is_alive()]
     if stuck:
         # handler threads that ignored their abort: their jobs were handed back and their
