@@ -1,6 +1,7 @@
 """The example workspace: the deployments `ket` commands load (see [tool.ket] in pyproject.toml)."""
 
 from ket import define_deployment
+from modules_example.auth import authenticate
 from modules_example.company import company
 from modules_example.hotel import hotel
 from modules_example.sales import sales
@@ -17,4 +18,5 @@ erp = define_deployment(
         "shutdown_grace_ms": 15_000,
         "schedule_sweep_ms": 30_000,
     },
+    serve={"authenticate": authenticate},
 )

@@ -1,4 +1,5 @@
-"""Shared test fixtures: the PostgreSQL server the integration and conformance tests use.
+"""Shared test fixtures: the PostgreSQL server the integration and conformance tests use, and
+the S3 server (moto's) that the storage tests use.
 
 Tests reach PostgreSQL through KET_TEST_POSTGRES_URL (default: the local server). When it cannot
 be reached they skip, with one line saying how to enable them, unless KET_REQUIRE_POSTGRES=1
@@ -16,6 +17,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
+
+from tests.s3_server import CREDENTIALS, S3Server
 
 POSTGRES_URL = os.environ.get("KET_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/postgres")
 REQUIRED = os.environ.get("KET_REQUIRE_POSTGRES") == "1"
@@ -87,3 +90,29 @@ def tenant_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
             admin.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """moto's S3 server, a real HTTP S3 API on a free port, for the whole session. A test that
+    needs it fails (never skips) when it cannot start, moto missing included."""
+    try:
+        server = S3Server.start(tmp_path_factory.mktemp("s3"))
+    except RuntimeError as problem:
+        pytest.fail(str(problem))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket on the S3 server, with test credentials in the environment (and no AWS
+    setting of the machine's that could send a client elsewhere)."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    return s3_server.new_bucket()

@@ -17,14 +17,16 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from ket import trace
 from ket.check import error_messages, run_checks
 from ket.declare import resolve
 from ket.declare.deployment import DeploymentDecl
 from ket.declare.effect import Effect
 from ket.declare.job import JobDecl, Upgrade, default_backoff_seconds
 from ket.declare.operation import Handler, OperationDecl
+from ket.declare.serve import ServeConfig
 from ket.declare.worker import WorkerConfig
-from ket.errors import CheckFailed, JobRejected, PayloadVersionError
+from ket.errors import CheckFailed, DeclarationError, JobRejected, PayloadVersionError
 from ket.schedule import Schedule
 from ket.secret import (
     Redact,
@@ -69,13 +71,15 @@ class JobSpec(OperationSpec):
     schedule: Schedule | None
     input_version: int = 1
     upgrades: Mapping[int, Upgrade] = field(default_factory=dict)  # by the version upgraded from
+    tags: tuple[str, ...] = ()
     # declared with no input (shorthand): nothing to validate, and its payload is always {}
     no_input: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
 class Catalog:
-    """The deployment's jobs and functions by qualified name, and its worker configuration."""
+    """The deployment's jobs and functions by qualified name, and how its worker runs them and
+    `ket serve` serves them."""
 
     deployment: str
     jobs: Mapping[str, JobSpec]
@@ -84,6 +88,8 @@ class Catalog:
     worker: WorkerConfig
     keys: SecretKeys | None = None  # KET_SECRET_KEYS: None stores secrets in clear (marked)
     redact: Redact | None = None  # the deployment's hook for exception texts
+    tracing: bool = False  # KET_OTEL=1: OpenTelemetry spans for enqueues and attempts
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
     @classmethod
     def build(
@@ -112,6 +118,8 @@ class Catalog:
             worker=resolve.worker_config(deployment),
             keys=SecretKeys.from_environment(environ),
             redact=deployment.redact,
+            serve=resolve.serve_config(deployment),
+            tracing=trace.enabled(environ),
         )
 
     def job(self, name: str) -> JobSpec:
@@ -133,9 +141,10 @@ class Catalog:
         company: str | None = None,
         tick: datetime | None = None,
         ticks_skipped: int | None = None,
+        tags: list[str] | tuple[str, ...] | None = None,
     ) -> NewJob:
         """A job to insert: input validated (pydantic ValidationError naming the field), defaults
-        from the declaration filled in."""
+        from the declaration filled in (`tags` given replace the declared ones)."""
         spec = self.job(name)
         payload: dict[str, Any]
         if spec.no_input and not input and not isinstance(input, BaseModel):
@@ -148,6 +157,11 @@ class Catalog:
             raise JobRejected(
                 f"job {name!r}: run_at must be a timezone-aware datetime, got {run_at!r}"
             )
+        if tags is not None:
+            try:
+                tags = resolve.tags(tags)
+            except DeclarationError as error:
+                raise JobRejected(f"job {name!r}: {error}") from None
         return NewJob(
             name=name,
             queue=spec.queue,
@@ -160,6 +174,8 @@ class Catalog:
             company=company,
             tick=tick,
             ticks_skipped=ticks_skipped,
+            tags=spec.tags if tags is None else tags,
+            trace_context=trace.enqueue_context(name, spec.queue) if self.tracing else None,
         )
 
     def job_input(
@@ -288,6 +304,7 @@ def _job(decl: JobDecl, timezone: str | None) -> JobSpec:
         schedule=resolve.schedule(decl, timezone),
         input_version=int(decl.input_version),  # type: ignore[call-overload]
         upgrades=dict(decl.upgrade or {}),  # type: ignore[call-overload]
+        tags=resolve.tags(decl.tags),
         no_input=not isinstance(decl.input, type) and not model.model_fields,
     )
 

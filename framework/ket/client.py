@@ -36,14 +36,13 @@ from ket.runtime.tenancy import (
     resolve_tenants,
 )
 from ket.secret import Redactor, clear_secrets
-from ket.store.database_file import sqlite_path
 from ket.store.database_url import PLACEHOLDER, parse_database_url
 from ket.store.failure import translated
 from ket.store.sql import SqlStore, insert_on
 from ket.store.sql.engine import create_sync_engine
 from ket.store.sql.failure import database_error
 from ket.store.sql.insert import wake_queues
-from ket.store.sql.registry import TenantRegistry
+from ket.store.sql.registry_reader import RegistryReader
 from ket.store.sql.sqlite_wakeup import WakeFolder
 from ket.store.tenant import check_tenant_name
 from ket.store.types import Inserted, NewJob
@@ -98,7 +97,7 @@ def _url(tenant: str, database_url: str | None) -> str:
     check_tenant_name(tenant)
     # no registry: the single tenant `default`, as the workers see it (no worker would ever
     # serve a job enqueued for another name)
-    registered = _registered() or {}
+    registered = _registered(database_url) or {}
     if database_url is not None and PLACEHOLDER not in database_url:
         check_registered(tenant, tuple(sorted(registered)))
         parse_database_url(database_url)  # a clear error for a malformed one, never a traceback
@@ -110,16 +109,12 @@ def _url(tenant: str, database_url: str | None) -> str:
     return url
 
 
-def _registered() -> dict[str, str | None] | None:
-    """The registry's tenants, or None when there is no registry (no KET_REGISTRY_URL and no
-    `.ket/registry.db`)."""
-    url = registry_url()
-    path = sqlite_path(url)
-    if path is not None and not path.is_file():
-        return None
-    registry = TenantRegistry(url)
+def _registered(database_url: str | None) -> dict[str, str | None] | None:
+    """The registry's tenants, or None when there is no registry (no `.ket/registry.db`, no
+    `ket_registry` database on a PostgreSQL server, nothing at KET_REGISTRY_URL)."""
+    registry = RegistryReader(registry_url(database_url))
     try:
-        return registry.databases()
+        return registry.databases() if registry.exists() else None
     finally:
         registry.close()
 
@@ -142,11 +137,18 @@ class Client:
         priority: int | None = None,
         unique_key: str | None = None,
         company: str | None = None,
+        tags: list[str] | tuple[str, ...] | None = None,
         connection: Connection | None = None,
     ) -> Inserted:
         """Enqueue one job; returns its id and whether it coalesced with an active one."""
         job = self._catalog.new_job(
-            name, input, run_at=run_at, priority=priority, unique_key=unique_key, company=company
+            name,
+            input,
+            run_at=run_at,
+            priority=priority,
+            unique_key=unique_key,
+            company=company,
+            tags=tags,
         )
         [inserted] = self._insert([job], connection)
         return inserted
@@ -203,11 +205,18 @@ class AsyncClient:
         priority: int | None = None,
         unique_key: str | None = None,
         company: str | None = None,
+        tags: list[str] | tuple[str, ...] | None = None,
         connection: AsyncConnection | None = None,
     ) -> Inserted:
         """Enqueue one job; returns its id and whether it coalesced with an active one."""
         job = self._catalog.new_job(
-            name, input, run_at=run_at, priority=priority, unique_key=unique_key, company=company
+            name,
+            input,
+            run_at=run_at,
+            priority=priority,
+            unique_key=unique_key,
+            company=company,
+            tags=tags,
         )
         [inserted] = await self._insert([job], connection)
         return inserted

@@ -14,6 +14,7 @@
     ├── SecretKeyError        KET_SECRET_KEYS is malformed, or opens no sealed secret of a job
     ├── StorageKeyError       a storage key that is unsafe or crosses a link (also a ValueError)
     ├── BlobRejected          a blob over the storage size cap; nothing written (also a ValueError)
+    ├── StorageError          the blob storage is misconfigured (KET_STORAGE_URL) or failed
     └── TransportError        the outbound transport is misconfigured (e.g. an unknown URL)
         └── MessageRejected   a message refused before anything was sent (also a ValueError)
 
@@ -116,6 +117,10 @@ class StorageKeyError(KetError, ValueError):
 
 class BlobRejected(KetError, ValueError):
     """The blob is larger than the storage size cap; nothing was written."""
+
+
+class StorageError(KetError):
+    """The blob storage is misconfigured (KET_STORAGE_URL) or did not answer as it should."""
 
 
 class TransportError(KetError):

@@ -50,6 +50,7 @@ sales = define_module(
             idempotent=True,
             max_attempts=10,
             timeout_ms=60_000,
+            tags=["billing"],  # `ket jobs list --tag billing`
             handler=issue_invoice,
         ),
     },

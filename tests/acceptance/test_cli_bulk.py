@@ -176,6 +176,43 @@ def test_older_than_keeps_recent_jobs(tmp_path: Path, tenant_database: str) -> N
     assert {s for s, _, _ in _states(tenant_database).values()} == {"available"}
 
 
+def test_tags_select_the_jobs_listed_shown_and_cancelled(
+    tmp_path: Path, tenant_database: str
+) -> None:
+    both, billing, eu, plain = _seed(
+        tenant_database,
+        [
+            NewJob(name="app.invoice", tags=("billing", "eu")),
+            NewJob(name="app.invoice", tags=("billing",)),
+            NewJob(name="app.invoice", tags=("eu",)),
+            NewJob(name="app.invoice"),
+        ],
+    )
+    listed = _ket(tmp_path, tenant_database, "list", "--tag", "billing", "--format", "json")
+    assert listed.code == 0, listed.err
+    assert [(job["id"], job["tags"]) for job in json.loads(listed.out)] == [
+        (billing, ["billing"]),
+        (both, ["billing", "eu"]),
+    ]
+    table = _ket(tmp_path, tenant_database, "list", "--tag", "eu")
+    assert [line.split()[0] for line in table.out.splitlines()] == ["ID", str(eu), str(both)]
+    assert table.out.splitlines()[2].split()[-1] == "billing,eu"
+    shown = _ket(tmp_path, tenant_database, "show", str(both))
+    assert "tags:         billing, eu\n" in shown.out
+    done = _ket(tmp_path, tenant_database, "cancel", "--tag", "eu", "--tag", "billing", "--yes")
+    assert done.code == 0, done.err
+    assert done.out.startswith("cancelled 1 job in tenant default ("), done.out
+    states = _states(tenant_database)
+    assert [states[i][0] for i in (both, billing, eu, plain)] == [
+        "cancelled",
+        "available",
+        "available",
+        "available",
+    ]
+    bad = _ket(tmp_path, tenant_database, "list", "--tag", "")
+    assert bad.code == 2 and "got ''" in bad.err and "Traceback" not in bad.err
+
+
 @pytest.mark.parametrize("tenant_database", ["postgresql"], indirect=True)  # SQLite has none
 def test_the_password_is_never_shown(tmp_path: Path, tenant_database: str) -> None:
     _mail_and_sms(tenant_database)

@@ -14,6 +14,7 @@ import psycopg
 from tests.acceptance.conftest import run_ket
 
 KET_TABLES = {
+    "ket_audit",
     "ket_job_errors",
     "ket_jobs",
     "ket_migrations",

@@ -5,6 +5,7 @@ Run as a user runs `ket` (a separate process, in a project folder of its own).
 
 from __future__ import annotations
 
+import json
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ APP = """
 from ket import define_deployment, define_function, define_module
 
 async def echo(ctx, input):
-    return {"value": input.value}
+    return {"value": input.value, "company": ctx.company}
 
 app = define_module(name="app", functions={
     "echo": define_function(input={"value": "json"}, handler=echo),
@@ -95,6 +96,16 @@ def test_call_refuses_a_5000_digit_integer(app: Path) -> None:
     _usage_error(result, "Exceeds the limit (4300 digits)")
     assert '{"value": 1000' in result.err
     assert len(result.err) < 1_000  # the value is named by its start, not printed whole
+
+
+def test_call_runs_for_the_company_given_and_refuses_a_bad_one(app: Path) -> None:
+    done = run_ket("call", "app.echo", '{"value": 1}', "--company", "north", cwd=app, env=_env(app))
+    assert (done.code, json.loads(done.out)) == (0, {"value": 1, "company": "north"}), done.err
+    plain = run_ket("call", "app.echo", '{"value": 1}', cwd=app, env=_env(app))
+    assert json.loads(plain.out) == {"value": 1, "company": None}
+    for bad in ("", " north", "x" * 501):
+        result = run_ket("call", "app.echo", "{}", "--company", bad, cwd=app, env=_env(app))
+        _usage_error(result, "a company must be 1 to 500 characters")
 
 
 def test_call_brackets_inside_strings_do_not_count_as_nesting(app: Path) -> None:

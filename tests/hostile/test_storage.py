@@ -21,6 +21,7 @@ from ket.context import Storage
 from ket.context.storage import DEFAULT_MAX_BLOB_BYTES
 from ket.declare.effect import parse_effect
 from ket.errors import BlobRejected, StorageKeyError, TransportError
+from ket.storage import LocalBlobs
 from ket.transport import CaptureSender, DevSender
 from ket.transport.message import parse_message
 from tests.hostile.worker_step import WorkerStep
@@ -44,8 +45,9 @@ class Folders:
 
     def __init__(self, tmp_path: Path, max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES) -> None:
         self.root = tmp_path / "storage"
-        self.acme = Storage(OPERATION, "acme", root=self.root, max_blob_bytes=max_blob_bytes)
-        self.globex = Storage(OPERATION, "globex", root=self.root)
+        blobs = LocalBlobs(self.root)
+        self.acme = Storage(OPERATION, "acme", blobs=blobs, max_blob_bytes=max_blob_bytes)
+        self.globex = Storage(OPERATION, "globex", blobs=blobs)
         self.outside = tmp_path / "outside"
         self.outside.mkdir()
         self.secret = self.outside / "secret.txt"
@@ -236,7 +238,7 @@ def test_blobs_are_0600_in_folders_0700_under_a_permissive_umask(
     tmp_path: Path, permissive_umask: None
 ) -> None:
     root = tmp_path / "ket" / "storage"
-    store = Storage(OPERATION, "acme", root=root)
+    store = Storage(OPERATION, "acme", blobs=LocalBlobs(root))
     run(store.put("a/b/c.txt", "blob"))
     run(store.put("a/b/c.txt", "replaced"))
     folders = [tmp_path / "ket", root, root / "acme", root / "acme/a", root / "acme/a/b"]

@@ -192,15 +192,19 @@ def project(
         admin = request.getfixturevalue("postgres_url")
         prefix = f"ket_hostile_{uuid.uuid4().hex[:8]}_"
         template = admin.rsplit("/", 1)[0] + f"/{prefix}{{tenant}}"
+        # the project's own registry: ket's default on PostgreSQL, `ket_registry` on the
+        # server, would be shared by every test running beside this one
+        registry = f"sqlite:///{root}/.ket/registry.db"
         made = Project(
             root=root,
             backend="postgresql",
             template=template,
             admin_url=admin,
             prefix=prefix,
-            env={"KET_DATABASE_URL": template},
+            env={"KET_DATABASE_URL": template, "KET_REGISTRY_URL": registry},
         )
         monkeypatch.setenv("KET_DATABASE_URL", template)
+        monkeypatch.setenv("KET_REGISTRY_URL", registry)
     try:
         assert made.ket("tenants", "add", "beta").code == 0
         migrated = made.ket("migrate", "--tenant", "beta")

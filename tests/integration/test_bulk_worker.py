@@ -34,7 +34,9 @@ def make_fleet(tmp_path: Path, postgres_url: str) -> Iterator[Make]:
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         url = postgres_url.rsplit("/", 1)[0] + f"/{name}"
-        fleet = FaultFleet(tmp_path / name, url, lease_ms=3_000, slots=4)
+        # a lease long enough that a loaded machine's late heartbeat does not lose it: the
+        # cancel must reach the running jobs by request, not by a rescue
+        fleet = FaultFleet(tmp_path / name, url, lease_ms=10_000, slots=4)
         made.append((fleet, name))
         return fleet
 

@@ -14,6 +14,7 @@ from ket.store.sql import LATEST, MIGRATIONS, migrate, schema_version
 from ket.store.sql.schema import metadata
 
 KET_TABLES = [
+    "ket_audit",
     "ket_job_errors",
     "ket_jobs",
     "ket_schedule_fires",

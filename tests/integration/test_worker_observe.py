@@ -258,7 +258,8 @@ def test_counters_scraped_after_a_drain_equal_the_job_table(worker: Worker) -> N
     for queue, _, state, rows, _ in table:
         counts[(("queue", queue), ("state", state))] += rows
     until(lambda: worker.scrape()["ket_jobs"] == counts, 10, f"ket_jobs to reach {counts}", worker)
-    assert worker.scrape()["ket_jobs_oldest_available_age_seconds"] == {(): 0.0}
+    idle = {(("queue", queue),): 0.0 for queue in QUEUES}
+    assert worker.scrape()["ket_jobs_oldest_available_age_seconds"] == idle
     assert worker.stop() == 0
 
 
@@ -272,8 +273,9 @@ def test_gauges_show_a_backlog_and_then_its_drain(worker: Worker) -> None:
         return (
             found["ket_jobs"].get((("queue", "slow"), ("state", "available"))) == 4
             and found["ket_jobs"].get((("queue", "slow"), ("state", "executing"))) == 1
-            and found["ket_jobs_oldest_available_age_seconds"][()] >= 1.0
-            and found["ket_jobs_oldest_lease_age_seconds"][()] >= 1.0
+            and found["ket_jobs_oldest_available_age_seconds"][(("queue", "slow"),)] >= 1.0
+            and found["ket_jobs_oldest_lease_age_seconds"][(("queue", "slow"),)] >= 1.0
+            and found["ket_jobs_oldest_available_age_seconds"][(("queue", "mail"),)] == 0.0
         )
 
     until(backlog, 30, "the gauges to show 4 waiting and 1 running for a second", worker)
@@ -284,8 +286,8 @@ def test_gauges_show_a_backlog_and_then_its_drain(worker: Worker) -> None:
         return (
             found["ket_jobs"].get((("queue", "slow"), ("state", "completed"))) == 5
             and found["ket_jobs"].get((("queue", "slow"), ("state", "available"))) == 0
-            and found["ket_jobs_oldest_available_age_seconds"][()] == 0.0
-            and found["ket_jobs_oldest_lease_age_seconds"][()] == 0.0
+            and found["ket_jobs_oldest_available_age_seconds"][(("queue", "slow"),)] == 0.0
+            and found["ket_jobs_oldest_lease_age_seconds"][(("queue", "slow"),)] == 0.0
         )
 
     until(drained_gauges, 30, "the gauges to show the backlog done", worker)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, SecretStr, ValidationError, field_validator
 
 from ket import define_deployment, define_function, define_job, define_module
 from ket.catalog import Catalog, UpgradeFailed, validate_input
-from ket.errors import SecretKeyError
+from ket.errors import JobRejected, SecretKeyError
 
 KEY = Fernet.generate_key().decode()
 
@@ -162,3 +162,30 @@ def test_an_upgrade_that_returns_no_dict_fails_naming_the_job_and_version() -> N
     assert str(failed.value.error) == (
         "the upgrade of v.up from input version 1 returned NoneType, not a dict"
     )
+
+
+TAGGED = define_deployment(
+    name="tagged",
+    modules=[
+        define_module(
+            name="t",
+            jobs={"send": define_job(idempotent=True, tags=["billing"], handler=handler)},
+        )
+    ],
+)
+
+
+def test_a_job_carries_its_declared_tags_unless_the_enqueue_gives_its_own() -> None:
+    tagged = Catalog.build(TAGGED, environ={})
+    assert tagged.new_job("t.send").tags == ("billing",)
+    assert tagged.new_job("t.send", tags=[" eu ", "urgent", "eu"]).tags == ("eu", "urgent")
+    assert tagged.new_job("t.send", tags=[]).tags == ()
+
+
+@pytest.mark.parametrize(("tags", "named"), [("eu", "'eu'"), ([1], "got 1"), ([""], "got ''")])
+def test_bad_tags_at_enqueue_are_refused_naming_the_job_and_the_value(
+    tags: Any, named: str
+) -> None:
+    with pytest.raises(JobRejected) as refused:
+        Catalog.build(TAGGED, environ={}).new_job("t.send", tags=tags)
+    assert "job 't.send'" in str(refused.value) and named in str(refused.value)

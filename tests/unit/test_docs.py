@@ -11,6 +11,7 @@ from ket import define_deployment
 from ket.check import CODES, run_checks, tags
 from ket.declare import DeploymentDecl, ModuleDecl, WorkerConfig
 from ket.declare.input import INPUT_ONLY_TYPES, SHORTHAND_TYPES
+from ket.declare.serve import ServeConfig
 from ket.diff import RULES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -72,6 +73,12 @@ def test_every_worker_option_is_documented() -> None:
     text = _read(DECLARING)
     missing = [name for name in WorkerConfig.model_fields if f"`{name}`" not in text]
     assert missing == []
+
+
+def test_every_serve_option_is_documented() -> None:
+    text = _read(DOCS / "serve.md")
+    options = text[text.index("## Options") : text.index("## Running it")]
+    assert set(SHORTHAND_ROW.findall(options)) == set(ServeConfig.model_fields)
 
 
 def test_shorthand_types_table_lists_every_type() -> None:

@@ -26,6 +26,8 @@ LEAF = {
     "tck",
     "schedule",
     "transport",
+    "operate",
+    "storage",
 }
 
 # room -> rooms it must never import
@@ -65,9 +67,34 @@ FORBIDDEN = {
     "catalog": {"manifest", "diff", "cli", "workspace", "runtime", "context", "observe"},
     "context": {"manifest", "check", "diff", "cli", "workspace", "runtime", "tck", "observe"},
     # the runtime is watched through its hooks and job stats; it never knows who watches
-    "runtime": {"manifest", "check", "diff", "cli", "workspace", "tck", "observe"},
+    "runtime": {"manifest", "check", "diff", "cli", "workspace", "tck", "serve", "observe"},
     # logs and metrics read the runtime's events and the store's stats, never the other way
-    "observe": {"manifest", "check", "diff", "cli", "workspace", "tck", "context", "declare"},
+    # (`ket serve` may mount them: the server may import observe, not observe the server)
+    "observe": {
+        "manifest",
+        "check",
+        "diff",
+        "cli",
+        "workspace",
+        "tck",
+        "context",
+        "declare",
+        "serve",
+    },
+    # what operators do (retry, cancel, the audit log, schedules), for the CLI and the server
+    "operate": {
+        "manifest",
+        "check",
+        "diff",
+        "cli",
+        "workspace",
+        "tck",
+        "serve",
+        "testing",
+        "runtime",
+    },
+    # the server stands on the runtime and the store contract; the CLI passes it a store opener
+    "serve": {"manifest", "check", "diff", "cli", "workspace", "tck", "testing"},
     # private folders (storage, the outbox): os calls only, so both rooms can use them
     "folder": LEAF,
     # secret input fields: pure functions over pydantic values and payloads, used by the
@@ -87,9 +114,27 @@ FORBIDDEN = {
         "tck",
         "schedule",
     },
+    # blob backends know tenants, keys and bytes: the context checks effects before them
+    "storage": {
+        "declare",
+        "manifest",
+        "check",
+        "diff",
+        "cli",
+        "workspace",
+        "catalog",
+        "runtime",
+        "context",
+        "store",
+        "tck",
+        "schedule",
+        "transport",
+        "serve",
+        "testing",
+    },
 }
 # rooms that may use the store contract but never a concrete store
-CONTRACT_ONLY = ["catalog", "context", "runtime", "tck", "observe"]
+CONTRACT_ONLY = ["catalog", "context", "runtime", "tck", "serve", "operate", "observe"]
 
 
 def _modules(path: Path) -> set[str]:
@@ -122,6 +167,16 @@ def test_room_does_not_import_rooms_downstream_of_it(room: str) -> None:
         for target in _imports(path) & FORBIDDEN[room]
     }
     assert offenders == set()
+
+
+def test_only_the_cli_imports_the_server() -> None:
+    # `ket.serve` needs Starlette: no room a worker or a declaration loads may import it
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).parts[0] not in ("cli", "serve") and "serve" in _imports(path)
+    ]
+    assert offenders == []
 
 
 def test_nothing_imports_the_cli() -> None:
@@ -205,3 +260,9 @@ def test_the_worker_and_the_store_on_postgresql_import_no_sqlalchemy() -> None:
     assert _loaded(code, ("sqlalchemy", "ket.manifest", "ket.store.sql.registry")) == [
         "ket.store.sql.registry_reader"
     ]
+
+
+def test_the_worker_loads_no_s3_client_unless_storage_is_on_s3() -> None:
+    # obstore (a native library) costs start-up time and memory only to those who use it
+    code = "import ket.cli.worker, ket.cli.dev, ket.cli.call, ket.cli.serve, ket.testing"
+    assert _loaded(code, ("obstore", "ket.storage.s3", "boto3")) == []

@@ -1,6 +1,14 @@
 """`ket check`: pure checks over declarations, returning Django-style findings."""
 
-from ket.check import effect, model, names, operation, schedule, worker  # noqa: F401 - register
+from ket.check import (  # noqa: F401 - register
+    effect,
+    model,
+    names,
+    operation,
+    schedule,
+    serve,
+    worker,
+)
 from ket.check.catalog import CODES, Code
 from ket.check.message import CheckMessage, Level, error_messages, summary
 from ket.check.registry import run_checks, tags

@@ -11,7 +11,7 @@ from ket.check.registry import CheckContext, register
 from ket.declare import resolve
 from ket.declare.job import JobDecl
 from ket.declare.operation import OperationDecl
-from ket.errors import InputSpecError
+from ket.errors import DeclarationError, InputSpecError
 
 
 @register("operations")
@@ -35,11 +35,11 @@ def _common(operation: OperationDecl) -> list[CheckMessage]:
     handler = operation.handler
     if not callable(handler):
         found.append(finding("KET105", f"handler {handler!r} is not callable", where))
-    elif not _accepts(handler, 2):
+    elif not accepts(handler, 2):
         found.append(
             finding(
                 "KET106",
-                f"handler {resolve.handler_name(operation)}{_signature(handler)} "
+                f"handler {resolve.handler_name(operation)}{signature_text(handler)} "
                 "cannot be called with (ctx, input)",
                 where,
             )
@@ -91,7 +91,7 @@ def _job_options(job: JobDecl) -> list[CheckMessage]:
         )
     if not _is_int(job.priority):
         found.append(finding("KET104", f"priority must be an integer, got {job.priority!r}", where))
-    if job.backoff is not None and not (callable(job.backoff) and _accepts(job.backoff, 1)):
+    if job.backoff is not None and not (callable(job.backoff) and accepts(job.backoff, 1)):
         found.append(
             finding(
                 "KET107",
@@ -110,6 +110,10 @@ def _job_options(job: JobDecl) -> list[CheckMessage]:
         )
     elif job.upgrade is not None:
         found.extend(finding("KET110", problem, where) for problem in _upgrade(job, version))  # type: ignore[arg-type]
+    try:
+        resolve.tags(job.tags)
+    except DeclarationError as error:
+        found.append(finding("KET111", str(error), where))
     return found
 
 
@@ -131,7 +135,7 @@ def _upgrade(job: JobDecl, version: int) -> list[str]:
             )
             continue
         steps.append(old)
-        if not (callable(step) and _accepts(step, 1)):
+        if not (callable(step) and accepts(step, 1)):
             problems.append(
                 f"upgrade from version {old}: {_describe(step)} cannot be called as fn(payload)"
             )
@@ -149,7 +153,7 @@ def _upgrade(job: JobDecl, version: int) -> list[str]:
 def _describe(value: object) -> str:
     """A callable by its qualified name (a repr would carry a memory address), else its repr."""
     if callable(value) and hasattr(value, "__qualname__"):
-        return f"{getattr(value, '__module__', '?')}:{value.__qualname__}{_signature(value)}"
+        return f"{getattr(value, '__module__', '?')}:{value.__qualname__}{signature_text(value)}"
     return repr(value)
 
 
@@ -157,7 +161,7 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _accepts(fn: Callable[..., object], count: int) -> bool:
+def accepts(fn: Callable[..., object], count: int) -> bool:
     """Whether `fn` can be called with `count` positional arguments (unknowable: assume yes)."""
     try:
         signature = inspect.signature(fn)
@@ -170,7 +174,8 @@ def _accepts(fn: Callable[..., object], count: int) -> bool:
     return True
 
 
-def _signature(fn: Callable[..., object]) -> str:
+def signature_text(fn: Callable[..., object]) -> str:
+    """`fn`'s signature as text, `(ctx, input)`; empty when it cannot be read."""
     try:
         return str(inspect.signature(fn))
     except (TypeError, ValueError):

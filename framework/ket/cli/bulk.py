@@ -12,23 +12,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
+import os
+import socket
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from datetime import timedelta
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ket.cli.output import escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
+from ket.operate import Actor, apply_bulk, count_bulk, selection_of
+from ket.operate.bulk import SAMPLE
 from ket.store.contract import BulkStore
 from ket.store.database_url import shown_url
 from ket.store.types import (
-    BULK_BATCH,
     CANCEL_STATES,
     RETRY_STATES,
     BulkAction,
-    BulkBatch,
     BulkCount,
     JobFilter,
     JobRecord,
@@ -39,10 +41,9 @@ from ket.store.types import (
 if TYPE_CHECKING:
     from ket.store.sql import SqlStore
 
-SAMPLE = 10  # jobs shown by a dry run and before the question
 _STATES: dict[BulkAction, tuple[JobState, ...]] = {"retry": RETRY_STATES, "cancel": CANCEL_STATES}
 _DONE = {"retry": "retried", "cancel": "cancelled"}
-_FILTERS = ("state", "queue", "job", "older_than")
+_FILTERS = ("state", "queue", "job", "tag", "older_than")
 _BULK_ONLY = (*_FILTERS, "all", "dry_run", "yes", "format")
 
 
@@ -61,6 +62,12 @@ def add_arguments(
     )
     group.add_argument("--queue", help="only jobs of this queue")
     group.add_argument("--job", metavar="NAME", help="only jobs of this name")
+    group.add_argument(
+        "--tag",
+        action="append",
+        metavar="TAG",
+        help="only jobs carrying this tag; repeatable (a job must carry every one)",
+    )
     group.add_argument(
         "--older-than",
         type=duration,
@@ -83,7 +90,7 @@ def run(args: argparse.Namespace, action: BulkAction) -> int:
     """The filter form of `ket jobs retry` or `ket jobs cancel`."""
     if not (args.all or any(getattr(args, name) not in (None, []) for name in _FILTERS)):
         raise KetError(
-            f"ket jobs {action} needs a job id, or filters (--state, --queue, --job, "
+            f"ket jobs {action} needs a job id, or filters (--state, --queue, --job, --tag, "
             "--older-than), or --all for every job it applies to"
         )
     tenant, url = single_tenant(args)
@@ -99,8 +106,7 @@ def run(args: argparse.Namespace, action: BulkAction) -> int:
         return 0
     if not args.yes and not _confirmed(target, counted):
         return 1 if sys.stdin.isatty() else 2
-    bounded = replace(job_filter, through_id=counted.last_id)
-    changed, skipped = asyncio.run(_apply(url, bounded, target))
+    changed, skipped = asyncio.run(_apply(url, job_filter, counted, target))
     target.result(counted, changed, skipped)
     return 0
 
@@ -160,34 +166,36 @@ async def _count(
 ) -> tuple[JobFilter, BulkCount]:
     store = await _open(url)
     try:
-        before = None
-        if args.older_than is not None:
-            before = await store.now() - timedelta(seconds=args.older_than)
-        states = tuple(dict.fromkeys(s for group in args.state or [] for s in group))
-        job_filter = JobFilter(
-            action=action, states=states, queue=args.queue, name=args.job, enqueued_before=before
+        job_filter = await selection_of(
+            store,
+            action,
+            states=[s for group in args.state or [] for s in group],
+            queue=args.queue,
+            name=args.job,
+            tags=args.tag or (),
+            older_than=args.older_than,
         )
-        return job_filter, await store.job_bulk_count(job_filter, SAMPLE)
+        return job_filter, await count_bulk(store, job_filter, SAMPLE)
     finally:
         await store.close()
 
 
-async def _apply(url: str, job_filter: JobFilter, target: Target) -> tuple[int, list[StateChange]]:
+async def _apply(
+    url: str, job_filter: JobFilter, counted: BulkCount, target: Target
+) -> tuple[int, list[StateChange]]:
     store = await _open(url)
-    changed = 0
-    skipped: list[StateChange] = []
+
+    def progress(changed: int) -> None:
+        if not target.json:  # progress, where a pipe reading the result does not see it
+            sys.stderr.write(f"{_DONE[target.action]} {changed} so far\n")
+
     try:
-        while True:
-            applied = await store.job_bulk_apply(BulkBatch(filter=job_filter, limit=BULK_BATCH))
-            if applied.last_id is None:
-                return changed, skipped
-            changed += len(applied.changed)
-            skipped.extend(applied.skipped)
-            job_filter = replace(job_filter, after_id=applied.last_id)
-            if not target.json:  # progress, where a pipe reading the result does not see it
-                sys.stderr.write(f"{_DONE[target.action]} {changed} so far\n")
+        outcome = await apply_bulk(
+            store, job_filter, counted, cli_actor(), tenant=target.tenant, progress=progress
+        )
     finally:
         await store.close()
+    return outcome.changed, list(outcome.skipped)
 
 
 async def _open(url: str) -> SqlStore:
@@ -196,6 +204,15 @@ async def _open(url: str) -> SqlStore:
         await store.close()
         raise KetError("this store cannot retry or cancel jobs by filter")
     return store
+
+
+def cli_actor() -> Actor:
+    """The operator at this terminal, for the audit log: `user@host`."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container's user, say)
+        user = f"uid {os.getuid()}"
+    return Actor(subject=f"{user}@{socket.gethostname()}", source="cli")
 
 
 def _confirmed(target: Target, counted: BulkCount) -> bool:

@@ -15,12 +15,9 @@ from ket.cli.options import deployment_of
 from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
-from ket.secret import Redactor, open_payload, seal_payload
+from ket.runtime.call import MAX_INPUT_DEPTH, call_function, json_depth, redactor
+from ket.storage import BlobStore
 from ket.workspace import where_in_user_code
-
-# Deeper input is refused before parsing: Python's JSON parser would recurse past its limit,
-# and no function's input model nests anywhere near this.
-MAX_INPUT_DEPTH = 100
 
 
 def add_parser(
@@ -32,13 +29,30 @@ def add_parser(
     )
     parser.add_argument("name", help="the function, <module>.<function>")
     parser.add_argument("input", nargs="?", default="{}", help="its input as a JSON object")
+    parser.add_argument(
+        "--company",
+        type=_company,
+        metavar="ID",
+        help="call it for this company, as ket serve does for its principal's "
+        "(cross_company rules apply)",
+    )
     parser.set_defaults(run=run)
+
+
+def _company(text: str) -> str:
+    """A company id: 1 to 500 characters without NUL or surrounding spaces."""
+    if not text or len(text) > 500 or "\x00" in text or text != text.strip():
+        raise argparse.ArgumentTypeError(
+            f"a company must be 1 to 500 characters without NUL or surrounding spaces, "
+            f"got {clip(text, 60)!r}"
+        )
+    return text
 
 
 def parse_input(text: str) -> dict[str, Any]:
     """The JSON object given on the command line, or KetError naming what is wrong."""
     shown = repr(clip(text))
-    depth = _depth(text)
+    depth = json_depth(text)
     if depth > MAX_INPUT_DEPTH:
         raise KetError(f"input is nested {depth} levels deep, more than {MAX_INPUT_DEPTH}: {shown}")
     try:
@@ -54,32 +68,19 @@ def parse_input(text: str) -> dict[str, Any]:
     return value
 
 
-def _depth(text: str) -> int:
-    """How deeply the brackets of JSON `text` nest (strings left out), without parsing it."""
-    deepest = level = 0
-    in_string = escaped = False
-    for char in text:  # one pass: a regular expression for strings could backtrack
-        if escaped:
-            escaped = False
-        elif in_string:
-            escaped = char == "\\"
-            in_string = char != '"'
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            level += 1
-            deepest = max(deepest, level)
-        elif char in "]}":
-            level -= 1
-    return deepest
-
-
 def run(args: argparse.Namespace) -> int:
+    from ket.runtime.contexts import default_blobs
+
     catalog = Catalog.build(deployment_of(args))
     payload = parse_input(args.input)
     tenant, url = single_tenant(args)
+    blobs = default_blobs()  # a bad KET_STORAGE_URL stops here, naming it
     try:
-        [result] = asyncio.run(call_on_tenant(catalog, tenant, url, [(args.name, payload)]))
+        [result] = asyncio.run(
+            call_on_tenant(
+                catalog, tenant, url, [(args.name, payload)], blobs, company=args.company
+            )
+        )
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
@@ -98,32 +99,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def redactor(catalog: Catalog, calls: list[tuple[str, dict[str, Any]]]) -> Redactor:
-    """What hides the calls' secret input values and applies the deployment's redact hook to
-    the text of what a function raised, as the worker does for a job."""
-    secrets: list[str] = []
-    for name, payload in calls:
-        spec = catalog.functions.get(name)
-        if spec is not None and spec.secret:
-            try:
-                value = spec.input_model.model_validate(payload)
-            except ValidationError:  # this call never ran: it holds nothing to hide
-                continue
-            secrets += open_payload(seal_payload(value, None, job=name), None)[1]
-    return Redactor.of(secrets, catalog.redact)
-
-
 async def call_on_tenant(
-    catalog: Catalog, tenant: str, url: str, calls: list[tuple[str, dict[str, Any]]]
+    catalog: Catalog,
+    tenant: str,
+    url: str,
+    calls: list[tuple[str, dict[str, Any]]],
+    blobs: BlobStore | None = None,
+    *,
+    company: str | None = None,
 ) -> list[Any]:
-    """Call functions in order against one tenant's database; their results."""
-    from ket.runtime.call import call_function
+    """Call functions in order against one tenant's database, for `company`; their results.
+    `blobs` is where ctx.storage keeps blobs (None: what KET_STORAGE_URL names)."""
     from ket.runtime.contexts import Contexts, default_sender, install_models
 
     store = await open_store(url)
     try:
         await install_models(store, catalog)
-        contexts = Contexts(store=store, catalog=catalog, tenant=tenant, sender=default_sender())
-        return [await call_function(catalog, contexts, name, payload) for name, payload in calls]
+        contexts = Contexts(
+            store=store, catalog=catalog, tenant=tenant, sender=default_sender(), blobs=blobs
+        )
+        return [
+            await call_function(catalog, contexts, name, payload, company=company)
+            for name, payload in calls
+        ]
     finally:
         await store.close()

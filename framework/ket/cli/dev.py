@@ -1,9 +1,11 @@
 """`ket dev`: run the app locally on the embedded default, with nothing else installed.
 
 Migrates the tenant databases (an embedded SQLite file under `.ket/` unless KET_DATABASE_URL says
-otherwise), then runs the worker with readable logs until Ctrl-C. `--call NAME JSON` calls a
-function once the worker is running, e.g. to place a first order and watch its jobs run.
---concurrency QUEUE=N (or KET_WORKER_CONCURRENCY) changes a queue's concurrency as for `ket worker`.
+otherwise), then runs the worker with readable logs until Ctrl-C. `--all` runs the HTTP server of
+`ket serve` beside it, in the same process (--host, --port): if either stops unexpectedly, the
+other is stopped and `ket dev` exits 1. `--call NAME JSON` calls a function once the worker is
+running, e.g. to place a first order and watch its jobs run. --concurrency QUEUE=N (or
+KET_WORKER_CONCURRENCY) changes a queue's concurrency as for `ket worker`.
 """
 
 from __future__ import annotations
@@ -12,18 +14,26 @@ import argparse
 import asyncio
 import logging
 import os
+import socket
 import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from ket.catalog import Catalog
 from ket.cli import concurrency
-from ket.cli.call import call_on_tenant, parse_input, redactor
+from ket.cli.call import call_on_tenant, parse_input
 from ket.cli.concurrency import HostConcurrency
 from ket.cli.migrate import migrate_all
 from ket.cli.options import add_log_options, deployment_of, log_format, log_third_party
 from ket.cli.output import clip, configure_logging, escape
 from ket.cli.runtime import run_service, single_tenant, tenant_urls
-from ket.cli.worker import serve
+from ket.cli.serve import add_http_options, check_servable, http_server, listen_for
+from ket.cli.worker import Stopping, serve
+from ket.declare.deployment import DeploymentDecl
+from ket.runtime.call import redactor
+from ket.runtime.contexts import default_blobs
 from ket.runtime.outcome import describe
+from ket.storage import BlobStore
 
 log = logging.getLogger("ket.dev")
 
@@ -40,7 +50,7 @@ def add_parser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--all", action="store_true", help="run every role this ket has (today: the worker)"
+        "--all", action="store_true", help="run the HTTP server of `ket serve` beside the worker"
     )
     parser.add_argument(
         "--call",
@@ -52,6 +62,7 @@ def add_parser(
     )
     concurrency.add_option(parser)
     add_log_options(parser)
+    add_http_options(parser)
     parser.set_defaults(run=run)
 
 
@@ -64,13 +75,18 @@ def run(args: argparse.Namespace) -> int:
     )
     logging.getLogger("ket.jobs").setLevel(min(logging.DEBUG, logging.getLevelName(args.log_level)))
     settings = concurrency.read(args.concurrency, os.environ)
-    catalog = settings.apply(Catalog.build(deployment_of(args)))
+    deployment = deployment_of(args)
+    catalog = settings.apply(Catalog.build(deployment))
     calls = [(name, parse_input(text)) for name, text in args.call]
+    if args.all:
+        check_servable(catalog, "ket dev --all")
     urls = tenant_urls(args)
     if calls:
         urls = dict([single_tenant(args)])  # --call needs one tenant
+    sock = listen_for(args) if args.all else None  # a port in use stops the start here
+    blobs = default_blobs()  # a bad KET_STORAGE_URL stops the start, naming it
     asyncio.run(migrate_all(catalog, urls))
-    return run_service(_dev(catalog, args, settings, urls, calls))
+    return run_service(_dev(catalog, args, settings, urls, calls, sock, deployment, blobs))
 
 
 async def _dev(
@@ -79,17 +95,72 @@ async def _dev(
     settings: HostConcurrency,
     urls: dict[str, str],
     calls: list[tuple[str, dict[str, object]]],
+    sock: socket.socket | None,
+    deployment: DeploymentDecl,
+    blobs: BlobStore,
 ) -> int:
-    serving = asyncio.ensure_future(serve(catalog, args.database_url, args.tenant, settings))
+    stopping = Stopping()
+    stopping.install()
+    serving = asyncio.ensure_future(
+        serve(catalog, args.database_url, args.tenant, settings, stopping, deployment, blobs)
+    )
+    if sock is not None:
+        from ket.serve.server import address
+
+        server = http_server(catalog, args, sock, blobs)
+        stopping.also(server.stop)
+        http = asyncio.ensure_future(_stopped_saying_so(server.run()))
+        log.info("serving the functions over HTTP on %s", address(sock))
+        serving = asyncio.ensure_future(_both(serving, http, stopping, server.stop))
     if calls:
         await asyncio.sleep(0.5)
         [(name, url)] = urls.items()
         try:
             for (function, _), result in zip(
-                calls, await call_on_tenant(catalog, name, url, calls), strict=True
+                calls, await call_on_tenant(catalog, name, url, calls, blobs), strict=True
             ):
                 log.info("called %s: %s", function, result)
         except Exception as error:  # a failing demo call must not stop the worker
             failure = clip(describe(error, redactor(catalog, calls)))
             sys.stderr.write(f"ket dev: calling failed: {escape(failure)}\n")
     return await serving
+
+
+async def _stopped_saying_so(run: Coroutine[Any, Any, int]) -> int:
+    """Run the HTTP server and log its end: uvicorn's own lines are quiet at INFO (see
+    ket/observe/logs.py), so ket says it."""
+    try:
+        return await run
+    finally:
+        log.info("HTTP server stopped")
+
+
+async def _both(
+    worker: asyncio.Future[int],
+    http: asyncio.Future[int],
+    stopping: Stopping,
+    stop_http: Callable[[], None],
+) -> int:
+    """Run the worker and the HTTP server until both stop; if one stops before a signal asked
+    it to, say so, stop the other and exit 1."""
+    done, _ = await asyncio.wait({worker, http}, return_when=asyncio.FIRST_COMPLETED)
+    unexpected = not stopping.event.is_set()
+    if unexpected:
+        which = "the worker" if worker in done else "the HTTP server"
+        other = "the HTTP server" if worker in done else "the worker"
+        failure = next(iter(done)).exception()
+        log.error(
+            "%s stopped unexpectedly (%s); stopping %s",
+            which,
+            "it raised " + describe(failure) if failure else "it returned",
+            other,
+        )
+        stopping.event.set()
+        stop_http()
+    codes = []
+    for task in (worker, http):
+        try:
+            codes.append(await task)
+        except Exception:
+            codes.append(1)
+    return 1 if unexpected else max(codes)

@@ -17,15 +17,18 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ket.cli import bulk
+from ket.cli import bulk, workers
 from ket.cli.options import deployment_of, workspace_parent
 from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.declare.resolve import worker_config
 from ket.errors import KetError
+from ket.operate import cancel_job, retry_job
+from ket.operate.action import change_text
 from ket.runtime.prune import prune_batches
 from ket.secret import redact_payload
 from ket.store.contract import QueryableStore
+from ket.store.roster import manifest_counts
 from ket.store.types import JOB_STATES, TERMINAL_STATES, JobQuery, JobRecord, Prune
 from ket.store.validate import MAX_BIGINT, MAX_SECONDS
 
@@ -49,6 +52,12 @@ def add_parser(
     listing.add_argument("--state", choices=JOB_STATES)
     listing.add_argument("--queue")
     listing.add_argument("--job", metavar="NAME", help="only jobs of this name")
+    listing.add_argument(
+        "--tag",
+        action="append",
+        metavar="TAG",
+        help="only jobs carrying this tag; repeatable (a job must carry every one)",
+    )
     listing.add_argument("--limit", type=_positive, default=50)
     listing.add_argument("--offset", type=_not_negative, default=0)
     listing.add_argument("--format", choices=["text", "json"], default="text")
@@ -87,7 +96,10 @@ def add_parser(
 
 def _with_store(args: argparse.Namespace, action: Callable[[SqlStore], Awaitable[T]]) -> T:
     _, url = single_tenant(args)
+    return _on(url, action)
 
+
+def _on(url: str, action: Callable[[SqlStore], Awaitable[T]]) -> T:
     async def run() -> T:
         store = await open_store(url)
         try:
@@ -102,7 +114,12 @@ def _with_store(args: argparse.Namespace, action: Callable[[SqlStore], Awaitable
 
 def _list(args: argparse.Namespace) -> int:
     query = JobQuery(
-        state=args.state, queue=args.queue, name=args.job, limit=args.limit, offset=args.offset
+        state=args.state,
+        queue=args.queue,
+        name=args.job,
+        tags=tuple(args.tag or ()),
+        limit=args.limit,
+        offset=args.offset,
     )
     records = _with_store(args, lambda store: store.job_list(query))
     if args.format == "json":
@@ -111,7 +128,8 @@ def _list(args: argparse.Namespace) -> int:
     if not records:
         sys.stdout.write("no jobs\n")
         return 0
-    rows: list[tuple[str, ...]] = [("ID", "STATE", "QUEUE", "JOB", "ATTEMPT", "RUN AT", "ERRORS")]
+    header = ("ID", "STATE", "QUEUE", "JOB", "ATTEMPT", "RUN AT", "ERRORS", "TAGS")
+    rows: list[tuple[str, ...]] = [header]
     for r in records:
         cells = (
             str(r.id),
@@ -121,6 +139,7 @@ def _list(args: argparse.Namespace) -> int:
             f"{r.attempt}/{r.max_attempts}",
             r.run_at.isoformat(timespec="seconds"),
             str(len(r.errors)),
+            ",".join(r.tags) or "-",
         )
         rows.append(tuple(escape(cell) for cell in cells))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -155,8 +174,11 @@ def _show(args: argparse.Namespace) -> int:
         "finished_at",
         "worker_id",
         "lease_until",
+        "tags",
     ):
         value = fields.get(key)
+        if key == "tags":
+            value = ", ".join(record.tags) or None
         sys.stdout.write(f"{key + ':':<14}{'-' if value is None else escape(str(value))}\n")
     payload = json.dumps(redact_payload(record.payload), sort_keys=True)
     sys.stdout.write(f"{'version:':<14}{record.payload_version}\n")  # the payload's input version
@@ -177,20 +199,18 @@ def _retry(args: argparse.Namespace) -> int:
     if args.id is None:
         return bulk.run(args, "retry")
     bulk.refuse_with_id(args)
-    change = _with_store(args, lambda store: store.job_retry(args.id))
-    return _changed(
-        args.id, change.changed, change.reason or f"{change.previous} -> {change.state}"
-    )
+    tenant, url = single_tenant(args)
+    change = _on(url, lambda store: retry_job(store, args.id, bulk.cli_actor(), tenant=tenant))
+    return _changed(args.id, change.changed, change_text(change))
 
 
 def _cancel(args: argparse.Namespace) -> int:
     if args.id is None:
         return bulk.run(args, "cancel")
     bulk.refuse_with_id(args)
-    change = _with_store(args, lambda store: store.job_cancel(args.id))
-    return _changed(
-        args.id, change.changed, change.reason or f"{change.previous} -> {change.state}"
-    )
+    tenant, url = single_tenant(args)
+    change = _on(url, lambda store: cancel_job(store, args.id, bulk.cli_actor(), tenant=tenant))
+    return _changed(args.id, change.changed, change_text(change))
 
 
 def _changed(job_id: int, changed: bool, reason: str) -> int:
@@ -223,6 +243,7 @@ def _prune(args: argparse.Namespace) -> int:
 
 def _stats(args: argparse.Namespace) -> int:
     stats = _with_store(args, lambda store: store.job_stats())
+    manifests = _manifests(args)
     if args.format == "json":
         _print_json(
             {
@@ -235,6 +256,10 @@ def _stats(args: argparse.Namespace) -> int:
                 "dead_rows": stats.dead_rows,
                 "live_rows": stats.live_rows,
                 "long_transactions": [asdict(t) for t in stats.long_transactions],
+                # manifest hash -> live workers running it (None: the control database
+                # could not be read)
+                "manifests": manifests,
+                "manifest_mismatch": manifests is not None and len(manifests) > 1,
             }
         )
         return 0
@@ -261,7 +286,20 @@ def _stats(args: argparse.Namespace) -> int:
             f"transaction open for {_age(open_.seconds)}: pid {open_.pid} ({who}, "
             f"{escape(open_.state or 'state hidden')}); it keeps dead rows from a vacuum\n"
         )
+    if manifests is not None and len(manifests) > 1:
+        sys.stdout.write(workers.mismatch_line(manifests) + "\n")
     return 0
+
+
+def _manifests(args: argparse.Namespace) -> dict[str, int] | None:
+    """Manifest hash -> how many live workers run it, from the control database; None (and a
+    warning) when it cannot be read: the job counts are shown all the same."""
+    try:
+        _, seen = workers.read_workers(args.database_url)
+    except KetError as error:
+        sys.stderr.write(f"ket: warning: cannot read the workers: {escape(error.message)}\n")
+        return None
+    return manifest_counts(seen)
 
 
 def _summary(record: JobRecord) -> dict[str, Any]:

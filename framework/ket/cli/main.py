@@ -27,8 +27,8 @@ from ket.errors import CheckFailed, KetError
 # every command, in the order `ket --help` lists them, with the options it shares: a module of
 # ket.cli of the same name adds its parser (`add_parser(commands, parents)`)
 DECLARING = ["manifest", "check", "diff"]  # workspace options
-RUNNING = ["worker", "dev", "migrate", "call", "schedules"]  # workspace and database options
-OPERATING = ["tenants", "jobs", "uninstall"]  # database options
+RUNNING = ["worker", "serve", "dev", "migrate", "call", "schedules"]  # workspace, database
+OPERATING = ["tenants", "workers", "jobs", "uninstall"]  # database options
 # Ctrl-C outside `ket worker` and `ket dev`, as a shell reports a command that SIGINT ended.
 INTERRUPTED = 130
 

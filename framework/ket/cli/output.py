@@ -11,39 +11,18 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import traceback
 from types import TracebackType
 from typing import Any
 
+from ket.display import escape
 from ket.observe.logs import JsonFormatter, quiet_third_party
 
-# C0 and C1 controls and DEL; the Unicode line and paragraph separators; the bidirectional
-# overrides and isolates that reorder what a terminal shows ("Trojan source"); lone surrogates,
-# which no terminal encoding can write.
-_UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
-_UNSAFE_BUT_NEWLINE = re.compile(
-    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-    "\ud800-\udfff]"
-)
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+__all__ = ["CLIP", "EscapingFormatter", "clip", "configure_logging", "escape", "json_text"]
+
 CLIP = 200
 
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
-
-
-def escape(text: str, *, keep_newlines: bool = False) -> str:
-    """`text` with every control character written as its escape (`\\x1b`, `\\n`, `\\u2028`).
-
-    Printable text, backslashes included, is left as it is; `keep_newlines` keeps line breaks
-    for multi-line text whose lines the CLI built itself.
-    """
-    pattern = _UNSAFE_BUT_NEWLINE if keep_newlines else _UNSAFE
-    if pattern.search(text) is None:
-        return text
-    return pattern.sub(_escaped, text)
 
 
 def clip(text: str, limit: int = CLIP) -> str:
@@ -110,9 +89,3 @@ def _safe_chunk(chunk: str) -> str:
     if chunk.startswith((" ", "\n", "Traceback ")):
         return escape(chunk, keep_newlines=True)
     return escape(chunk.removesuffix("\n")) + "\n"
-
-
-def _escaped(match: re.Match[str]) -> str:
-    char = match.group()
-    code = ord(char)
-    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")

@@ -43,6 +43,21 @@ def database_parent() -> argparse.ArgumentParser:
     return parent
 
 
+def registry_parent() -> argparse.ArgumentParser:
+    """--database-url alone, for the commands that read the registry or the control database
+    but act on no tenant's jobs (on PostgreSQL it says where ket's default registry is)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("databases")
+    group.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="tenant database URL, may contain {tenant} (default: KET_DATABASE_URL, else "
+        "sqlite:///.ket/{tenant}.db); on PostgreSQL the registry defaults to the database "
+        "ket_registry on its server",
+    )
+    return parent
+
+
 def tenant_name(text: str) -> str:
     """An argparse type: a name in the tenant grammar, else a usage error naming it."""
     try:
@@ -51,29 +66,50 @@ def tenant_name(text: str) -> str:
         raise argparse.ArgumentTypeError(error.message) from None
 
 
-def open_registry() -> TenantRegistry:
-    """The tenant registry, to change it (created if missing)."""
-    from ket.runtime.tenancy import ensure_sqlite_folder, registry_url
+def open_registry(database_url: str | None) -> TenantRegistry:
+    """The tenant registry, to change it (created if missing: on PostgreSQL, its database too
+    when ket chose it). `database_url` is the --database-url option, which says where ket's
+    default registry is."""
+    from ket.runtime.tenancy import ensure_sqlite_folder, registry_configured, registry_url
     from ket.store.sql.registry import TenantRegistry
 
-    url = registry_url()
+    url = registry_url(database_url)
     ensure_sqlite_folder(url)
+    if not registry_configured():
+        from ket.store.sql.tenant_database import create_registry_database
+
+        asyncio.run(create_registry_database(url))
     return TenantRegistry(url)
 
 
-def registry_reader() -> RegistryReader:
-    """The tenant registry, to list its tenants (a missing one lists none)."""
+def registry_reader(database_url: str | None) -> RegistryReader:
+    """The tenant registry, to list its tenants (a missing one lists none); `database_url` is
+    the --database-url option."""
     from ket.runtime.tenancy import registry_url
     from ket.store.sql.registry_reader import RegistryReader
 
-    return RegistryReader(registry_url())
+    return RegistryReader(registry_url(database_url))
+
+
+def control_url(database_url: str | None) -> str:
+    """The control database (where the workers record themselves): the registry's once it
+    exists, else the single tenant's; `database_url` is the --database-url option."""
+    from ket.runtime.tenancy import control_url as control
+    from ket.runtime.tenancy import database_template
+
+    registry = registry_reader(database_url)
+    try:
+        exists = registry.exists()
+    finally:
+        registry.close()
+    return control(database_template(database_url), registry.url, registry_exists=exists)
 
 
 def tenancy(args: argparse.Namespace) -> Tenancy:
     """The registered tenants and their databases, for --tenant or every tenant."""
     from ket.runtime.tenancy import database_template, resolve_tenants
 
-    registry = registry_reader()
+    registry = registry_reader(args.database_url)
     try:
         registered = registry.databases()
     finally:

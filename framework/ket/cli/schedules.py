@@ -17,6 +17,7 @@ from ket.cli.options import deployment_of
 from ket.cli.output import escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
+from ket.operate import ScheduleRow, schedule_rows
 from ket.store.contract import QueryableStore, ScheduleControl
 
 if TYPE_CHECKING:
@@ -71,46 +72,30 @@ def _scheduled(catalog: Catalog, name: str) -> JobSpec:
     return spec
 
 
-async def rows(store: SqlStore, catalog: Catalog) -> list[dict[str, Any]]:
-    """One row per scheduled job: its schedule, state, last fire and next tick."""
-    specs = sorted((s for s in catalog.jobs.values() if s.schedule), key=lambda s: s.name)
-    now = await store.now()
-    states = await store.schedule_get([s.name for s in specs])
-    found: list[dict[str, Any]] = []
-    for spec in specs:
-        schedule = spec.schedule
-        assert schedule is not None
-        state = states.get(spec.name)
-        current = state is not None and state.fingerprint == schedule.fingerprint
-        fires = await store.schedule_fires(spec.name, 1)
-        last = fires[0] if fires else None
-        waiting = 0
-        if state is not None and state.paused and current:
-            waiting = schedule.count_ticks(state.last_tick, schedule.tick_at(now))
-        found.append(
-            {
-                "job": spec.name,
-                "schedule": schedule.describe(),
-                "paused": bool(state and state.paused),
-                "installed": current,
-                "last_tick": _iso(state.last_tick if state is not None and current else None),
-                "next_tick": _iso(schedule.next_tick(now)),
-                "last_fire": None
-                if last is None
-                else {
-                    "tick": _iso(last.tick),
-                    "skipped": last.skipped,
-                    "job_id": last.job_id,
-                    "fired_at": _iso(last.fired_at),
-                },
-                "ticks_waiting": waiting,
-            }
-        )
-    return found
+def row_json(row: ScheduleRow) -> dict[str, Any]:
+    """One schedule as `ket schedules list --format json` shows it."""
+    fire = row.last_fire
+    return {
+        "job": row.job,
+        "schedule": row.schedule,
+        "paused": row.paused,
+        "installed": row.installed,
+        "last_tick": _iso(row.last_tick),
+        "next_tick": _iso(row.next_tick),
+        "last_fire": None
+        if fire is None
+        else {
+            "tick": _iso(fire.tick),
+            "skipped": fire.skipped,
+            "job_id": fire.job_id,
+            "fired_at": _iso(fire.fired_at),
+        },
+        "ticks_waiting": row.ticks_waiting,
+    }
 
 
 def _list(args: argparse.Namespace) -> int:
-    found = _with_store(args, rows)
+    found = [row_json(row) for row in _with_store(args, schedule_rows)]
     if args.format == "json":
         _print_json(found)
         return 0

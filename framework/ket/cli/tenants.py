@@ -8,7 +8,7 @@ import json
 import sys
 
 from ket.cli.output import escape
-from ket.cli.runtime import open_registry, tenant_name
+from ket.cli.runtime import open_registry, registry_parent, registry_reader, tenant_name
 from ket.runtime.tenancy import database_template, tenant_database
 from ket.store.database_url import shown_url
 
@@ -29,10 +29,14 @@ def add_parser(
         help="this tenant's own database (default: the {tenant} template)",
     )
     add.set_defaults(run=_add)
-    listing = actions.add_parser("list", help="list the registered tenants")
+    listing = actions.add_parser(
+        "list", parents=[registry_parent()], help="list the registered tenants"
+    )
     listing.add_argument("--format", choices=["text", "json"], default="text")
     listing.set_defaults(run=_list)
-    remove = actions.add_parser("remove", help="unregister a tenant (its database is kept)")
+    remove = actions.add_parser(
+        "remove", parents=[registry_parent()], help="unregister a tenant (its database is kept)"
+    )
     remove.add_argument("name")
     remove.set_defaults(run=_remove)
 
@@ -41,7 +45,7 @@ def _add(args: argparse.Namespace) -> int:
     name, own = args.name, args.tenant_database_url
     template = database_template(args.database_url)
     url = own if own is not None else tenant_database(template, name, tenants=2)
-    registry = open_registry()
+    registry = open_registry(args.database_url)
     try:
         # every refusal (a shared database, say) comes before a database is created
         registry.check_new(name, own, template=template)
@@ -60,21 +64,22 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    registry = open_registry()
+    # read, not opened to change: listing creates no registry (nor its database)
+    registry = registry_reader(args.database_url)
     try:
-        tenants = registry.list()
+        tenants = registry.databases()
     finally:
         registry.close()
     if args.format == "json":
-        rows = [{"name": t.name, "database_url": _shown(t.database_url)} for t in tenants]
+        rows = [{"name": name, "database_url": _shown(url)} for name, url in tenants.items()]
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     elif not tenants:
         sys.stdout.write("no tenants registered: the app runs as the single tenant 'default'\n")
     else:
-        for tenant in tenants:
-            where = _shown(tenant.database_url) or "(from the template)"
+        for name, url in tenants.items():
+            where = _shown(url) or "(from the template)"
             # a row written by hand may hold anything: escaped, it cannot forge a line
-            sys.stdout.write(f"{escape(tenant.name)}\t{escape(where)}\n")
+            sys.stdout.write(f"{escape(name)}\t{escape(where)}\n")
     return 0
 
 
@@ -83,11 +88,14 @@ def _shown(url: str | None) -> str | None:
 
 
 def _remove(args: argparse.Namespace) -> int:
-    registry = open_registry()
-    try:
-        removed = registry.remove(args.name)
-    finally:
-        registry.close()
+    reader = registry_reader(args.database_url)
+    removed = False
+    if reader.exists():  # nothing to remove from a registry that is not there: not made for it
+        registry = open_registry(args.database_url)
+        try:
+            removed = registry.remove(args.name)
+        finally:
+            registry.close()
     if not removed:
         sys.stderr.write(f"ket: error: tenant {args.name!r} is not registered\n")
         return 2

@@ -25,12 +25,16 @@ from ket.cli import concurrency, metrics
 from ket.cli.concurrency import HostConcurrency
 from ket.cli.options import add_log_options, deployment_of, log_format, log_third_party
 from ket.cli.output import configure_logging
+from ket.cli.presence import presence_service
 from ket.cli.runtime import open_store, registry_reader, run_service, tenant_urls, worker_id
+from ket.declare.deployment import DeploymentDecl
 from ket.errors import KetError
-from ket.runtime.contexts import default_sender
+from ket.runtime.contexts import default_blobs, default_sender
 from ket.runtime.fleet import Fleet
+from ket.runtime.supervisor import Supervisor
 from ket.runtime.tenancy import database_template
 from ket.runtime.worker import SERVICE_CONNECTIONS, connections_needed, loop_connections
+from ket.storage import BlobStore
 from ket.store.contract import JobStore
 
 log = logging.getLogger("ket.worker")
@@ -39,6 +43,7 @@ T = TypeVar("T")
 # The second signal: how long handing back may take, and when the process is gone regardless.
 HAND_BACK_SECONDS = 0.5
 EXIT_SECONDS = 0.9
+PRESENCE_TIMEOUT_SECONDS = 30.0
 
 
 def add_parser(
@@ -69,10 +74,22 @@ def run(args: argparse.Namespace) -> int:
     chosen = metrics.settings(args, os.environ)
     if chosen is not None:
         metrics.require()  # say what to install before anything starts
-    catalog = settings.apply(Catalog.build(deployment_of(args)))
+    deployment = deployment_of(args)
+    catalog = settings.apply(Catalog.build(deployment))
     pool_settings(catalog, os.environ)  # refuse a pool too small before serving anything
     tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker
-    return run_service(serve(catalog, args.database_url, args.tenant, settings, chosen))
+    blobs = default_blobs()  # a bad KET_STORAGE_URL stops the start, naming it
+    return run_service(
+        serve(
+            catalog,
+            args.database_url,
+            args.tenant,
+            settings,
+            deployment=deployment,
+            blobs=blobs,
+            metrics_settings=chosen,
+        )
+    )
 
 
 def pool_settings(catalog: Catalog, environ: Mapping[str, str]) -> tuple[int, float]:
@@ -104,35 +121,67 @@ def _number(environ: Mapping[str, str], name: str, default: T, kind: Callable[[s
         raise KetError(f"{name} must be a number, got {text!r}") from None
 
 
+class Stopping:
+    """SIGTERM and SIGINT for a command that runs the worker: the first sets `event` and calls
+    every callback given to `also` (the HTTP server of `ket dev --all` stops with the worker);
+    the second hands running jobs back within half a second and exits within a second,
+    whatever handler threads are doing."""
+
+    def __init__(self, command: str = "ket worker") -> None:
+        self.event = asyncio.Event()
+        self.fleet: Fleet | None = None
+        self._command = command
+        self._also: list[Callable[[], None]] = []
+
+    def install(self) -> None:
+        """Handle SIGTERM and SIGINT on the running loop."""
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(number, self._on_signal, number)
+
+    def also(self, stop: Callable[[], None]) -> None:
+        """Call `stop` too at the first signal."""
+        self._also.append(stop)
+
+    def _on_signal(self, number: int) -> None:
+        if self.event.is_set():
+            sys.stderr.write(
+                f"{self._command}: second signal: handing back running jobs and exiting\n"
+            )
+            # a stuck handler thread or a hung database call must not keep the process alive
+            threading.Timer(EXIT_SECONDS, os._exit, (1,)).start()
+            if self.fleet is not None:
+                task = asyncio.get_running_loop().create_task(
+                    self.fleet.hand_back_now(HAND_BACK_SECONDS)
+                )
+                task.add_done_callback(lambda _: os._exit(1))
+            return
+        log.info("received %s: finishing running jobs, then stopping", signal.Signals(number).name)
+        self.event.set()
+        for stop in self._also:
+            stop()
+
+
 async def serve(
     catalog: Catalog,
     database_url: str | None,
     tenant: str | None,
     settings: HostConcurrency | None = None,
+    stopping: Stopping | None = None,
+    deployment: DeploymentDecl | None = None,
+    blobs: BlobStore | None = None,
     metrics_settings: metrics.MetricsSettings | None = None,
 ) -> int:
-    """Serve until a signal; returns the exit code. `catalog` carries the concurrency to run,
-    `settings` says which of it this host set (for the start-up line); with
-    `metrics_settings`, metrics are served too."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    fleet: Fleet | None = None
-
-    def on_signal(number: int) -> None:
-        if stop.is_set():
-            sys.stderr.write("ket worker: second signal: handing back running jobs and exiting\n")
-            # a stuck handler thread or a hung database call must not keep the process alive
-            threading.Timer(EXIT_SECONDS, os._exit, (1,)).start()
-            if fleet is not None:
-                task = loop.create_task(fleet.hand_back_now(HAND_BACK_SECONDS))
-                task.add_done_callback(lambda _: os._exit(1))
-            return
-        log.info("received %s: finishing running jobs, then stopping", signal.Signals(number).name)
-        stop.set()
-
-    for number in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(number, on_signal, number)
-    registry = registry_reader()
+    """Serve until a signal (or until `stopping.event` is set, when the caller handles the
+    signals); returns the exit code. `catalog` carries the concurrency to run, `settings`
+    says which of it this host set (for the start-up line); with the `deployment`, the worker
+    records itself in the control database (`ket workers list`); `blobs` is where ctx.storage
+    keeps blobs (None: what KET_STORAGE_URL names); with `metrics_settings`, metrics are
+    served too."""
+    if stopping is None:
+        stopping = Stopping()
+        stopping.install()
+    registry = registry_reader(database_url)
 
     async def list_tenants() -> dict[str, str | None]:
         return await asyncio.to_thread(registry.databases)
@@ -146,13 +195,15 @@ async def serve(
         )
 
     identity = worker_id()
-    fleet = Fleet(
+    blobs = blobs if blobs is not None else default_blobs()
+    fleet = stopping.fleet = Fleet(
         catalog=catalog,
         template=database_template(database_url),
         list_tenants=list_tenants,
         open_store=open_tenant,
         worker_id=identity,
         sender=default_sender(),
+        blobs=blobs,
         only=tenant,
     )
     log.info(
@@ -162,13 +213,32 @@ async def serve(
         (settings or HostConcurrency(settings={})).describe(catalog.worker),
         pool,
     )
+    log.info("ctx.storage keeps blobs in %r", blobs)
+    # its own supervisor, stopped after the tenants: the row stays while running jobs finish.
+    # The first report comes within one interval, not at once: the worker takes its first jobs
+    # before it loads the manifest room to hash the manifest (and, on SQLite, the roster's
+    # engine); a first report that meets a busy database may take long, hence the timeout.
+    presence = Supervisor(tenant=None, stopping=asyncio.Event())
+    service = None
+    if deployment is not None:
+        service = presence_service(
+            deployment=deployment,
+            catalog=catalog,
+            worker_id=identity,
+            tenant=tenant,
+            database_url=database_url,
+        )
+        presence.every(service, timeout=PRESENCE_TIMEOUT_SECONDS)
     served = None
     try:
         if metrics_settings is not None:
             served = metrics.start(metrics_settings, catalog, fleet.hooks, fleet.stores)
-        await fleet.run(stop, [served.service] if served is not None else [])
+        await fleet.run(stopping.event, [served.service] if served is not None else [])
     finally:
         registry.close()
+        await presence.stop()
+        if service is not None:
+            await service.leave()
         if served is not None:
             served.close()
     stuck = [t.name for t in threading.enumerate() if t.name.startswith("ket-") and t.is_alive()]

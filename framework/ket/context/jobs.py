@@ -18,17 +18,28 @@ Item = tuple[str, BaseModel | Mapping[str, Any] | None] | tuple[str, Any, Mappin
 
 
 class Jobs(Part):
-    """Enqueue jobs as the running operation; undeclared enqueues raise EffectError."""
+    """Enqueue jobs as the running operation; undeclared enqueues raise EffectError.
+
+    A job is enqueued for the company the operation runs for, unless a `cross_company`
+    operation names another: work done for a company stays that company's.
+    """
 
     __ket_api__ = True
     # the catalog and the store's insert are the context's business: mangled slots, off the
     # documented surface (see __dir__)
-    __slots__ = ("__catalog", "__insert", "__operation")
+    __slots__ = ("__catalog", "__company", "__insert", "__operation")
 
-    def __init__(self, catalog: Catalog, operation: OperationSpec, insert: Insert) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        operation: OperationSpec,
+        insert: Insert,
+        company: str | None = None,
+    ) -> None:
         self.__catalog = catalog
         self.__operation = operation
         self.__insert = insert
+        self.__company = company
 
     async def enqueue(
         self,
@@ -39,9 +50,10 @@ class Jobs(Part):
         priority: int | None = None,
         unique_key: str | None = None,
         company: str | None = None,
+        tags: list[str] | tuple[str, ...] | None = None,
     ) -> Inserted:
         """Enqueue one job; returns its id and whether it coalesced with an active one."""
-        job = self.__build(name, input, run_at, priority, unique_key, company)
+        job = self.__build(name, input, run_at, priority, unique_key, company, tags)
         [inserted] = await self.__insert([job])
         return inserted
 
@@ -59,6 +71,7 @@ class Jobs(Part):
                     options.pop("priority", None),
                     options.pop("unique_key", None),
                     options.pop("company", None),
+                    options.pop("tags", None),
                 )
             )
             if options:
@@ -73,17 +86,26 @@ class Jobs(Part):
         priority: int | None,
         unique_key: str | None,
         company: str | None,
+        tags: list[str] | tuple[str, ...] | None,
     ) -> NewJob:
         operation = self.__operation
         if not operation.allows("enqueue", name):
             raise EffectError(
                 f"{operation.name} may not enqueue {name!r}: declare the effect 'enqueue:{name}'"
             )
-        if company is not None and not operation.cross_company:
+        if company is None:
+            company = self.__company
+        elif company != self.__company and not operation.cross_company:
             raise EffectError(
                 f"{operation.name} may not enqueue for company {company!r}: "
                 "declare cross_company=True"
             )
         return self.__catalog.new_job(
-            name, input, run_at=run_at, priority=priority, unique_key=unique_key, company=company
+            name,
+            input,
+            run_at=run_at,
+            priority=priority,
+            unique_key=unique_key,
+            company=company,
+            tags=tags,
         )

@@ -93,7 +93,7 @@ class Transactor:
             db = Database(
                 records_of(transaction), self.__operation, self.__catalog.models, self.__company
             )
-            jobs = Jobs(self.__catalog, self.__operation, transaction.job_insert)
+            jobs = Jobs(self.__catalog, self.__operation, transaction.job_insert, self.__company)
             if signal is not None:  # an aborted attempt writes nothing more
                 db, jobs = fence(db, signal), fence(jobs, signal)
             tx = TxContext(db=db, jobs=jobs)

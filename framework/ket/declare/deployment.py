@@ -1,4 +1,5 @@
-"""define_deployment: the modules a deployment ships and how its worker runs them."""
+"""define_deployment: the modules a deployment ships, how its worker runs them and how `ket serve`
+serves its functions."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from ket.errors import DeclarationError
 
 @dataclass(frozen=True, kw_only=True)
 class DeploymentDecl:
-    """A declared deployment; `worker` is kept as written and validated by `ket check`."""
+    """A declared deployment; `worker` and `serve` are kept as written and validated by
+    `ket check`."""
 
     name: str
     modules: tuple[ModuleDecl, ...] = ()
     worker: Mapping[str, object] = field(default_factory=dict)
+    serve: Mapping[str, object] = field(default_factory=dict)
     redact: Callable[[str], str] | None = None
     source: SourceLocation = UNKNOWN
 
@@ -58,8 +61,13 @@ def define_deployment(
     modules: Sequence[ModuleDecl],
     worker: Mapping[str, object] | None = None,
     redact: Callable[[str], str] | None = None,
+    serve: Mapping[str, object] | None = None,
 ) -> DeploymentDecl:
     """Declare a deployment.
+
+    `serve`, if given, says how `ket serve` serves the functions over HTTP: above all
+    `{"authenticate": fn}`, where `fn(request)` returns the calling `ket.serve.Principal` or None
+    (see docs/serve.md). Without an authenticator `ket serve` refuses to start.
 
     `redact`, if given, is called with the text of every exception a handler raises (message
     and traceback, after the values of the job's secret input fields are hidden) and returns
@@ -72,6 +80,7 @@ def define_deployment(
             modules=[sales, hotel, company],
             worker={"queues": {"default": 2, "mail": 4}, "lease_ms": 30_000},
             redact=lambda text: CARD_NUMBER.sub("<card>", text),
+            serve={"authenticate": authenticate},
         )
     """
     source = caller()
@@ -92,6 +101,10 @@ def define_deployment(
         raise DeclarationError(
             f"{source.render()}: deployment {name!r}: worker must be a dict, got {worker!r}"
         )
+    if serve is not None and not isinstance(serve, Mapping):
+        raise DeclarationError(
+            f"{source.render()}: deployment {name!r}: serve must be a dict, got {serve!r}"
+        )
     if redact is not None and not callable(redact):
         raise DeclarationError(
             f"{source.render()}: deployment {name!r}: redact must be a function taking the "
@@ -101,6 +114,7 @@ def define_deployment(
         name=name,
         modules=tuple(modules),
         worker=dict(worker or {}),
+        serve=dict(serve or {}),
         redact=redact,
         source=source,
     )

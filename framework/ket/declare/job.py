@@ -37,6 +37,7 @@ class JobDecl(OperationDecl):
     schedule: object = None
     input_version: object = 1
     upgrade: object = None
+    tags: object = ()
 
 
 def define_job(
@@ -54,6 +55,7 @@ def define_job(
     cross_company: bool = False,
     input_version: int = 1,
     upgrade: Mapping[int, Upgrade] | None = None,
+    tags: Iterable[str] = (),
 ) -> JobDecl:
     """Declare a job: `handler(ctx, input) -> None`, sync or async, run at least once.
 
@@ -72,6 +74,9 @@ def define_job(
     `input_version` numbers the shape of `input`; when it changes, raise the version and give
     `upgrade={old_version: fn}`, where `fn(payload) -> payload` turns a stored payload of
     `old_version` into one of the next version: rows already queued are upgraded as they run.
+
+    `tags` label every job enqueued (unless the enqueue gives its own), to find them by:
+    `ket jobs list --tag billing`, `ket jobs retry --tag billing`.
     """
     source = caller()
     return JobDecl(
@@ -88,5 +93,6 @@ def define_job(
         cross_company=cross_company,
         input_version=input_version,
         upgrade=upgrade,
+        tags=tags,
         source=source,
     )

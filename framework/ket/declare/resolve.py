@@ -16,9 +16,11 @@ from ket.declare.effect import Effect, parse_effect
 from ket.declare.input import build_input_model
 from ket.declare.job import JobDecl
 from ket.declare.operation import OperationDecl
+from ket.declare.serve import ServeConfig
 from ket.declare.worker import WorkerConfig
 from ket.errors import DeclarationError
 from ket.schedule import Schedule, parse_schedule
+from ket.store.types import MAX_TAG_LENGTH, MAX_TAGS
 
 TIMEZONE_VARIABLE = "KET_TIMEZONE"
 
@@ -52,17 +54,62 @@ def worker_config(deployment: DeploymentDecl) -> WorkerConfig:
     try:
         return WorkerConfig.model_validate(dict(deployment.worker))
     except ValidationError as error:
-        problems = []
-        for item in error.errors():
-            where = ".".join(str(p) for p in item["loc"])
-            value = f", got {item['input']!r}" if where else ""
-            problems.append(f"{where or 'worker'}: {item['msg']}{value}")
-        raise DeclarationError("; ".join(problems)) from None
+        raise DeclarationError(_problems(error, "worker", plain=False)) from None
+
+
+def serve_config(deployment: DeploymentDecl) -> ServeConfig:
+    """The deployment's `serve` configuration with defaults, or DeclarationError naming the
+    value."""
+    try:
+        return ServeConfig.model_validate(dict(deployment.serve))
+    except ValidationError as error:
+        raise DeclarationError(_problems(error, "serve")) from None
+
+
+def _problems(error: ValidationError, whole: str, *, plain: bool = True) -> str:
+    """pydantic's errors as `field: message, got value`; `plain` drops the "Value error, " of
+    ket's own validators, whose message names the value already (the worker's keep theirs)."""
+    problems = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"])
+        message, own = item["msg"], item["type"] == "value_error"
+        if plain and own:
+            message = message.removeprefix("Value error, ")
+        value = f", got {item['input']!r}" if where and not (plain and own) else ""
+        problems.append(f"{where or whole}: {message}{value}")
+    return "; ".join(problems)
+
+
+def tags(value: object) -> tuple[str, ...]:
+    """Tags as a job carries them: each stripped, repeats dropped, in their order.
+
+    DeclarationError, naming the value, unless `value` is a list (or tuple) of at most MAX_TAGS
+    distinct strings of 1 to MAX_TAG_LENGTH characters without NUL.
+    """
+    if not isinstance(value, list | tuple):
+        raise DeclarationError(f"tags must be a list of strings, got {value!r}")
+    cleaned: dict[str, None] = {}
+    for tag in value:
+        if not isinstance(tag, str):
+            raise DeclarationError(f"a tag must be a string, got {tag!r}")
+        text = tag.strip()
+        if not text or len(text) > MAX_TAG_LENGTH or "\x00" in text:
+            raise DeclarationError(
+                f"a tag must be 1 to {MAX_TAG_LENGTH} characters without NUL, got {tag!r}"
+            )
+        cleaned[text] = None
+    if len(cleaned) > MAX_TAGS:
+        raise DeclarationError(f"a job carries at most {MAX_TAGS} tags, got {len(cleaned)}")
+    return tuple(cleaned)
 
 
 def handler_name(operation: OperationDecl) -> str:
     """`module:qualname` of the handler: stable across machines, unlike a file path."""
-    handler = operation.handler
-    module = getattr(handler, "__module__", None) or "?"
-    name = getattr(handler, "__qualname__", None) or type(handler).__qualname__
+    return callable_name(operation.handler)
+
+
+def callable_name(fn: object) -> str:
+    """`module:qualname` of a function (of its class, for another callable)."""
+    module = getattr(fn, "__module__", None) or "?"
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
     return f"{module}:{name}"

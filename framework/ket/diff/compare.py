@@ -12,7 +12,7 @@ from ket.diff.field import FieldRule, dump, field_changed, field_findings
 from ket.diff.operation import FUNCTION_RULES, JOB_RULES, QUEUED, bound, changed
 from ket.diff.rule import Finding, classify
 from ket.diff.schema import input_findings
-from ket.manifest.model import JobEntry, Manifest, WorkerEntry
+from ket.manifest.model import JobEntry, Manifest, ServeEntry, WorkerEntry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +41,7 @@ def diff_manifests(old: Manifest, new: Manifest) -> list[Change]:
         *_family(MODELS, old.models(), new.models()),
         *_queues(old.worker.queues, new.worker.queues),
         *_worker(old.worker, new.worker),
+        *_serve(old.serve or NO_SERVE, new.serve or NO_SERVE),
     ]
     return ordered(changes)
 
@@ -158,8 +159,14 @@ def _worker(old: WorkerEntry, new: WorkerEntry) -> Iterator[Change]:
         yield classify(f"worker.{name}", finding)
 
 
+def _serve(old: ServeEntry, new: ServeEntry) -> Iterator[Change]:
+    for name, finding in field_findings(old, new, SERVE_RULES):
+        yield classify(f"serve.{name}", finding)
+
+
 def _manifest(old: Manifest, new: Manifest) -> Iterator[Change]:
-    for name, finding in field_findings(old, new, MANIFEST_RULES, skip={"modules", "worker"}):
+    skip = {"modules", "worker", "serve"}
+    for name, finding in field_findings(old, new, MANIFEST_RULES, skip=skip):
         yield classify(name, finding)
 
 
@@ -224,6 +231,16 @@ WORKER_RULES: Mapping[str, FieldRule] = {
         "running jobs get less time to finish before shutdown aborts them",
         raised_kind="worker_setting_changed",
     ),
+}
+# What a manifest without `serve` means: the defaults, and no authenticator.
+NO_SERVE = ServeEntry.undeclared()
+SERVE_RULES: Mapping[str, FieldRule] = {
+    **{name: changed("serve_setting_changed", f"serve.{name}") for name in ServeEntry.model_fields},
+    # who may call the functions over HTTP is decided elsewhere now: a person should look
+    "authenticate": changed("serve_authenticator_changed", "serve.authenticate"),
+    "tenant_host": changed("serve_tenant_host_changed", "serve.tenant_host"),
+    # who can see and steer jobs over HTTP, and where
+    "dashboard": changed("serve_dashboard_changed", "serve.dashboard"),
 }
 MANIFEST_RULES: Mapping[str, FieldRule] = {
     "deployment": lambda old, new: [

@@ -134,6 +134,13 @@ def _input(who: str) -> FieldRule:
     return rule
 
 
+def _tags(old: list[str], new: list[str]) -> list[Finding]:
+    if old == new:
+        return []
+    message = f"tags changed from {', '.join(old) or 'none'} to {', '.join(new) or 'none'}"
+    return [Finding(kind="tags_changed", message=message, old=old, new=new)]
+
+
 FUNCTION_RULES: Mapping[str, FieldRule] = {
     "handler": changed("handler_changed", "handler"),
     "input": _input(CALLS),
@@ -151,4 +158,5 @@ JOB_RULES: Mapping[str, FieldRule] = {
     "priority": changed("priority_changed", "priority"),
     "backoff": changed("backoff_changed", "backoff"),
     "schedule": schedule_findings,
+    "tags": lambda old, new: _tags(old or [], new or []),  # older manifests have none
 }

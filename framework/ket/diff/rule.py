@@ -51,6 +51,10 @@ RULES: Mapping[str, Severity] = {
     "model_field_type_changed": "review",
     "lease_ms_lowered": "review",
     "shutdown_grace_ms_lowered": "review",
+    # Who may call the functions over HTTP, or which host names which tenant, changes.
+    "serve_authenticator_changed": "review",
+    "serve_tenant_host_changed": "review",
+    "serve_dashboard_changed": "review",
     # Closing an input schema refuses undeclared fields that queued rows might carry; unlike a
     # removed field we cannot tell whether any do, so a person decides.
     "input_closed": "review",
@@ -83,11 +87,13 @@ RULES: Mapping[str, Severity] = {
     "max_attempts_raised": "safe",
     "timeout_ms_raised": "safe",
     "priority_changed": "safe",
+    "tags_changed": "safe",
     "backoff_changed": "safe",
     "handler_changed": "safe",
     "idempotent_changed": "safe",
     "schedule_rewritten": "safe",
     "worker_setting_changed": "safe",
+    "serve_setting_changed": "safe",
     "deployment_renamed": "safe",
     # The catch-all: a field no rule knows (or a difference its rule has nothing to say about)
     # is still reported, never dropped.

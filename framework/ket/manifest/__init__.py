@@ -10,6 +10,7 @@ from ket.manifest.model import (
     ModelEntry,
     ModuleEntry,
     ScheduleEntry,
+    ServeEntry,
     WorkerEntry,
 )
 
@@ -21,6 +22,7 @@ __all__ = [
     "ModelEntry",
     "ModuleEntry",
     "ScheduleEntry",
+    "ServeEntry",
     "WorkerEntry",
     "compile_manifest",
     "dump_manifest",

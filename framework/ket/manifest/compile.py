@@ -17,6 +17,7 @@ from ket.manifest.model import (
     ModelEntry,
     ModuleEntry,
     ScheduleEntry,
+    ServeEntry,
     WorkerEntry,
 )
 
@@ -35,6 +36,20 @@ def compile_manifest(deployment: DeploymentDecl, *, timezone: str | None = None)
         deployment=deployment.name,
         modules={m.name: _module(m, timezone) for m in deployment.modules},
         worker=WorkerEntry(**resolve.worker_config(deployment).model_dump()),
+        serve=_serve(deployment) if deployment.serve else None,
+    )
+
+
+def _serve(deployment: DeploymentDecl) -> ServeEntry:
+    config = resolve.serve_config(deployment)
+    authenticate = config.authenticate
+    return ServeEntry(
+        authenticate=None if authenticate is None else resolve.callable_name(authenticate),
+        max_body_bytes=config.max_body_bytes,
+        tenant_host=config.tenant_host,
+        shutdown_grace_ms=config.shutdown_grace_ms,
+        security_scheme=config.security_scheme,
+        dashboard=config.dashboard,
     )
 
 
@@ -75,4 +90,5 @@ def _job(job: JobDecl, timezone: str | None) -> JobEntry:
         schedule=ScheduleEntry.model_validate(schedule.to_manifest()) if schedule else None,
         input_version=int(job.input_version),  # type: ignore[call-overload]
         upgrades_from=sorted(job.upgrade or {}),  # type: ignore[call-overload]
+        tags=list(resolve.tags(job.tags)),
     )

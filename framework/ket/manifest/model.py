@@ -10,6 +10,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from ket.declare.serve import (
+    BEARER,
+    DEFAULT_DASHBOARD,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_SHUTDOWN_GRACE_MS,
+)
 from ket.declare.worker import DEFAULT_RETENTION_MS
 
 FORMAT = 1
@@ -63,12 +69,15 @@ class JobEntry(OperationEntry):
     # written before versions existed have neither: version 1, no upgrades)
     input_version: int = 1
     upgrades_from: list[int] = []
+    # the tags its jobs carry unless an enqueue gives others (older manifests: none)
+    tags: list[str] = []
 
     @model_serializer(mode="wrap")
-    def _omit_no_upgrades(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _omit_empty_lists(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        if not data.get("upgrades_from"):
-            data.pop("upgrades_from", None)
+        for name in ("upgrades_from", "tags"):
+            if not data.get(name):
+                data.pop(name, None)
         return data
 
 
@@ -100,6 +109,31 @@ class WorkerEntry(Entry):
     retention_ms: dict[str, int | None] = Field(default_factory=lambda: dict(DEFAULT_RETENTION_MS))
 
 
+class ServeEntry(Entry):
+    """How `ket serve` serves the functions, with defaults filled in; the authenticator by its
+    `module:qualname`, so a review sees who decides access change."""
+
+    authenticate: str | None
+    max_body_bytes: int
+    tenant_host: str | None
+    shutdown_grace_ms: int
+    security_scheme: dict[str, Any]
+    # manifests written before the dashboard existed: the default mount
+    dashboard: str | None = DEFAULT_DASHBOARD
+
+    @classmethod
+    def undeclared(cls) -> ServeEntry:
+        """What a deployment that declares no `serve` has: the defaults, no authenticator."""
+        return cls(
+            authenticate=None,
+            max_body_bytes=DEFAULT_MAX_BODY_BYTES,
+            tenant_host=None,
+            shutdown_grace_ms=DEFAULT_SHUTDOWN_GRACE_MS,
+            security_scheme=dict(BEARER),
+            dashboard=DEFAULT_DASHBOARD,
+        )
+
+
 class Manifest(Entry):
     """One deployment's manifest."""
 
@@ -107,6 +141,16 @@ class Manifest(Entry):
     deployment: str
     modules: dict[str, ModuleEntry]
     worker: WorkerEntry
+    # None: the deployment declares no `serve` (and manifests written before it existed)
+    serve: ServeEntry | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_no_serve(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # a deployment that declares no `serve` has the manifest it had before serve existed
+        data: dict[str, Any] = handler(self)
+        if data.get("serve") is None:
+            data.pop("serve", None)
+        return data
 
     def jobs(self) -> dict[str, JobEntry]:
         """Every job by qualified name."""

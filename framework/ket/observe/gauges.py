@@ -2,8 +2,8 @@
 stats service (runtime/stats.py) published, so a scrape costs no database round trip.
 
 Across tenants, counts add up and ages take the oldest, unless tenants are labels. Every declared
-queue has a series for every state (0 when it has no such job), so a drained queue reads 0
-rather than vanishing; an age with no such job reads 0.
+queue has a series for every state and for each age (0 when it has no such job), so a drained
+queue reads 0 rather than vanishing.
 """
 
 from __future__ import annotations
@@ -46,13 +46,13 @@ class JobGauges(Collector):
         )
         available = GaugeMetricFamily(
             "ket_jobs_oldest_available_age_seconds",
-            "Age of the oldest job that is due and not running (0: none).",
-            labels=labels.names(),
+            "How long the queue's oldest job that is due and not running has waited (0: none).",
+            labels=labels.names("queue"),
         )
         lease = GaugeMetricFamily(
             "ket_jobs_oldest_lease_age_seconds",
-            "Time since the oldest running attempt started (0: none running).",
-            labels=labels.names(),
+            "Time since the queue's oldest running attempt started (0: none running).",
+            labels=labels.names("queue"),
         )
         dead = GaugeMetricFamily(
             "ket_jobs_dead_rows",
@@ -88,12 +88,17 @@ class JobGauges(Collector):
                 counts[key] = counts.get(key, 0) + count
         for (queue, state), count in counts.items():
             jobs.add_metric([*tenant, queue, state], count)
-        available.add_metric(list(tenant), _oldest(s.oldest_available_age for s in group))
-        lease.add_metric(list(tenant), _oldest(s.oldest_lease_age for s in group))
+        waiting = dict.fromkeys(labels.queues, 0.0)
+        held = dict.fromkeys(labels.queues, 0.0)
+        for stats in group:
+            for queue, ages in stats.queue_ages.items():
+                bounded = labels.queue(queue)
+                waiting[bounded] = max(waiting.get(bounded, 0.0), ages.oldest_available_age or 0.0)
+                held[bounded] = max(held.get(bounded, 0.0), ages.oldest_lease_age or 0.0)
+        for queue, age in waiting.items():
+            available.add_metric([*tenant, queue], age)
+        for queue, age in held.items():
+            lease.add_metric([*tenant, queue], age)
         rows = [s.dead_rows for s in group if s.dead_rows is not None]
         if rows:
             dead.add_metric(list(tenant), sum(rows))
-
-
-def _oldest(ages: Iterator[float | None]) -> float:
-    return max((age for age in ages if age is not None), default=0.0)

@@ -25,6 +25,8 @@ from typing import Any
 # Loggers of the libraries ket runs on: chatty at DEBUG (aiosqlite logs every call), and not
 # what an operator of ket asks for with --log-level DEBUG.
 THIRD_PARTY = ("aiosqlite", "asyncio", "sqlalchemy", "psycopg", "uvicorn", "httpx", "httpcore")
+# ...but not these: uvicorn's access log is asked for by `--access-log`, off by default
+ASKED_FOR_OTHERWISE = ("uvicorn.access",)
 CORE = ("time", "level", "logger", "message")
 
 
@@ -55,6 +57,9 @@ def quiet_third_party(*, opted_in: bool) -> None:
     the level of the root logger, as any other logger does."""
     for name in THIRD_PARTY:
         logging.getLogger(name).setLevel(logging.NOTSET if opted_in else logging.WARNING)
+    root = logging.getLogger().level
+    for name in ASKED_FOR_OTHERWISE:  # the root's level, past their quiet parent's
+        logging.getLogger(name).setLevel(logging.NOTSET if opted_in else root)
 
 
 def _instant(created: float) -> str:

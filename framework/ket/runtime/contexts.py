@@ -13,7 +13,6 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from datetime import UTC, datetime
-from pathlib import Path
 
 from ket.catalog import Catalog, JobSpec, OperationSpec
 from ket.context import (
@@ -27,15 +26,14 @@ from ket.context import (
     Storage,
     Transactor,
     Transport,
-    build_db_and_tx,
 )
 from ket.context.context import job_context_made_on_use
 from ket.context.db import Database, records_of
 from ket.context.fence import fence
 from ket.context.storage import max_blob_bytes_from
 from ket.errors import StoreError
-from ket.project import ket_folder
 from ket.runtime.events import Event, Hooks
+from ket.storage import BlobStore, LocalBlobs, blobs_from_environ
 from ket.store.contract import JobStore, QueryableStore, RecordStore, SentLedger
 from ket.store.types import ClaimedJob, Inserted, NewJob
 from ket.transport import DEFAULT_TRANSPORT_URL, Sender, sender_from_url
@@ -58,6 +56,12 @@ def wall_clock() -> datetime:
     return datetime.now(UTC)
 
 
+def default_blobs() -> BlobStore:
+    """The blob backend KET_STORAGE_URL names (files under the project's .ket/storage by
+    default); StorageError, naming the URL, when it is malformed or its backend missing."""
+    return blobs_from_environ(os.environ)
+
+
 def default_sender() -> Sender:
     """The sender KET_TRANSPORT_URL names (`dev:` by default: `.eml` files under .ket/outbox)."""
     return sender_from_url(os.environ.get("KET_TRANSPORT_URL") or DEFAULT_TRANSPORT_URL)
@@ -73,7 +77,8 @@ class Contexts:
         catalog: Catalog,
         tenant: str,
         sender: Sender,
-        storage_root: str | os.PathLike[str] | None = None,  # the project's .ket/storage
+        blobs: BlobStore | None = None,  # None: what KET_STORAGE_URL names
+        storage_root: str | os.PathLike[str] | None = None,  # instead of blobs: files there
         clock: Clock = wall_clock,
         tx_executor: Executor | None = None,
         hooks: Hooks | None = None,
@@ -87,15 +92,19 @@ class Contexts:
         self._catalog = catalog
         self._tenant = tenant
         self._sender = sender
-        self._root = Path(storage_root) if storage_root is not None else ket_folder() / "storage"
+        if blobs is not None and storage_root is not None:
+            raise TypeError("give blobs or storage_root, not both")
+        if blobs is None:
+            blobs = LocalBlobs(storage_root) if storage_root is not None else default_blobs()
+        self._blobs = blobs
         self._clock = clock
         # caps from the environment, read once here so that a bad value stops the start
         self._message_limits = MessageLimits.from_environ(os.environ)
         self._max_blob_bytes = max_blob_bytes_from(os.environ)
         self._tx_executor = tx_executor
         self._hooks = hooks
-        self._parts: dict[str, tuple[Jobs, Storage, Transport]] = {}
-        self._data_parts: dict[tuple[str, str | None], tuple[Database, Transactor]] = {}
+        self._parts: dict[str, tuple[Storage, Transport]] = {}
+        self._data_parts: dict[tuple[str, str | None], tuple[Database, Transactor, Jobs]] = {}
 
     @property
     def clock(self) -> Clock:
@@ -140,17 +149,21 @@ class Contexts:
             return fence(self._data(spec, job.company)[0], signal)
         if name == "tx":
             return self._data(spec, job.company)[1].fenced(signal)
+        if name == "jobs":
+            return fence(self._data(spec, job.company)[2], signal)
         return fence(self._operation(spec)[_OPERATION_PARTS[name]], signal)
 
     def for_function(self, spec: OperationSpec, company: str | None = None) -> FunctionContext:
         """The context of one call of a function."""
-        jobs, storage, transport = self._operation(spec)
-        db, tx = build_db_and_tx(self._store, self._catalog, spec, self._tx_executor, company)
+        storage, transport = self._operation(spec)
+        # built once per function and company, as a job's are: a server calls the same few
+        # functions for the same companies over and over
+        db, transactor, jobs = self._data(spec, company)
         return FunctionContext(
             tenant=self._tenant,
             company=company,
             db=db,
-            tx=tx,
+            tx=transactor.run,
             jobs=jobs,
             storage=storage,
             transport=transport,
@@ -158,9 +171,9 @@ class Contexts:
             clock=self._clock,
         )
 
-    def _data(self, spec: OperationSpec, company: str | None) -> tuple[Database, Transactor]:
-        """`ctx.db` and the transactor of one operation for one company, built once: a job's
-        attempts only fence them (see for_job)."""
+    def _data(self, spec: OperationSpec, company: str | None) -> tuple[Database, Transactor, Jobs]:
+        """`ctx.db`, the transactor and `ctx.jobs` of one operation for one company, built
+        once: a job's attempts only fence them (see for_job)."""
         key = (spec.name, company)
         data = self._data_parts.get(key)
         if data is None:
@@ -168,23 +181,24 @@ class Contexts:
                 self._data_parts.clear()
             db = Database(records_of(self._store), spec, self._catalog.models, company)
             transactor = Transactor(self._store, self._catalog, spec, self._tx_executor, company)
-            data = self._data_parts[key] = (db, transactor)
+            jobs = Jobs(self._catalog, spec, self.inserter(), company)
+            data = self._data_parts[key] = (db, transactor, jobs)
         return data
 
-    def _operation(self, spec: OperationSpec) -> tuple[Jobs, Storage, Transport]:
-        """The parts that depend on the operation only (the db view depends on the company)."""
+    def _operation(self, spec: OperationSpec) -> tuple[Storage, Transport]:
+        """The parts that depend on the operation only (the db view and the jobs part depend on
+        the company)."""
         parts = self._parts.get(spec.name)
         if parts is None:
             parts = self._parts[spec.name] = (
-                Jobs(self._catalog, spec, self._inserter()),
-                Storage(spec, self._tenant, root=self._root, max_blob_bytes=self._max_blob_bytes),
+                Storage(spec, self._tenant, blobs=self._blobs, max_blob_bytes=self._max_blob_bytes),
                 Transport(
                     self._sender, self._ledger, spec, self._tenant, limits=self._message_limits
                 ),
             )
         return parts
 
-    def _inserter(self) -> Callable[[Sequence[NewJob]], Awaitable[list[Inserted]]]:
+    def inserter(self) -> Callable[[Sequence[NewJob]], Awaitable[list[Inserted]]]:
         """The store's insert, reporting `enqueued` events when anyone listens."""
         insert, hooks, tenant = self._store.job_insert, self._hooks, self._tenant
         if hooks is None:
@@ -210,4 +224,4 @@ class Contexts:
         return insert_and_report
 
 
-_OPERATION_PARTS = {"jobs": 0, "storage": 1, "transport": 2}  # as Contexts._operation has them
+_OPERATION_PARTS = {"storage": 0, "transport": 1}  # as Contexts._operation has them

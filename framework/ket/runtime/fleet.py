@@ -15,12 +15,13 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from ket.catalog import Catalog
-from ket.runtime.contexts import Contexts, install_models
+from ket.runtime.contexts import Contexts, default_blobs, install_models
 from ket.runtime.events import Hooks
 from ket.runtime.events import hooks as default_hooks
 from ket.runtime.supervisor import Repeats, Service, Supervisor
 from ket.runtime.tenancy import resolve_tenants
 from ket.runtime.worker import TenantWorker
+from ket.storage import BlobStore
 from ket.store.contract import JobStore
 from ket.transport import Sender
 
@@ -55,6 +56,7 @@ class Fleet:
         open_store: OpenStore,
         worker_id: str,
         sender: Sender,
+        blobs: BlobStore | None = None,  # None: what KET_STORAGE_URL names
         hooks: Hooks | None = None,
         only: str | None = None,
     ) -> None:
@@ -66,6 +68,8 @@ class Fleet:
         self.hooks = hooks or default_hooks
         self._only = only
         self._sender = sender
+        # one backend for every tenant (an S3 client keeps its connections for all of them)
+        self._blobs = blobs if blobs is not None else default_blobs()
         self._repeats = Repeats()
         self._refused: dict[str, str] = {}  # tenant -> why it is not served, as last logged
         self.workers: dict[str, TenantWorker] = {}
@@ -128,6 +132,7 @@ class Fleet:
                 catalog=self.catalog,
                 tenant=name,
                 sender=self._sender,
+                blobs=self._blobs,
                 hooks=self.hooks,
             )
         except Exception as error:

@@ -26,6 +26,7 @@ values hidden, then the deployment's `redact` hook applied.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import time
@@ -128,7 +129,18 @@ class JobRunner:
 
         An async handler runs in the calling task, which must be the attempt's own (the worker
         runs each attempt in a task; so do the test helpers): a cancel of that task from
-        elsewhere raises CancelledError here, the worker's cue for `abandoned()`."""
+        elsewhere raises CancelledError here, the worker's cue for `abandoned()`. With traces
+        on (KET_OTEL=1), the attempt runs in its span (ket/trace.py)."""
+        if not self.catalog.tracing:
+            return await self._attempt(job, signal)
+        from ket.trace import attempt_span, record_outcome
+
+        with attempt_span(job, self.tenant) as span:
+            result = await self._attempt(job, signal)
+            record_outcome(span, result.kind, result.error)
+        return result
+
+    async def _attempt(self, job: ClaimedJob, signal: AbortSignal) -> Result:
         started = time.perf_counter()
         spec = self.catalog.jobs.get(job.name)
         if spec is None:  # rows of a job this deployment no longer ships
@@ -277,7 +289,9 @@ class JobRunner:
             loop.call_soon_threadsafe(watch.start_clock)  # the clock starts with the handler
             return handler(blocking, payload)
 
-        work = asyncio.wrap_future(self._executor.submit(in_thread))
+        # in the attempt's context, as an async handler runs: its context variables (the
+        # attempt's span, when traced) are the handler's too
+        work = asyncio.wrap_future(self._executor.submit(contextvars.copy_context().run, in_thread))
         work.add_done_callback(lambda _: resolve(woken))
         try:
             await woken

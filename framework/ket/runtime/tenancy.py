@@ -2,7 +2,12 @@
 
 `--database-url` / `KET_DATABASE_URL` may contain `{tenant}`; the default is an embedded SQLite
 file per tenant under `.ket/`. The registry lists the tenants; an empty registry means a
-single-tenant app whose one tenant is `default`.
+single-tenant app whose one tenant is `default`. It is `KET_REGISTRY_URL`, else an existing
+`.ket/registry.db`, else the database `ket_registry` on the tenants' PostgreSQL server, else
+`.ket/registry.db`.
+
+The control database is where the workers of a deployment meet (`ket_workers`): the registry's
+database once a registry exists, else the single tenant's own database.
 
 Every entry (the CLI, the worker's tenant refresh, `open_client`) resolves tenants here, so one
 set of rules holds everywhere: names follow the tenant grammar (`ket.store.tenant`), `{tenant}`
@@ -19,11 +24,13 @@ from dataclasses import dataclass, field
 from ket.errors import KetError, StoreError
 from ket.project import ket_folder
 from ket.store.database_file import ensure_sqlite_folder as ensure_sqlite_folder  # for the CLI
+from ket.store.database_file import sqlite_path
 from ket.store.database_url import (
     PLACEHOLDER,
     Identity,
     check_tenant_database,
     database_identity,
+    parse_database_url,
     render_database_url,
     shown_url,
 )
@@ -32,6 +39,9 @@ from ket.store.tenant import check_tenant_name
 DEFAULT_TENANT = "default"
 DEFAULT_DATABASE_URL = "sqlite:///.ket/{tenant}.db"
 DEFAULT_REGISTRY_URL = "sqlite:///.ket/registry.db"
+# the registry's database on the tenants' PostgreSQL server when KET_REGISTRY_URL is not set
+REGISTRY_DATABASE = "ket_registry"
+_MARKER = "ketxregistryxmarker"  # stands for {tenant} while a template is parsed
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -56,11 +66,58 @@ def database_template(given: str | None = None, environ: Mapping[str, str] | Non
     return given or environ.get("KET_DATABASE_URL") or _in_ket_folder(DEFAULT_DATABASE_URL)
 
 
-def registry_url(environ: Mapping[str, str] | None = None) -> str:
-    """Where the tenant registry is: KET_REGISTRY_URL, else `registry.db` in the project's
-    `.ket/`."""
+def registry_url(given: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """Where the tenant registry is: KET_REGISTRY_URL; else the project's `.ket/registry.db`
+    if it exists (a registry made before this default: its tenants stay where they are); else,
+    when the tenant databases (the option `given`, else KET_DATABASE_URL) are on PostgreSQL,
+    the database `ket_registry` on that server with the same user, password and options; else
+    `.ket/registry.db`."""
     environ = os.environ if environ is None else environ
-    return environ.get("KET_REGISTRY_URL") or _in_ket_folder(DEFAULT_REGISTRY_URL)
+    configured = environ.get("KET_REGISTRY_URL")
+    if configured:
+        return configured
+    embedded = _in_ket_folder(DEFAULT_REGISTRY_URL)
+    beside = _beside(database_template(given, environ))
+    if beside is None or _is_file(embedded):
+        return embedded
+    return beside
+
+
+def registry_configured(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether KET_REGISTRY_URL names the registry (else ket chose it, and may create it)."""
+    environ = os.environ if environ is None else environ
+    return bool(environ.get("KET_REGISTRY_URL"))
+
+
+def control_url(template: str, registry: str, *, registry_exists: bool) -> str:
+    """The control database, where the workers record themselves (`ket_workers`): the
+    registry's once it exists; before that the app has one tenant, `default`, and it is that
+    tenant's database."""
+    if registry_exists:
+        return registry
+    return tenant_database(template, DEFAULT_TENANT)
+
+
+def _beside(template: str) -> str | None:
+    """The registry database on the server of a PostgreSQL `template`; None for SQLite.
+
+    The template's text is kept but for its database name: rendered anew, a query such as
+    `options=-c%20search_path%3Dx` would come back in a form libpq reads differently."""
+    try:
+        parsed = parse_database_url(template.replace(PLACEHOLDER, _MARKER))
+    except StoreError:
+        return None  # the commands that use the template name what is wrong with it
+    if parsed.get_backend_name() not in ("postgresql", "postgres"):
+        return None
+    scheme, _, rest = template.partition("://")
+    place, mark, query = rest.partition("?")
+    userinfo, at, server = place.rpartition("@")  # a password may hold a `/`, a host cannot
+    return f"{scheme}://{userinfo}{at}{server.partition('/')[0]}/{REGISTRY_DATABASE}{mark}{query}"
+
+
+def _is_file(url: str) -> bool:
+    path = sqlite_path(url)
+    return path is not None and path.is_file()
 
 
 def _in_ket_folder(default: str) -> str:

@@ -2,7 +2,8 @@
 
 Any store that passes the conformance kit (`ket.tck`) is a valid backend. The core protocol is
 the minimum a store must get right to run jobs safely; observation, push wake-ups, enqueue in a
-caller's transaction and vacuuming are separate protocols that callers test for with isinstance().
+caller's transaction, vacuuming and the audit log are separate protocols that callers test for
+with isinstance().
 
 Errors: every operation raises StoreError or a subclass; nothing else escapes. A call the store
 refuses (a bad value, named in the message) raises JobRejected before anything is written, the
@@ -24,6 +25,9 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ket.store.types import (
+    AuditEntry,
+    AuditQuery,
+    AuditRecord,
     BulkApplied,
     BulkBatch,
     BulkCount,
@@ -153,6 +157,20 @@ class BulkStore(Protocol):
 
     async def job_bulk_apply(self, batch: BulkBatch) -> BulkApplied:
         """Retry or cancel up to `batch.limit` matching jobs in one transaction."""
+        ...
+
+
+@runtime_checkable
+class AuditLog(Protocol):
+    """Capability: the tenant's audit log, who retried or cancelled what (the dashboard and
+    `ket jobs retry/cancel` append to it; entries are never changed)."""
+
+    async def audit_append(self, entry: AuditEntry) -> AuditRecord:
+        """Record `entry` at the store's now; the record, with its id."""
+        ...
+
+    async def audit_list(self, query: AuditQuery) -> list[AuditRecord]:
+        """A page of the log, newest first."""
         ...
 
 

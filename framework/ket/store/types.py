@@ -41,6 +41,7 @@ RETRY_STATES: tuple[JobState, ...] = ("retryable", "discarded")  # what an opera
 CANCEL_STATES: tuple[JobState, ...] = ACTIVE_STATES  # what an operator cancel takes
 
 PRIORITY_MIN, PRIORITY_MAX = -1_000, 1_000
+MAX_TAGS, MAX_TAG_LENGTH = 32, 100  # per job; characters per tag
 PAYLOAD_VERSION = 1
 
 
@@ -59,6 +60,9 @@ class NewJob:
     company: str | None = None
     tick: datetime | None = None
     ticks_skipped: int | None = None
+    tags: tuple[str, ...] = ()  # labels to find it by (`ket jobs list --tag`), in their order
+    # the W3C trace context of its enqueue (`traceparent`, `tracestate`), when traced
+    trace_context: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,6 +103,7 @@ class ClaimedJob:
     fence: int
     tick: datetime | None
     ticks_skipped: int | None
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -297,15 +302,19 @@ class JobRecord:
     errors: tuple[ErrorRecord, ...]
     tick: datetime | None
     ticks_skipped: int | None
+    tags: tuple[str, ...] = ()
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobQuery:
-    """Filter and page for listing; None means any. Newest first."""
+    """Filter and page for listing; None means any, and a job matches `tags` when it carries
+    every one of them. Newest first."""
 
     state: JobState | None = None
     queue: str | None = None
     name: str | None = None
+    tags: tuple[str, ...] = ()
     limit: int = 50
     offset: int = 0
 
@@ -319,15 +328,17 @@ class JobFilter:
     """The jobs a bulk retry or cancel acts on: every given filter holds; None means any.
 
     `states` are states the action applies to (empty: all of them, RETRY_STATES or
-    CANCEL_STATES); `enqueued_before` keeps jobs enqueued before that instant; the ids are in
-    (`after_id`, `through_id`]. A cancel never matches an executing job that already carries a
-    cancel request: there is nothing left to do to it.
+    CANCEL_STATES); a job matches `tags` when it carries every one of them; `enqueued_before`
+    keeps jobs enqueued before that instant; the ids are in (`after_id`, `through_id`]. A cancel
+    never matches an executing job that already carries a cancel request: there is nothing left
+    to do to it.
     """
 
     action: BulkAction
     states: tuple[JobState, ...] = ()
     queue: str | None = None
     name: str | None = None
+    tags: tuple[str, ...] = ()
     enqueued_before: datetime | None = None
     after_id: JobId = 0
     through_id: JobId | None = None
@@ -375,6 +386,17 @@ class JobStats:
     dead_rows: int | None = None
     live_rows: int | None = None
     long_transactions: tuple[OpenTransaction, ...] = ()
+    # the two ages per queue, for the queues that have a due or an executing job
+    queue_ages: Mapping[str, QueueAges] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueueAges:
+    """One queue's ages, in seconds (None: no such job): how long its oldest lease has been
+    held, and how long its oldest due job has waited."""
+
+    oldest_lease_age: float | None
+    oldest_available_age: float | None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -401,3 +423,42 @@ class ModelTable:
 
 Where = Mapping[str, Any]
 """Equality filters on a model's fields, all of which must hold (`{"status": "pending"}`)."""
+
+
+AuditAction = Literal["retry", "cancel"]
+MAX_AUDIT_TEXT = 2_000  # characters of an audit entry's subject or detail
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AuditEntry:
+    """An operator's retry or cancel, for the tenant's audit log: who (`subject`, through
+    `source`: `dashboard`, `cli`), what (`action` on one `job_id`, or on every job `selection`
+    matched: the filter as JSON) and what came of it (`matched`, `changed`, `skipped`, and a
+    `detail` for people, such as `discarded -> available`)."""
+
+    subject: str
+    source: str
+    action: AuditAction
+    job_id: JobId | None = None
+    selection: Mapping[str, Any] = field(default_factory=dict)
+    matched: int = 0
+    changed: int = 0
+    skipped: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AuditRecord:
+    """An entry of the audit log as stored: its id, the store's time `at`, and the entry."""
+
+    id: int
+    at: datetime
+    entry: AuditEntry
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AuditQuery:
+    """A page of the audit log, newest first."""
+
+    limit: int = 50
+    offset: int = 0

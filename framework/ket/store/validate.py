@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeGuard, cast
 
 from ket.errors import JobRejected
 from ket.store.types import (
     CANCEL_STATES,
+    MAX_AUDIT_TEXT,
+    MAX_TAG_LENGTH,
+    MAX_TAGS,
     PRIORITY_MAX,
     PRIORITY_MIN,
     RETRY_STATES,
     TERMINAL_STATES,
+    AuditEntry,
+    AuditQuery,
     BulkBatch,
     Heartbeat,
     JobClaim,
@@ -39,6 +44,7 @@ from ket.store.types import (
 MAX_PAYLOAD_BYTES = 1_048_576
 MAX_NAME_LENGTH = 200
 MAX_KEY_LENGTH = 500
+MAX_TRACE_ENTRIES, MAX_TRACE_TEXT = 8, 512
 # A century: any longer lease, delay, retention or staleness means "never", and would overflow
 # date arithmetic (Python's datetime ends in the year 9999).
 MAX_SECONDS = 3_153_600_000
@@ -85,6 +91,7 @@ def _shares_declared(job: NewJob, other: NewJob) -> bool:
         and job.max_attempts is other.max_attempts
         and job.payload_version is other.payload_version
         and job.ticks_skipped is other.ticks_skipped
+        and job.tags is other.tags
     )
 
 
@@ -105,11 +112,15 @@ def _check_declared(job: NewJob) -> None:
     _counter(job, "payload_version", job.payload_version, minimum=1)
     if job.ticks_skipped is not None:
         _counter(job, "ticks_skipped", job.ticks_skipped, minimum=0)
+    if job.tags:
+        check_tags(job.tags, f"job {job.name!r}: tags")
 
 
 def _check_own(job: NewJob) -> None:
     """The fields each job has of its own."""
     _text(job, "unique_key", job.unique_key, required=False)
+    if job.trace_context is not None:
+        _check_trace_context(job)
     for field, value in (("run_at", job.run_at), ("tick", job.tick)):
         if value is not None and not _aware(value):
             raise JobRejected(
@@ -138,6 +149,47 @@ def encode_payload(job: NewJob, *, limit: int = MAX_PAYLOAD_BYTES) -> str:
             "store large data in a model or in storage and enqueue a reference"
         )
     return text
+
+
+def check_tags(tags: object, what: str) -> None:
+    """Refuse tags that are not a tuple or list of at most MAX_TAGS strings of 1 to
+    MAX_TAG_LENGTH characters; `what` names them in the message (`job 'send': tags`)."""
+    if not isinstance(tags, tuple | list):
+        raise JobRejected(f"{what} must be a list of strings, got {tags!r}")
+    if len(tags) > MAX_TAGS:
+        raise JobRejected(f"{what} hold at most {MAX_TAGS} tags, got {len(tags)}")
+    for tag in tags:
+        if not _clean_text(tag, MAX_TAG_LENGTH):
+            raise JobRejected(
+                f"{what}: a tag must be 1 to {MAX_TAG_LENGTH} characters{_TEXT}, got {tag!r}"
+            )
+
+
+def _check_trace_context(job: NewJob) -> None:
+    """A trace context is a few short strings by name (W3C `traceparent`, `tracestate`)."""
+    carrier = job.trace_context
+    if (
+        not isinstance(carrier, dict)
+        or len(carrier) > MAX_TRACE_ENTRIES
+        or not all(
+            _clean_text(k, MAX_TRACE_TEXT) and _clean_text(v, MAX_TRACE_TEXT)
+            for k, v in carrier.items()
+        )
+    ):
+        raise JobRejected(
+            f"job {job.name!r}: trace_context must be a dict of at most {MAX_TRACE_ENTRIES} "
+            f"strings of 1 to {MAX_TRACE_TEXT} characters, got {carrier!r}"
+        )
+
+
+def encode_trace_context(carrier: Mapping[str, str] | None) -> str | None:
+    """A checked trace context as JSON, None for none."""
+    return _JSON.encode(dict(carrier)) if carrier else None
+
+
+def encode_tags(tags: Sequence[str]) -> str | None:
+    """Checked tags as a JSON array, None for none (the column stays NULL, off the index)."""
+    return _JSON.encode(list(tags)) if tags else None
 
 
 def check_claim(claim: JobClaim) -> None:
@@ -245,6 +297,7 @@ def check_query(query: JobQuery) -> None:
     for field, value in (("state", query.state), ("queue", query.queue), ("name", query.name)):
         if value is not None and not _clean_text(value, None):
             raise JobRejected(f"job list {field} must be a string{_TEXT}, got {value!r}")
+    check_tags(query.tags, "job list tags")
 
 
 def check_filter(job_filter: JobFilter) -> tuple[JobState, ...]:
@@ -268,6 +321,7 @@ def check_filter(job_filter: JobFilter) -> tuple[JobState, ...]:
                 f"bulk filter {field} must be 1 to {MAX_KEY_LENGTH} characters{_TEXT}, "
                 f"got {value!r}"
             )
+    check_tags(job_filter.tags, "bulk filter tags")
     before = job_filter.enqueued_before
     if before is not None and not _aware(before):
         raise JobRejected(
@@ -418,3 +472,40 @@ def _bigint(value: object) -> bool:
 
 def _int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_audit_entry(entry: AuditEntry) -> str:
+    """Refuse an audit entry without a subject or source, with an unknown action, a bad job id,
+    negative counts or a selection that is not a JSON object; the selection as compact JSON."""
+    for field, value, required in (
+        ("subject", entry.subject, True),
+        ("source", entry.source, True),
+        ("detail", entry.detail, False),
+    ):
+        if (required or value != "") and not _clean_text(value, MAX_AUDIT_TEXT):
+            raise JobRejected(
+                f"audit {field} must be 1 to {MAX_AUDIT_TEXT} characters{_TEXT}, got {value!r}"
+            )
+    if entry.action not in _ACTION_STATES:
+        raise JobRejected(f"audit action must be retry or cancel, got {entry.action!r}")
+    if entry.job_id is not None:
+        check_job_id(entry.job_id)
+    for field, count in (
+        ("matched", entry.matched),
+        ("changed", entry.changed),
+        ("skipped", entry.skipped),
+    ):
+        check_count(f"audit {field}", count, minimum=0)
+    selection = entry.selection
+    if not isinstance(selection, Mapping) or _holds_nul(dict(selection)):
+        raise JobRejected(f"audit selection must be a JSON object without NUL, got {selection!r}")
+    try:
+        return _JSON.encode(dict(selection))
+    except (TypeError, ValueError) as error:
+        raise JobRejected(f"audit selection must be a JSON object: {error}") from None
+
+
+def check_audit_query(query: AuditQuery) -> None:
+    """Refuse an audit page with a bad limit or offset."""
+    check_count("audit list limit", query.limit, minimum=0)
+    check_count("audit list offset", query.offset, minimum=0)

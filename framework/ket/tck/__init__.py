@@ -10,8 +10,8 @@ A store joins by defining one pytest fixture, `ket_store_factory`, and importing
         return MyStoreFactory(tmp_path / "jobs.db")
 
 One area of docs/stores.md per module. A capability the store lacks (PushStore, QueryableStore,
-BulkStore, TransactionalStore, SentLedger, RecordStore, VacuumStore) skips the tests that need it,
-with the reason shown; so does a factory that cannot make a handle fail on demand
+BulkStore, TransactionalStore, SentLedger, RecordStore, VacuumStore, AuditLog) skips the tests
+that need it, with the reason shown; so does a factory that cannot make a handle fail on demand
 (FaultyStoreFactory, see harness).
 """
 
@@ -38,6 +38,7 @@ AREAS = (
     "ledger",
     "records",
     "vacuum",
+    "audit",
     "errors",
 )
 
@@ -45,6 +46,7 @@ AREAS = (
 pytest.register_assert_rewrite("ket.tck.arrange", *(f"ket.tck.{area}" for area in AREAS))
 
 from ket.tck import (
+    audit,
     bulk,
     cancel,
     claim,
@@ -64,6 +66,7 @@ from ket.tck import (
     transaction,
     vacuum,
 )
+from ket.tck.audit import *
 from ket.tck.bulk import *
 from ket.tck.cancel import *
 from ket.tck.claim import *
@@ -107,5 +110,6 @@ __all__ = [
     *ledger.__all__,
     *records.__all__,
     *vacuum.__all__,
+    *audit.__all__,
     *errors.__all__,
 ]

@@ -40,6 +40,7 @@ __all__ = [
     "test_bulk_cancel_never_matches_a_running_job_whose_cancel_was_requested",
     "test_bulk_cancel_racing_a_claim_leaves_every_job_cancelled_or_asked_to_abort",
     "test_bulk_count_matches_exactly_the_filtered_jobs",
+    "test_bulk_filters_by_tags_every_one_of_them",
     "test_bulk_refuses_a_bad_filter_naming_the_value",
     "test_bulk_retry_keeps_one_holder_per_unique_key",
     "test_bulk_retry_makes_retryable_and_discarded_jobs_available_keeping_history",
@@ -113,6 +114,23 @@ async def test_bulk_count_matches_exactly_the_filtered_jobs(t: Tck) -> None:
     assert (record.name, record.state, record.queue) == ("kit.a", "discarded", mail)
     cancellable = await store.job_bulk_count(JobFilter(action="cancel", queue=mail))
     assert cancellable.count == 1  # the available one: the rest have finished
+
+
+@tck_test
+async def test_bulk_filters_by_tags_every_one_of_them(t: Tck) -> None:
+    store = bulkable(t)
+    name = fresh_queue("tagged")  # a job name no other test uses
+    both = await arrange(t, "discarded", name=name, tags=("billing", "eu"))
+    billing = await arrange(t, "retryable", name=name, tags=("billing",))
+    await arrange(t, "discarded", name=name, tags=("eu",))
+    await arrange(t, "discarded", name=name)
+    retry = JobFilter(action="retry", name=name, tags=("billing",))
+    assert (await store.job_bulk_count(retry)).count == 2
+    both_tags = JobFilter(action="retry", name=name, tags=("eu", "billing"))
+    assert [r.id for r in (await store.job_bulk_count(both_tags)).sample] == [both]
+    assert _changed(await _apply_all(store, retry, limit=1)) == [both, billing]
+    assert {(await get(t, job_id)).state for job_id in (both, billing)} == {"available"}
+    assert (await store.job_bulk_count(JobFilter(action="retry", name=name))).count == 2
 
 
 @tck_test
@@ -298,6 +316,8 @@ async def test_bulk_refuses_a_bad_filter_naming_the_value(t: Tck) -> None:
         (JobFilter(action="cancel", name="a\x00b"), "'a\\x00b'"),
         (JobFilter(action="retry", enqueued_before=naive), repr(naive)),
         (JobFilter(action="retry", after_id=-1), "-1"),
+        (JobFilter(action="retry", tags=("",)), "''"),
+        (JobFilter(action="retry", tags="billing"), "'billing'"),  # type: ignore[arg-type]
     ]
     for job_filter, named in bad:
         with pytest.raises(JobRejected) as refused:

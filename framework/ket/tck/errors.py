@@ -189,6 +189,9 @@ async def test_listings_refuse_negative_or_oversized_limits_and_offsets(t: Tck) 
     for bad in BAD_PAGES:
         for query in (JobQuery(limit=bad), JobQuery(offset=bad)):
             await _refused(f"job_list {query!r}", store.job_list(query))
+    for tags in (("",), "billing", ("a\x00b",)):
+        query = JobQuery(tags=tags)  # type: ignore[arg-type]
+        await _refused(f"job_list {query!r}", store.job_list(query))
         await _refused(f"schedule_fires limit {bad!r}", store.schedule_fires("s", bad))
     assert await store.job_list(JobQuery(limit=0)) == []  # an empty page is a fine question
     assert await store.schedule_fires("s", 0) == []

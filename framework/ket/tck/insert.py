@@ -37,14 +37,17 @@ __all__ = [
     "test_insert_refuses_a_payload_over_one_mebibyte",
     "test_insert_refuses_a_payload_that_is_not_an_object",
     "test_insert_refuses_a_set_in_the_payload",
+    "test_insert_refuses_a_trace_context_that_is_not_a_few_short_strings",
     "test_insert_refuses_an_empty_name",
     "test_insert_refuses_an_empty_queue",
     "test_insert_refuses_max_attempts_of_zero",
     "test_insert_refuses_priority_above_1000",
     "test_insert_refuses_priority_below_minus_1000",
+    "test_insert_refuses_tags_that_are_not_a_short_list_of_strings",
     "test_insert_returns_one_result_per_job_in_order",
     "test_insert_round_trips_every_field",
     "test_insert_round_trips_nested_and_unicode_payloads",
+    "test_insert_round_trips_the_trace_context_to_claim_and_record",
     "test_insert_round_trips_times_given_in_another_timezone",
     "test_insert_with_future_run_at_is_scheduled",
     "test_insert_with_run_at_equal_to_now_is_available",
@@ -252,6 +255,37 @@ async def test_insert_refuses_priority_below_minus_1000(t: Tck) -> None:
 @tck_test
 async def test_insert_refuses_max_attempts_of_zero(t: Tck) -> None:
     await _refused(t, new_job("kit.bad.attempts", max_attempts=0), "kit.bad.attempts")
+
+
+@tck_test
+async def test_insert_refuses_tags_that_are_not_a_short_list_of_strings(t: Tck) -> None:
+    for tags, named in (
+        ("billing", "'billing'"),  # a string is not a list of tags
+        (("ok", ""), "''"),
+        (("a\x00b",), "'a\\x00b'"),
+        (("x" * 101,), "100 characters"),
+        ((7,), "7"),
+        (tuple(f"t{n}" for n in range(33)), "at most 32 tags"),
+    ):
+        await _refused(t, new_job("kit.bad.tags", tags=tags), "kit.bad.tags", named)
+
+
+@tck_test
+async def test_insert_round_trips_the_trace_context_to_claim_and_record(t: Tck) -> None:
+    carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    traced = await insert_one(t.store, new_job(queue="kit-traced", trace_context=carrier))
+    plain = await insert_one(t.store, new_job(queue="kit-traced"))
+    (claimed,) = await claim(t.store, "kit-traced", limit=1)
+    assert (claimed.id, claimed.trace_context) == (traced, carrier)
+    assert (await get(t, traced)).trace_context == carrier
+    assert (await get(t, plain)).trace_context is None
+
+
+@tck_test
+async def test_insert_refuses_a_trace_context_that_is_not_a_few_short_strings(t: Tck) -> None:
+    for carrier in (["traceparent"], {"traceparent": 7}, {"k": "x" * 513}, {"": "v"}):
+        bad = new_job("kit.bad.trace", trace_context=carrier)
+        await _refused(t, bad, "kit.bad.trace", "trace_context")
 
 
 @tck_test

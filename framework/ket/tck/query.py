@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
-from ket.store.types import JobQuery, JobState
+from ket.store.types import JobQuery, JobState, QueueAges
 from ket.tck.arrange import (
     UNKNOWN_ID,
     arrange,
     claim,
+    fresh_queue,
+    get,
     insert,
     insert_one,
     new_job,
@@ -19,12 +22,15 @@ from ket.tck.harness import Tck, tck_test
 __all__ = [
     "test_job_get_of_an_unknown_id_is_none",
     "test_job_list_filters_by_state_queue_and_name",
+    "test_job_list_filters_by_tags_every_one_of_them",
     "test_job_list_is_newest_first",
     "test_job_list_pages_with_limit_and_offset",
     "test_job_stats_count_jobs_by_state_and_queue",
     "test_job_stats_of_an_empty_store",
     "test_job_stats_oldest_available_age_comes_from_the_clock",
     "test_job_stats_oldest_lease_age_comes_from_the_clock",
+    "test_job_stats_tell_both_ages_per_queue",
+    "test_job_tags_round_trip_through_every_insert_path",
     "test_schedule_fires_of_an_unknown_schedule_is_empty",
 ]
 
@@ -67,6 +73,44 @@ async def test_job_list_filters_by_state_queue_and_name(t: Tck) -> None:
         "sms",
         "kit.a",
     )
+
+
+@tck_test
+async def test_job_list_filters_by_tags_every_one_of_them(t: Tck) -> None:
+    store = queryable(t)
+    name = fresh_queue("tagged")  # a job name no other test uses
+    both = await arrange(t, "available", name=name, tags=("billing", "eu"))
+    billing = await arrange(t, "completed", name=name, tags=("billing",))
+    eu = await arrange(t, "scheduled", name=name, tags=("eu", "urgent"))
+    untagged = await arrange(t, "available", name=name)
+
+    async def listed(*tags: str, **query: Any) -> set[int]:
+        return {r.id for r in await store.job_list(JobQuery(name=name, tags=tags, **query))}
+
+    assert await listed() == {both, billing, eu, untagged}
+    assert await listed("billing") == {both, billing}
+    assert await listed("eu") == {both, eu}
+    assert await listed("eu", "billing") == {both}
+    assert await listed("billing", state="completed") == {billing}
+    assert await listed("bill") == set()  # a tag is matched whole, never as a prefix
+    assert await listed("billing", "urgent") == set()
+
+
+@tck_test
+async def test_job_tags_round_trip_through_every_insert_path(t: Tck) -> None:
+    queue = fresh_queue("tags")
+    one = await insert_one(t.store, new_job(queue=queue, tags=("solo", "ünï")))
+    keyed = await insert_one(t.store, new_job(queue=queue, unique_key="k", tags=("keyed",)))
+    # a large batch: the stores insert those differently (arrays, numbered rows)
+    batch = [new_job(queue=queue, tags=(f"n{n % 3}", "batch") if n % 2 else ()) for n in range(70)]
+    many = await insert(t.store, *batch)
+    assert (await get(t, one)).tags == ("solo", "ünï")
+    assert (await get(t, keyed)).tags == ("keyed",)
+    for n, job_id in enumerate(many):
+        assert (await get(t, job_id)).tags == batch[n].tags, n
+    store = queryable(t)
+    batched = await store.job_list(JobQuery(queue=queue, tags=("n1", "batch"), limit=100))
+    assert {r.id for r in batched} == {many[n] for n in range(70) if n % 2 and n % 3 == 1}
 
 
 @tck_test
@@ -151,6 +195,25 @@ async def test_job_stats_oldest_available_age_comes_from_the_clock(t: Tck) -> No
     await claim(t.store, "a")
     stats = await queryable(t).job_stats()
     assert stats.oldest_available_age == 5.0, f"job {oldest} is executing and no longer waits"
+
+
+@tck_test
+async def test_job_stats_tell_both_ages_per_queue(t: Tck) -> None:
+    """Each queue with a due or an executing job has its own two ages (the dashboard's queues)."""
+    mail, sms, later = fresh_queue("mail"), fresh_queue("sms"), fresh_queue("later")
+    await insert(t.store, new_job(queue=mail), new_job(queue=mail))
+    await arrange(t, "scheduled", queue=later)  # not due: no age at all
+    t.clock.advance(seconds=10)
+    await insert_one(t.store, new_job(queue=sms))
+    t.clock.advance(seconds=5)
+    await claim(t.store, mail, limit=1)
+    t.clock.advance(seconds=20)
+    ages = (await queryable(t).job_stats()).queue_ages
+    assert {queue: ages[queue] for queue in (mail, sms) if queue in ages} == {
+        mail: QueueAges(oldest_lease_age=20.0, oldest_available_age=35.0),
+        sms: QueueAges(oldest_lease_age=None, oldest_available_age=25.0),
+    }
+    assert later not in ages
 
 
 @tck_test

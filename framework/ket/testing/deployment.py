@@ -9,10 +9,13 @@ with create_test_deployment(erp) as e2e:          # fresh embedded store
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -25,10 +28,11 @@ from ket.declare.deployment import DeploymentDecl
 from ket.runtime.call import call_function
 from ket.runtime.contexts import Contexts, install_models
 from ket.runtime.events import Hooks
-from ket.runtime.runner import JobRunner
+from ket.runtime.runner import JobRunner, Result
 from ket.runtime.settler import record
 from ket.runtime.supervisor import Repeats
 from ket.runtime.sweep import sweep
+from ket.storage import STORAGE_URL_VARIABLE, BlobStore, LocalBlobs, blobs_from_url
 from ket.store.clock import ManualClock
 from ket.store.sql import SqlStore
 from ket.store.tenant import check_tenant_name
@@ -39,7 +43,10 @@ from ket.store.types import (
     JobQuery,
     JobRecord,
     JobState,
+    NewJob,
 )
+from ket.store.validate import encode_payload
+from ket.testing.assertion import ENQUEUED_STATES, Expected, found_text
 from ket.testing.loop import LoopThread
 from ket.transport import CaptureSender
 
@@ -51,17 +58,37 @@ class WorkerDisabled(RuntimeError):
     jobs."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class Performed:
+    """How one attempt run by `perform_job` ended: `outcome` is completed, failed (it would be
+    retried after `delay_seconds`), discarded, cancelled or snoozed (after `delay_seconds`);
+    `error` is the text the worker would store."""
+
+    outcome: str
+    error: str | None = None
+    delay_seconds: float | None = None
+
+
 class TestClient:
     """`e2e.client`: call functions as `ket serve` would."""
 
     def __init__(self, e2e: TestDeployment) -> None:
         self._e2e = e2e
 
-    def call(self, name: str, input: BaseModel | Mapping[str, Any] | None = None) -> Any:
-        """Call function `name` with `input`; returns its result."""
+    def call(
+        self,
+        name: str,
+        input: BaseModel | Mapping[str, Any] | None = None,
+        *,
+        company: str | None = None,
+    ) -> Any:
+        """Call function `name` with `input`, for `company` (as `ket serve` does for its
+        principal's company); returns its result."""
         e2e = self._e2e
         return e2e._loop.run(
-            call_function(e2e.catalog, e2e._contexts, name, input, executor=e2e._executor)
+            call_function(
+                e2e.catalog, e2e._contexts, name, input, executor=e2e._executor, company=company
+            )
         )
 
 
@@ -101,6 +128,7 @@ class TestDeployment:
         worker: bool = True,
         database_url: str | None = None,
         tenant: str = "default",
+        storage_url: str | None = None,
     ) -> None:
         self.catalog = Catalog.build(deployment)
         self.tenant = check_tenant_name(tenant)  # as the client and the CLI would refuse it
@@ -109,6 +137,11 @@ class TestDeployment:
         self.transport = CaptureSender()
         self.hooks = Hooks()
         self._folder = tempfile.TemporaryDirectory(prefix="ket-test-")
+        try:
+            blobs = _blobs(storage_url, Path(self._folder.name) / "storage")
+        except BaseException:
+            self._folder.cleanup()
+            raise
         url = database_url or f"sqlite:///{Path(self._folder.name) / 'ket.db'}"
         self._loop = LoopThread()
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ket-test-job")
@@ -122,7 +155,7 @@ class TestDeployment:
             catalog=self.catalog,
             tenant=tenant,
             sender=self.transport,
-            storage_root=Path(self._folder.name) / "storage",
+            blobs=blobs,
             clock=self.clock.now,
             hooks=self.hooks,
         )
@@ -153,13 +186,92 @@ class TestDeployment:
         priority: int | None = None,
         unique_key: str | None = None,
         company: str | None = None,
+        tags: list[str] | tuple[str, ...] | None = None,
     ) -> Inserted:
         """Enqueue a job directly, as a test's producer."""
         job = self.catalog.new_job(
-            name, input, run_at=run_at, priority=priority, unique_key=unique_key, company=company
+            name,
+            input,
+            run_at=run_at,
+            priority=priority,
+            unique_key=unique_key,
+            company=company,
+            tags=tags,
         )
-        [inserted] = self._loop.run(self.store.job_insert([job]))
+        [inserted] = self._loop.run(self._insert([job]))
         return inserted
+
+    async def _insert(self, jobs: list[NewJob]) -> list[Inserted]:
+        """Insert as `ctx.jobs` does, reporting `enqueued` events to `hooks`."""
+        return await self._contexts.inserter()(jobs)
+
+    def assert_enqueued(
+        self,
+        name: str,
+        input: BaseModel | Mapping[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        unique_key: str | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        company: str | None = None,
+        tags: Sequence[str] | None = None,
+    ) -> JobRecord:
+        """The oldest enqueued (available or scheduled) job `name` with every field given:
+        `input` keys equal to the payload's (others ignored), and the options exactly. Raises
+        AssertionError listing the enqueued jobs of that name when there is none."""
+        expected = Expected.of(
+            name,
+            input,
+            queue=queue,
+            unique_key=unique_key,
+            run_at=run_at,
+            priority=priority,
+            company=company,
+            tags=tags,
+        )
+        enqueued = self._enqueued(name)
+        for job in enqueued:
+            if expected.matches(job, self.catalog.keys):
+                return job
+        raise AssertionError(
+            f"expected a job {expected.describe()} to be enqueued; the enqueued jobs of "
+            f"{name}:\n{found_text(enqueued)}"
+        )
+
+    def refute_enqueued(
+        self,
+        name: str,
+        input: BaseModel | Mapping[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        unique_key: str | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        company: str | None = None,
+        tags: Sequence[str] | None = None,
+    ) -> None:
+        """Raises AssertionError, naming them, when enqueued jobs `name` have every field given
+        (see `assert_enqueued`)."""
+        expected = Expected.of(
+            name,
+            input,
+            queue=queue,
+            unique_key=unique_key,
+            run_at=run_at,
+            priority=priority,
+            company=company,
+            tags=tags,
+        )
+        found = [r for r in self._enqueued(name) if expected.matches(r, self.catalog.keys)]
+        if found:
+            raise AssertionError(
+                f"expected no job {expected.describe()} to be enqueued; found:\n{found_text(found)}"
+            )
+
+    def _enqueued(self, name: str) -> list[JobRecord]:
+        self.catalog.job(name)  # an unknown name is a typo in the test: JobRejected says so
+        return [r for r in self.jobs(name=name) if r.state in ENQUEUED_STATES]
 
     def jobs(self, state: JobState | None = None, name: str | None = None) -> list[JobRecord]:
         """Job records (id, name, state, attempt, max_attempts, errors, ...), oldest first."""
@@ -197,14 +309,59 @@ class TestDeployment:
                 completed += await self._run(job)
 
     async def _run(self, job: ClaimedJob) -> int:
-        """The worker's per-job step, then its recording, for one job. The attempt runs in a
-        task of its own, as in the worker: what its handler changes in its task's context
-        (context variables) stays in that attempt."""
-        result = await asyncio.get_running_loop().create_task(self._runner.run(job, AbortSignal()))
+        """The worker's per-job step, then its recording, for one job."""
+        result = await self._attempt(job)
         left = await record(self.store, [result], self._runner.report, self._repeats)
         if left:
             raise RuntimeError(f"drain_jobs could not record the outcome of job {job.id}")
         return 1 if result.kind == "completed" else 0
+
+    def perform_job(
+        self,
+        name: str,
+        input: BaseModel | Mapping[str, Any] | None = None,
+        *,
+        attempt: int = 1,
+        company: str | None = None,
+    ) -> Performed:
+        """Run one attempt of job `name` with `input` now, as the worker would (input validated,
+        a real context with its effects enforced, the timeout, the outcome decided and
+        reported to `hooks`), without the queue: no job row is written or settled; what the
+        handler writes and enqueues is. `attempt` says which attempt of `max_attempts` it is."""
+        self._require_worker()
+        job = self.catalog.new_job(name, input, company=company)
+        now = self.clock.now()
+        claimed = ClaimedJob(
+            id=0,
+            name=job.name,
+            queue=job.queue,
+            payload=json.loads(encode_payload(job)),  # as the worker reads it back
+            payload_version=job.payload_version,
+            priority=job.priority,
+            attempt=attempt,
+            max_attempts=job.max_attempts,
+            unique_key=None,
+            company=job.company,
+            run_at=now,
+            enqueued_at=now,
+            lease_until=now + timedelta(milliseconds=self.catalog.worker.lease_ms),
+            fence=0,
+            tick=None,
+            ticks_skipped=None,
+        )
+        result = self._loop.run(self._attempt(claimed))
+        self._runner.report(result, applied=True)
+        settle = result.settle
+        return Performed(
+            outcome=result.kind,
+            error=result.error,
+            delay_seconds=settle.delay_seconds if settle and result.kind != "completed" else None,
+        )
+
+    async def _attempt(self, job: ClaimedJob) -> Result:
+        """The attempt in a task of its own, as in the worker: what its handler changes in its
+        task's context (context variables) stays in that attempt."""
+        return await asyncio.get_running_loop().create_task(self._runner.run(job, AbortSignal()))
 
     def run_schedules(self) -> int:
         """One schedule sweep at the clock's now; returns how many ticks fired."""
@@ -247,7 +404,23 @@ def create_test_deployment(
     worker: bool = True,
     database_url: str | None = None,
     tenant: str = "default",
+    storage_url: str | None = None,
 ) -> TestDeployment:
     """A fresh embedded store for `deployment` (or `database_url`), a controllable clock, and
-    helpers to call functions, enqueue, drain jobs and run schedules. Use it in a `with`."""
-    return TestDeployment(deployment, worker=worker, database_url=database_url, tenant=tenant)
+    helpers to call functions, enqueue, drain jobs and run schedules. Use it in a `with`.
+
+    `ctx.storage` keeps blobs where `storage_url` says, else where KET_STORAGE_URL says, else
+    in a fresh folder removed on close."""
+    return TestDeployment(
+        deployment,
+        worker=worker,
+        database_url=database_url,
+        tenant=tenant,
+        storage_url=storage_url,
+    )
+
+
+def _blobs(storage_url: str | None, fresh: Path) -> BlobStore:
+    """The backend `storage_url` names, else KET_STORAGE_URL's, else files under `fresh`."""
+    url = storage_url if storage_url is not None else os.environ.get(STORAGE_URL_VARIABLE)
+    return blobs_from_url(url) if url else LocalBlobs(fresh)

@@ -409,3 +409,28 @@ def test_every_problem_of_one_job_is_reported_in_id_order() -> None:
         "KET104",
         "KET106",
     ]
+
+
+# KET111: tags
+
+
+@pytest.mark.parametrize(
+    ("tags", "message"),
+    [
+        ("billing", "tags must be a list of strings, got 'billing'"),
+        (["ok", 7], "a tag must be a string, got 7"),
+        (["  "], "a tag must be 1 to 100 characters without NUL, got '  '"),
+        (["x" * 101], f"a tag must be 1 to 100 characters without NUL, got {'x' * 101!r}"),
+        ([f"t{n}" for n in range(33)], "a job carries at most 32 tags, got 33"),
+    ],
+)
+def test_tags_that_are_not_a_short_list_of_strings_are_KET111(tags: Any, message: str) -> None:
+    job = define_job(handler=handle, idempotent=True, tags=tags)
+    assert run_checks(deployment_of(jobs={"send": job})) == [
+        error("KET111", message, obj="job sales.send", source=job.source)
+    ]
+
+
+def test_tags_repeated_or_padded_are_silent() -> None:
+    job = define_job(handler=handle, idempotent=True, tags=[" billing", "billing", "eu"])
+    assert run_checks(deployment_of(jobs={"send": job})) == []

@@ -391,6 +391,7 @@ PERTURBED_JOB: dict[str, Any] = {
     "schedule": {"every": "15m", "fingerprint": "f1"},
     "input_version": 2,
     "upgrades_from": [1],
+    "tags": ["billing"],
 }
 PERTURBED_WORKER: dict[str, Any] = {name: 1 for name in WORKER} | {
     "queues": {"default": 2},

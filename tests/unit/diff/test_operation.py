@@ -289,3 +289,17 @@ def test_priority_backoff_handler_and_idempotent_changes_are_safe() -> None:
         ),
         change("safe", "priority_changed", SUBJECT, "priority changed from 0 to -1", 0, -1),
     ]
+
+
+def test_a_change_of_declared_tags_is_safe() -> None:
+    assert diff_job(job(tags=["billing"]), job(tags=["billing"])) == []
+    assert diff_job(job(), job(tags=["billing"])) == [
+        change(
+            "safe",
+            "tags_changed",
+            SUBJECT,
+            "tags changed from none to billing",
+            old=[],
+            new=["billing"],
+        )
+    ]

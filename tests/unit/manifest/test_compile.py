@@ -212,3 +212,33 @@ def test_worker_entry_fills_in_defaults() -> None:
         shutdown_grace_ms=15_000,
         schedule_sweep_ms=30_000,
     )
+
+
+def test_declared_tags_are_recorded_cleaned_and_none_are_left_out() -> None:
+    def send(ctx: object, input: object) -> None: ...
+
+    module = define_module(
+        name="shop",
+        jobs={
+            "tagged": define_job(idempotent=True, tags=[" billing", "eu", "billing"], handler=send),
+            "plain": define_job(idempotent=True, handler=send),
+        },
+    )
+    text = dump_manifest(compile_manifest(define_deployment(name="main", modules=[module])))
+    jobs = compile_manifest(define_deployment(name="main", modules=[module])).modules["shop"].jobs
+    assert jobs["tagged"].tags == ["billing", "eu"]
+    assert jobs["plain"].tags == []
+    assert text.count("tags:") == 1  # a job without tags writes none: older manifests stay equal
+
+
+def test_serve_is_recorded_only_when_declared_with_the_authenticator_by_name() -> None:
+    module = define_module(name="sales")
+    plain = compile_manifest(define_deployment(name="shop", modules=[module]))
+    assert plain.serve is None
+    assert "serve" not in dump_manifest(plain)
+    served = compile_manifest(
+        define_deployment(name="shop", modules=[module], serve={"authenticate": backoff})
+    )
+    assert served.serve is not None
+    assert served.serve.authenticate == "tests.unit.manifest.test_compile:backoff"
+    assert served.serve.max_body_bytes == 1_048_576

@@ -116,21 +116,26 @@ def test_a_message_whose_arguments_do_not_format_still_gives_a_line() -> None:
 
 
 @pytest.fixture
-def third_party_levels() -> Iterator[None]:
-    levels = {name: logging.getLogger(name).level for name in THIRD_PARTY}
+def levels() -> Iterator[None]:
+    names = ["", *THIRD_PARTY, "uvicorn.access"]
+    before = {name: logging.getLogger(name).level for name in names}
+    logging.getLogger().setLevel(logging.DEBUG)  # as `--log-level DEBUG` sets it
     yield
-    for name, level in levels.items():
+    for name, level in before.items():
         logging.getLogger(name).setLevel(level)
 
 
-@pytest.mark.usefixtures("third_party_levels")
-def test_third_party_loggers_stay_at_warning_unless_opted_in() -> None:
+@pytest.mark.usefixtures("levels")
+def test_third_party_loggers_stay_at_warning_at_debug_unless_opted_in() -> None:
     quiet_third_party(opted_in=False)
     assert not logging.getLogger("aiosqlite").isEnabledFor(logging.INFO)
     assert logging.getLogger("sqlalchemy.engine").getEffectiveLevel() == logging.WARNING
+    assert logging.getLogger("uvicorn.error").getEffectiveLevel() == logging.WARNING
+    # --access-log asks for uvicorn's access lines: they follow ket's level
+    assert logging.getLogger("uvicorn.access").getEffectiveLevel() == logging.DEBUG
     quiet_third_party(opted_in=True)
-    root = logging.getLogger().getEffectiveLevel()
-    assert logging.getLogger("aiosqlite").getEffectiveLevel() == root
+    assert logging.getLogger("aiosqlite").getEffectiveLevel() == logging.DEBUG
+    assert logging.getLogger("uvicorn.access").getEffectiveLevel() == logging.DEBUG
 
 
 class Capture(logging.Handler):

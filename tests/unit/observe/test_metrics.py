@@ -14,7 +14,7 @@ from ket import define_deployment, define_job, define_module
 from ket.catalog import Catalog
 from ket.observe.metrics import Metrics
 from ket.runtime.events import Event, Hooks
-from ket.store.types import JobStats
+from ket.store.types import JobStats, QueueAges
 
 
 def handler(ctx: Any, input: Any) -> None:
@@ -162,31 +162,33 @@ def test_the_hook_asks_for_one_event_per_attempt_and_none_per_enqueue() -> None:
 
 def stats(
     counts: dict[tuple[str, str], int],
+    ages: dict[str, tuple[float | None, float | None]],
     *,
-    available: float | None,
-    lease: float | None,
     dead: int | None = None,
 ) -> JobStats:
+    """Stats with `ages`: queue -> (oldest available age, oldest lease age)."""
     return JobStats(
         counts=counts,  # type: ignore[arg-type]
-        oldest_available_age=available,
-        oldest_lease_age=lease,
+        oldest_available_age=max((a for a, _ in ages.values() if a is not None), default=None),
+        oldest_lease_age=max((b for _, b in ages.values() if b is not None), default=None),
+        queue_ages={
+            q: QueueAges(oldest_available_age=a, oldest_lease_age=b) for q, (a, b) in ages.items()
+        },
         dead_rows=dead,
     )
 
 
-def test_gauges_add_up_tenants_and_take_the_oldest_age() -> None:
+def test_gauges_add_up_tenants_and_take_each_queue_s_oldest_age() -> None:
     metrics = Metrics(CATALOG, process=False)
     assert of(samples(metrics), "ket_jobs") == {}  # nothing read yet: no value, not a zero
     metrics.publish(
         {
             "acme": stats(
                 {("available", "default"): 5, ("executing", "mail"): 1, ("available", "old"): 2},
-                available=12.5,
-                lease=None,
+                {"default": (12.5, None), "mail": (None, 7.0), "old": (99.0, None)},
                 dead=10,
             ),
-            "globex": stats({("available", "default"): 3}, available=40.0, lease=2.0, dead=5),
+            "globex": stats({("available", "default"): 3}, {"default": (40.0, 2.0)}, dead=5),
         }
     )
     found = samples(metrics)
@@ -196,25 +198,35 @@ def test_gauges_add_up_tenants_and_take_the_oldest_age() -> None:
     assert jobs[labels(queue="other", state="available")] == 2
     assert jobs[labels(queue="mail", state="completed")] == 0  # every declared queue and state
     assert len(jobs) == 2 * 7 + 1
-    assert of(found, "ket_jobs_oldest_available_age_seconds") == {labels(): 40.0}
-    assert of(found, "ket_jobs_oldest_lease_age_seconds") == {labels(): 2.0}
+    assert of(found, "ket_jobs_oldest_available_age_seconds") == {
+        labels(queue="default"): 40.0,
+        labels(queue="mail"): 0.0,  # none waiting: 0, not a missing series
+        labels(queue="other"): 99.0,
+    }
+    assert of(found, "ket_jobs_oldest_lease_age_seconds") == {
+        labels(queue="default"): 2.0,
+        labels(queue="mail"): 7.0,
+        labels(queue="other"): 0.0,
+    }
     assert of(found, "ket_jobs_dead_rows") == {labels(): 15}
 
 
-def test_gauges_by_tenant_when_asked_and_an_age_with_no_job_reads_zero() -> None:
+def test_gauges_by_tenant_when_asked() -> None:
     metrics = Metrics(CATALOG, tenant_labels=True, process=False)
     metrics.publish(
         {
-            "acme": stats({("available", "default"): 5}, available=12.5, lease=None),
-            "globex": stats({}, available=None, lease=None),
+            "acme": stats({("available", "default"): 5}, {"default": (12.5, None)}),
+            "globex": stats({}, {}),
         }
     )
     found = samples(metrics)
     assert of(found, "ket_jobs")[labels(tenant="acme", queue="default", state="available")] == 5
     assert of(found, "ket_jobs")[labels(tenant="globex", queue="default", state="available")] == 0
     assert of(found, "ket_jobs_oldest_available_age_seconds") == {
-        labels(tenant="acme"): 12.5,
-        labels(tenant="globex"): 0.0,
+        labels(tenant="acme", queue="default"): 12.5,
+        labels(tenant="acme", queue="mail"): 0.0,
+        labels(tenant="globex", queue="default"): 0.0,
+        labels(tenant="globex", queue="mail"): 0.0,
     }
     assert of(found, "ket_jobs_dead_rows") == {}  # SQLite keeps no count: no series
 

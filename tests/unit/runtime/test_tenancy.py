@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ket.errors import KetError, StoreError
-from ket.runtime.tenancy import Tenancy, resolve_tenants
+from ket.runtime.tenancy import Tenancy, control_url, registry_url, resolve_tenants
 
 TEMPLATE = "postgresql://app@db/erp_{tenant}"
 
@@ -77,3 +77,32 @@ def test_a_template_is_refused_whole_when_it_cannot_serve_every_tenant() -> None
     # a template no tenant uses is not read
     own = {"acme": "postgresql://app@db/acme", "globex": "postgresql://app@db/globex"}
     assert resolve_tenants(own, "postgresql://app@{tenant}/erp").urls == own
+
+
+def test_on_postgresql_the_registry_defaults_to_ket_registry_on_the_same_server() -> None:
+    template = "postgresql://app:s3cret@db:6432/erp_{tenant}?sslmode=require"
+    expected = "postgresql://app:s3cret@db:6432/ket_registry?sslmode=require"
+    assert registry_url(None, {"KET_DATABASE_URL": template}) == expected
+    # the option wins over the environment, and a URL without {tenant} is a server too
+    given = "postgresql+psycopg://app@other/erp"
+    assert registry_url(given, {"KET_DATABASE_URL": template}) == (
+        "postgresql+psycopg://app@other/ket_registry"
+    )
+
+
+def test_a_configured_registry_wins_and_sqlite_keeps_its_embedded_registry() -> None:
+    template = "postgresql://app@db/erp_{tenant}"
+    configured = {"KET_DATABASE_URL": template, "KET_REGISTRY_URL": "sqlite:///r.db"}
+    assert registry_url(None, configured) == "sqlite:///r.db"
+    sqlite = registry_url(None, {"KET_DATABASE_URL": "sqlite:///data/{tenant}.db"})
+    assert sqlite.startswith("sqlite:///") and sqlite.endswith(".ket/registry.db")
+    assert registry_url(None, {}).endswith(".ket/registry.db")
+
+
+def test_the_control_database_is_the_registry_once_it_exists_else_the_default_tenant() -> None:
+    template = "postgresql://app@db/erp_{tenant}"
+    registry = "postgresql://app@db/ket_registry"
+    assert control_url(template, registry, registry_exists=True) == registry
+    assert control_url(template, registry, registry_exists=False) == (
+        "postgresql://app@db/erp_default"
+    )

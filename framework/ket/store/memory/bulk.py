@@ -62,6 +62,7 @@ def _matching(
             and row.state in states
             and (f.queue is None or row.queue == f.queue)
             and (f.name is None or row.name == f.name)
+            and row.tagged(f.tags)
             and (f.enqueued_before is None or row.enqueued_at < f.enqueued_before)
             and not (f.action == "cancel" and row.state == "executing" and row.cancel_requested)
         ):

@@ -13,6 +13,7 @@ from ket.store.memory.row import JobRow
 from ket.store.types import (
     ACTIVE_STATES,
     RUNNABLE_STATES,
+    AuditRecord,
     Fire,
     Inserted,
     JobId,
@@ -38,6 +39,7 @@ class MemoryDatabase:
         self.wakeups = Wakeups()
         self.sent = SentMessages()
         self.records = RecordTables()  # model rows (RecordStore)
+        self.audit: list[AuditRecord] = []  # operators' retries and cancels, oldest first
         self._last_id: JobId = 0
         # The partial unique index: (name, unique_key) -> the one active job holding it.
         self._unique: dict[tuple[str, str], JobId] = {}
@@ -66,6 +68,8 @@ class MemoryDatabase:
             enqueued_at=now,
             tick=None if job.tick is None else job.tick.astimezone(UTC),
             ticks_skipped=job.ticks_skipped,
+            tags=tuple(job.tags),
+            trace_context=dict(job.trace_context) if job.trace_context else None,
         )
         self.rows[row.id] = row
         self.move(row, row.state)

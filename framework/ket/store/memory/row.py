@@ -31,6 +31,8 @@ class JobRow:
     enqueued_at: datetime
     tick: datetime | None
     ticks_skipped: int | None
+    tags: tuple[str, ...] = ()
+    trace_context: dict[str, str] | None = None
     attempt: int = 0
     fence: int = 0
     attempted_at: datetime | None = None
@@ -41,6 +43,10 @@ class JobRow:
     errors: list[ErrorRecord] = field(default_factory=list)
     # Bumped each time the row enters a ready queue: older queue entries for it are stale.
     token: int = 0
+
+    def tagged(self, tags: tuple[str, ...]) -> bool:
+        """Whether the job carries every one of `tags`."""
+        return all(tag in self.tags for tag in tags)
 
     @property
     def key(self) -> tuple[str, str] | None:
@@ -74,6 +80,7 @@ class JobRow:
             fence=self.fence,
             tick=self.tick,
             ticks_skipped=self.ticks_skipped,
+            trace_context=_copy(self.trace_context),
         )
 
     def record(self) -> JobRecord:
@@ -101,4 +108,10 @@ class JobRow:
             errors=tuple(self.errors),
             tick=self.tick,
             ticks_skipped=self.ticks_skipped,
+            tags=self.tags,
+            trace_context=_copy(self.trace_context),
         )
+
+
+def _copy(carrier: dict[str, str] | None) -> dict[str, str] | None:
+    return None if carrier is None else dict(carrier)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import heapq
+import json
 from collections import Counter
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -18,9 +19,13 @@ from ket.store.failure import translated
 from ket.store.memory import bulk, transition
 from ket.store.memory.database import MemoryDatabase
 from ket.store.memory.records import MemoryRecords
+from ket.store.memory.row import JobRow
 from ket.store.memory.transaction import MemoryTransaction
 from ket.store.types import (
     RUNNABLE_STATES,
+    AuditEntry,
+    AuditQuery,
+    AuditRecord,
     BulkApplied,
     BulkBatch,
     BulkCount,
@@ -38,6 +43,7 @@ from ket.store.types import (
     ModelTable,
     NewJob,
     Prune,
+    QueueAges,
     Rescued,
     ScheduleState,
     Settle,
@@ -312,6 +318,7 @@ class MemoryStore:
                 if (query.state is None or row.state == query.state)
                 and (query.queue is None or row.queue == query.queue)
                 and (query.name is None or row.name == query.name)
+                and row.tagged(query.tags)
             )
             page: list[JobRecord] = []
             for index, row in enumerate(matches):
@@ -327,12 +334,26 @@ class MemoryStore:
             now = self._now()
             rows = self.database.rows.values()
             counts = Counter((row.state, row.queue) for row in rows)
-            leased = [row.attempted_at for row in self.database.executing() if row.attempted_at]
-            waiting = [r.run_at for r in rows if r.state in RUNNABLE_STATES and r.run_at <= now]
+            leased = [row for row in self.database.executing() if row.attempted_at]
+            waiting = [r for r in rows if r.state in RUNNABLE_STATES and r.run_at <= now]
+        lease_starts = _oldest(leased, lambda row: row.attempted_at)
+        due_since = _oldest(waiting, lambda row: row.run_at)
+
+        def age(oldest: Mapping[str, datetime], queue: str | None = None) -> float | None:
+            found = min(oldest.values(), default=None) if queue is None else oldest.get(queue)
+            return None if found is None else (now - found).total_seconds()
+
         return JobStats(
             counts=dict(counts),
-            oldest_lease_age=(now - min(leased)).total_seconds() if leased else None,
-            oldest_available_age=(now - min(waiting)).total_seconds() if waiting else None,
+            oldest_lease_age=age(lease_starts),
+            oldest_available_age=age(due_since),
+            queue_ages={
+                queue: QueueAges(
+                    oldest_lease_age=age(lease_starts, queue),
+                    oldest_available_age=age(due_since, queue),
+                )
+                for queue in sorted({*lease_starts, *due_since})
+            },
         )
 
     async def schedule_fires(self, schedule_id: str, limit: int = 50) -> list[Fire]:
@@ -402,6 +423,28 @@ class MemoryStore:
         validate.check_message_key(key)
         with self._locked():
             return self.database.sent.was_sent(key)
+
+    # -- AuditLog ---------------------------------------------------------------------------
+
+    async def audit_append(self, entry: AuditEntry) -> AuditRecord:
+        """Record an operator's action at the store's now."""
+        selection = validate.check_audit_entry(entry)
+        with self._locked():
+            # kept as the SQL store keeps it: the selection as JSON read back
+            record = AuditRecord(
+                id=len(self.database.audit) + 1,
+                at=self._now(),
+                entry=replace(entry, selection=json.loads(selection)),
+            )
+            self.database.audit.append(record)
+            return record
+
+    async def audit_list(self, query: AuditQuery) -> list[AuditRecord]:
+        """A page of the audit log, newest first."""
+        validate.check_audit_query(query)
+        with self._locked():
+            newest_first = list(reversed(self.database.audit))
+        return newest_first[query.offset : query.offset + query.limit]
 
     # -- RecordStore (model rows; see records.py) --------------------------------------------
 
@@ -485,3 +528,15 @@ def _holds(current: ScheduleState | None, expected: ScheduleState | None) -> boo
     if expected is None or current is None:
         return expected is None and current is None
     return (current.fingerprint, current.last_tick) == (expected.fingerprint, expected.last_tick)
+
+
+def _oldest(
+    rows: Sequence[JobRow], when: Callable[[JobRow], datetime | None]
+) -> dict[str, datetime]:
+    """Queue -> the earliest `when` of its rows."""
+    found: dict[str, datetime] = {}
+    for row in rows:
+        instant = when(row)
+        if instant is not None and (row.queue not in found or instant < found[row.queue]):
+            found[row.queue] = instant
+    return found

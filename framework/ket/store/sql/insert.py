@@ -20,6 +20,7 @@ from ket.store.sql.fetch import Rows
 from ket.store.sql.now import TimeSql
 from ket.store.sql.statement import Statement, built
 from ket.store.types import Inserted, NewJob
+from ket.store.validate import encode_tags, encode_trace_context
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -42,6 +43,8 @@ _ARRAYS: tuple[tuple[str, str], ...] = (
     ("run_at", "instant"),
     ("tick", "instant"),
     ("ticks_skipped", "integer"),
+    ("tags", "text"),
+    ("trace_context", "text"),
 )
 
 
@@ -93,9 +96,14 @@ def insert_sql(dialect: str) -> InsertSql:
     time = TimeSql(dialect)
     now = time.now()
     run_at = func.coalesce(bindparam("p_run_at", type_=Instant), now)
+    # JSON encoded by the caller (validate.py), stored as it came
     payload: Any = bindparam("p_payload", type_=Text)
+    tags: Any = bindparam("p_tags", type_=Text)
+    trace: Any = bindparam("p_trace_context", type_=Text)
     if dialect == "postgresql":
         payload = cast(payload, postgresql.JSONB)
+        tags = cast(tags, postgresql.JSONB)
+        trace = cast(trace, postgresql.JSONB)
     values = {
         "name": bindparam("p_name"),
         "queue": bindparam("p_queue"),
@@ -116,6 +124,8 @@ def insert_sql(dialect: str) -> InsertSql:
         "cancel_requested": false(),
         "tick": bindparam("p_tick", type_=Instant),
         "ticks_skipped": bindparam("p_ticks_skipped"),
+        "tags": tags,
+        "trace_context": trace,
     }
     dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return InsertSql(
@@ -202,6 +212,8 @@ def _unnested(now: Any) -> Any:
         "cancel_requested": false(),
         "tick": numbered.c.tick,
         "ticks_skipped": numbered.c.ticks_skipped,
+        "tags": cast(numbered.c.tags, postgresql.JSONB),
+        "trace_context": cast(numbered.c.trace_context, postgresql.JSONB),
     }
     inserted = insert(jobs).from_select(list(values), select(*values.values())).cte("inserted")
     ids = func.array_agg(postgresql.aggregate_order_by(numbered.c.id, numbered.c.ord))
@@ -317,6 +329,8 @@ def _arrays(
         "a_run_at": [job.run_at for job in batch],
         "a_tick": [job.tick for job in batch],
         "a_ticks_skipped": [job.ticks_skipped for job in batch],
+        "a_tags": [encode_tags(job.tags) for job in batch],
+        "a_trace_context": [encode_trace_context(job.trace_context) for job in batch],
     }
 
 
@@ -334,6 +348,8 @@ def _parameters(job: NewJob, payload: str, now: datetime | None) -> dict[str, An
         "p_run_at": job.run_at,
         "p_tick": job.tick,
         "p_ticks_skipped": job.ticks_skipped,
+        "p_tags": encode_tags(job.tags),
+        "p_trace_context": encode_trace_context(job.trace_context),
     }
 
 

@@ -147,6 +147,63 @@ MIGRATIONS += (
         },
     ),
 )
+MIGRATIONS += (
+    Migration(
+        version=3,
+        name="jobs carry tags",
+        statements={
+            "postgresql": (
+                "ALTER TABLE ket_jobs ADD COLUMN tags JSONB",
+                "CREATE INDEX ket_jobs_tags ON ket_jobs USING gin (tags jsonb_path_ops) "
+                "WHERE tags IS NOT NULL",
+            ),
+            "sqlite": ("ALTER TABLE ket_jobs ADD COLUMN tags JSON",),
+        },
+    ),
+)
+MIGRATIONS += (
+    Migration(
+        version=4,
+        name="jobs carry the trace context of their enqueue",
+        statements={
+            "postgresql": ("ALTER TABLE ket_jobs ADD COLUMN trace_context JSONB",),
+            "sqlite": ("ALTER TABLE ket_jobs ADD COLUMN trace_context JSON",),
+        },
+    ),
+)
+
+
+def _v5(id_type: str, instant: str, json: str) -> tuple[str, ...]:
+    return (
+        f"""CREATE TABLE ket_audit (
+            id {id_type},
+            at {instant} NOT NULL,
+            subject TEXT NOT NULL,
+            source TEXT NOT NULL,
+            action TEXT NOT NULL,
+            job_id BIGINT,
+            selection {json} NOT NULL,
+            matched BIGINT NOT NULL,
+            changed BIGINT NOT NULL,
+            skipped BIGINT NOT NULL,
+            detail TEXT NOT NULL,
+            CONSTRAINT ket_audit_action CHECK (action IN ('retry', 'cancel'))
+        )""",
+    )
+
+
+MIGRATIONS += (
+    Migration(
+        version=5,
+        name="the audit log of operators' retries and cancels",
+        statements={
+            "postgresql": _v5(
+                "BIGSERIAL NOT NULL PRIMARY KEY", "TIMESTAMP WITH TIME ZONE", "JSONB"
+            ),
+            "sqlite": _v5("INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT", "BIGINT", "JSON"),
+        },
+    ),
+)
 LATEST = MIGRATIONS[-1].version
 
 _LEDGER = {
@@ -198,6 +255,7 @@ def schema_version(connection: Connection) -> int:
 # Everything the migrations create, dropped by `ket uninstall` (the app's model tables are its
 # data and stay). On PostgreSQL the NOTIFY trigger goes with its table, and its function after.
 KET_TABLES = (
+    "ket_audit",
     "ket_job_errors",
     "ket_schedule_fires",
     "ket_schedules",

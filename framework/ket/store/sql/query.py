@@ -25,6 +25,7 @@ from sqlalchemy import (
     func,
     insert,
     literal_column,
+    or_,
     select,
     tuple_,
     update,
@@ -65,6 +66,7 @@ _CLAIMED = (  # the order statement.claimed_job reads
     jobs.c.fence,
     jobs.c.tick,
     jobs.c.ticks_skipped,
+    jobs.c.trace_context,
 )
 
 
@@ -95,6 +97,7 @@ class Statements:
     schedule_fires: Any  # the ledger of one schedule, newest first
     counts: Any
     oldest: Any
+    queue_ages: Any  # per queue: its oldest lease start and its oldest due run_at
     clock: Any  # the database's now (or the test clock's, passed as `now`)
     notify: Any  # None where the database has no NOTIFY (SQLite)
 
@@ -106,6 +109,7 @@ def statements(dialect: str) -> Statements:
     now = time.now()
     fenced = (jobs.c.id == bindparam("p_id"), jobs.c.fence == bindparam("p_fence"))
     held = _held(dialect)
+    due = and_(RUNNABLE, jobs.c.run_at <= now)
     dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return Statements(
         claim=_claim(time),
@@ -229,6 +233,13 @@ def statements(dialect: str) -> Statements:
             .scalar_subquery()
             .label("due"),
         ),
+        queue_ages=select(
+            jobs.c.queue,
+            func.min(case((EXECUTING, jobs.c.attempted_at))).label("lease"),
+            func.min(case((due, jobs.c.run_at))).label("due"),
+        )
+        .where(or_(EXECUTING, due))
+        .group_by(jobs.c.queue),
         clock=select(now.label("now")),
         notify=_notify() if dialect == "postgresql" else None,
     )
@@ -350,7 +361,7 @@ def _rescue(time: TimeSql) -> Any:
     )
 
 
-def listing(job_query: JobQuery) -> Any:
+def listing(dialect: str, job_query: JobQuery) -> Any:
     """The (dynamic) listing query: filters, newest first, one page."""
     statement = select(jobs)
     if job_query.state is not None:
@@ -359,7 +370,27 @@ def listing(job_query: JobQuery) -> Any:
         statement = statement.where(jobs.c.queue == job_query.queue)
     if job_query.name is not None:
         statement = statement.where(jobs.c.name == job_query.name)
+    if job_query.tags:
+        statement = statement.where(*tagged(dialect, job_query.tags))
     return statement.order_by(jobs.c.id.desc()).limit(job_query.limit).offset(job_query.offset)
+
+
+def tagged(dialect: str, tags: Sequence[str]) -> list[Any]:
+    """Clauses for "the job carries every one of `tags`" (values bound in the statement, as
+    the dynamic filters are): on PostgreSQL one `@>` the GIN index answers, on SQLite a
+    json_each probe per tag."""
+    from sqlalchemy import column, exists, literal
+
+    from ket.store.validate import encode_tags
+
+    if dialect == "postgresql":
+        wanted = literal(encode_tags(tags), Text).cast(postgresql.JSONB)
+        return [jobs.c.tags.op("@>")(wanted)]
+    clauses = []
+    for tag in tags:
+        element = func.json_each(jobs.c.tags).table_valued("value")
+        clauses.append(exists().select_from(element).where(column("value") == literal(tag)))
+    return clauses
 
 
 def errors_of(ids: Sequence[int]) -> Any:
@@ -402,6 +433,8 @@ def job_records(rows: Sequence[Any], history: Sequence[Any]) -> list[JobRecord]:
             errors=tuple(errors.get(row.id, ())),
             tick=row.tick,
             ticks_skipped=row.ticks_skipped,
+            tags=tuple(row.tags or ()),
+            trace_context=row.trace_context,
         )
         for row in rows
     ]

@@ -4,8 +4,8 @@
 lists them, so it reads the same table with the drivers alone: the standard library's sqlite3
 for a SQLite registry, psycopg for a PostgreSQL one (a connection per read: a refresh comes every
 `tenant_refresh_ms`, and a connection the server dropped cannot fail the next one). A registry
-that does not exist yet (no file, no table) lists no tenants and is not created by reading it:
-`ket tenants add` creates it.
+that does not exist yet (no file, no database, no table) lists no tenants and is not created by
+reading it: `ket tenants add` creates it.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from ket.store.failure import describe
 from ket.store.sql.address import (
     POSTGRES_CONNECT_ARGS,
     SQLITE_BUSY_TIMEOUT_S,
-    libpq_dsn,
     parse_url,
+    psycopg_params,
 )
 from ket.store.sql.failure import hide_password
 
 _LIST = "SELECT name, database_url FROM ket_tenants ORDER BY name"
+_EXISTS = "SELECT 1 FROM ket_tenants WHERE false"
 
 
 class RegistryReader:
@@ -36,7 +37,7 @@ class RegistryReader:
         self.url = url
         parsed = parse_url(url)
         self._file: Path | None = None
-        self._dsn: str | None = None
+        self._params: dict[str, Any] = {}
         if parsed.get_backend_name() == "sqlite":
             self._file = sqlite_path(parsed)
             if self._file is None:  # memory or a `file:` URI: sqlite3 cannot open it alike
@@ -45,49 +46,80 @@ class RegistryReader:
                     f"{shown_url(url)!r}"
                 )
         else:
-            self._dsn = libpq_dsn(parsed)
+            self._params = psycopg_params(parsed)
 
     def databases(self) -> dict[str, str | None]:
         """Tenant name -> its own database URL (None: the template's), by name."""
         try:
-            rows = self._sqlite_rows() if self._file is not None else self._postgres_rows()
+            rows = self._rows(_LIST)
         except StoreError:
             raise
         except Exception as error:
-            shown = shown_url(self.url)
-            message = f"cannot open the tenant registry at {shown!r}: {describe(error)}"
-            raise StoreError(hide_password(message, parse_url(self.url))) from error
-        return {name: database_url for name, database_url in rows}
+            raise self._unreadable(error) from error
+        return {name: database_url for name, database_url in rows or ()}
+
+    def exists(self) -> bool:
+        """Whether the registry's table exists (its file, or database, and its table); a
+        registry that cannot be reached raises StoreError rather than answer no."""
+        try:
+            return self._rows(_EXISTS) is not None
+        except StoreError:
+            raise
+        except Exception as error:
+            raise self._unreadable(error) from error
 
     def close(self) -> None:
         """Nothing is held between reads."""
 
-    def _sqlite_rows(self) -> list[tuple[Any, ...]]:
+    def _unreadable(self, error: Exception) -> StoreError:
+        shown = shown_url(self.url)
+        message = f"cannot open the tenant registry at {shown!r}: {describe(error)}"
+        return StoreError(hide_password(message, parse_url(self.url)))
+
+    def _rows(self, query: str) -> list[tuple[Any, ...]] | None:
+        """The rows of `query`; None when the registry does not exist."""
+        return self._sqlite_rows(query) if self._file is not None else self._postgres_rows(query)
+
+    def _sqlite_rows(self, query: str) -> list[tuple[Any, ...]] | None:
+        """The rows of `query`; None when the registry does not exist."""
         assert self._file is not None
         if not self._file.exists():
-            return []
+            return None
         connection = sqlite3.connect(
             self._file, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None
         )
         try:
-            return connection.execute(_LIST).fetchall()
+            return connection.execute(query).fetchall()
         except sqlite3.OperationalError as error:
             if "no such table" in str(error):
-                return []
+                return None
             raise
         finally:
             connection.close()
 
-    def _postgres_rows(self) -> list[tuple[Any, ...]]:
-        assert self._dsn is not None
+    def _postgres_rows(self, query: str) -> list[tuple[Any, ...]] | None:
+        """The rows of `query`; None when the registry does not exist."""
         import psycopg  # here: a worker on SQLite never needs it
         from psycopg import errors
-        from psycopg.conninfo import conninfo_to_dict
 
-        own = conninfo_to_dict(self._dsn)
+        # the URL's parts as the engine passes them (a DSN rendered anew would turn a space
+        # in `?options=-c%20search_path%3Dx` into a `+` that libpq keeps)
+        own = self._params
         options = {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in own}
-        with psycopg.connect(self._dsn, autocommit=True, **options) as connection:
+        try:
+            connection = psycopg.connect(autocommit=True, **own, **options)
+        except psycopg.OperationalError as error:
+            if missing_database(error, own.get("dbname")):
+                return None
+            raise
+        with connection:
             try:
-                return connection.execute(_LIST).fetchall()
+                return connection.execute(query).fetchall()
             except errors.UndefinedTable:
-                return []
+                return None
+
+
+def missing_database(error: Exception, name: str | None) -> bool:
+    """Whether a failed connection failed because its database does not exist (the server
+    refuses the connection itself, so the error has no SQLSTATE: its text is all there is)."""
+    return name is not None and f'database "{name}" does not exist' in str(error)

@@ -55,6 +55,8 @@ jobs = Table(
     Column("cancel_requested", Boolean, nullable=False),
     Column("tick", Instant),
     Column("ticks_skipped", Integer),
+    Column("tags", Json),  # a JSON array of strings; NULL when the job has none
+    Column("trace_context", Json),  # the W3C trace context of its enqueue, when traced
     CheckConstraint(f"state IN ({_states(JOB_STATES)})", name="ket_jobs_state"),
     sqlite_autoincrement=True,
 )
@@ -93,6 +95,16 @@ Index(
     postgresql_where=TERMINAL,
     sqlite_where=TERMINAL,
 )
+
+# Tag filters (`@>`) on PostgreSQL; untagged rows stay out of the index. SQLite scans: its
+# filters read each row's array with json_each.
+Index(
+    "ket_jobs_tags",
+    jobs.c.tags,
+    postgresql_using="gin",
+    postgresql_ops={"tags": "jsonb_path_ops"},
+    postgresql_where=jobs.c.tags.is_not(None),
+).ddl_if(dialect="postgresql")
 
 job_errors = Table(
     "ket_job_errors",
@@ -141,6 +153,25 @@ sent_messages = Table(
     Column("claimed_at", Instant, nullable=False),
     Column("sent_at", Instant),
     CheckConstraint("state IN ('claimed', 'sent')", name="ket_sent_messages_state"),
+)
+
+# The audit log: who retried or cancelled what, from the dashboard or the CLI (append only).
+audit = Table(
+    "ket_audit",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("at", Instant, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("job_id", BigInteger),
+    Column("selection", Json, nullable=False),
+    Column("matched", BigInteger, nullable=False),
+    Column("changed", BigInteger, nullable=False),
+    Column("skipped", BigInteger, nullable=False),
+    Column("detail", Text, nullable=False),
+    CheckConstraint("action IN ('retry', 'cancel')", name="ket_audit_action"),
+    sqlite_autoincrement=True,
 )
 
 migrations = Table(

@@ -1,8 +1,8 @@
 """Handles on the SQL store's fixed statements, usable with or without SQLAlchemy.
 
 Every statement is written once, as SQLAlchemy Core, in the module of its group (query.py,
-insert.py, ledger.py, vacuum.py). The store's operations name a statement by its handle and run
-it on a `fetch.Rows`, which resolves the handle on its side:
+insert.py, ledger.py, vacuum.py, control.py). The store's operations name a statement by its
+handle and run it on a `fetch.Rows`, which resolves the handle on its side:
 
 - on an engine connection (SQLite, a caller's own connection, the operator commands) to the
   SQLAlchemy statement, built once per dialect (`built`; this imports SQLAlchemy);
@@ -60,6 +60,7 @@ BUILDERS = {
     "insert": ("ket.store.sql.insert", "insert_sql"),
     "ledger": ("ket.store.sql.ledger", "statements"),
     "vacuum": ("ket.store.sql.vacuum", "statements"),
+    "control": ("ket.store.sql.control", "statements"),
 }
 
 
@@ -91,6 +92,7 @@ SCHEDULE_FIRES = _query("schedule_fires")
 RECORD_FIRE = _query("record_fire")
 COUNTS = _query("counts")
 OLDEST = _query("oldest")
+QUEUE_AGES = _query("queue_ages")  # parameter `now`: the instant OLDEST answered
 CLOCK = _query("clock")  # the database's now (or the test clock's, passed as `now`)
 NOTIFY = _query("notify")  # PostgreSQL only: SQLite has no NOTIFY (see `wakes_by_notify`)
 
@@ -109,6 +111,15 @@ LEDGER_SENT = Statement("ledger", "sent")
 VACUUM_STATE = Statement("vacuum", "state")
 VACUUM_RUN = Statement("vacuum", "run")
 VACUUM_OPEN_TRANSACTIONS = Statement("vacuum", "open_transactions")
+
+# the control database's (control.py): the worker roster and its schema's ledger
+WORKER_REPORT = Statement("control", "report")
+WORKER_FORGET = Statement("control", "forget")
+WORKER_LIST = Statement("control", "listing")
+WORKER_REMOVE = Statement("control", "remove")
+WORKER_TABLE = Statement("control", "present")  # a row when ket_workers exists
+CONTROL_VERSION = Statement("control", "version")
+CONTROL_APPLIED = Statement("control", "applied")
 
 ALL: tuple[Statement, ...] = tuple(
     value
@@ -160,4 +171,5 @@ def claimed_job(row: Any) -> ClaimedJob:
         fence=row[13],
         tick=row[14],
         ticks_skipped=row[15],
+        trace_context=row[16],
     )

@@ -1,5 +1,6 @@
 """Job stats (`ket jobs stats`, the gauges of `ket worker --metrics-port`): counts by state and
-queue, the oldest lease and available ages, and on PostgreSQL the jobs table's health.
+queue, the oldest lease and available ages (overall and per queue), and on PostgreSQL the jobs
+table's health.
 
 They run as the lane's other statements do, from ahead-of-time text, so a worker that reads them
 for its metrics loads no SQLAlchemy (about 0.5 s of CPU and 24 MB) for it.
@@ -14,7 +15,7 @@ from typing import Any
 from ket.store.sql import statement as stmt
 from ket.store.sql.fetch import Rows
 from ket.store.sql.vacuum import table_health
-from ket.store.types import JobStats
+from ket.store.types import JobStats, QueueAges
 
 
 async def job_stats(rows: Rows, now: datetime | None, long_after: float) -> JobStats:
@@ -22,13 +23,20 @@ async def job_stats(rows: Rows, now: datetime | None, long_after: float) -> JobS
     `long_after` seconds are named (PostgreSQL)."""
     counts = await rows.rows(stmt.COUNTS)
     [oldest] = await rows.rows(stmt.OLDEST, {"now": now})
+    per_queue = await rows.rows(stmt.QUEUE_AGES, {"now": oldest.now})
     at = _instant(oldest.now)
-    lease = _instant(oldest.lease) if oldest.lease is not None else None
-    due = _instant(oldest.due) if oldest.due is not None else None
+
+    def age(value: Any) -> float | None:
+        return None if value is None else (at - _instant(value)).total_seconds()
+
     stats = JobStats(
         counts={(row.state, row.queue): row[2] for row in counts},
-        oldest_lease_age=(at - lease).total_seconds() if lease else None,
-        oldest_available_age=(at - due).total_seconds() if due else None,
+        oldest_lease_age=age(oldest.lease),
+        oldest_available_age=age(oldest.due),
+        queue_ages={
+            row.queue: QueueAges(oldest_lease_age=age(row.lease), oldest_available_age=age(row.due))
+            for row in sorted(per_queue, key=lambda row: row.queue)
+        },
     )
     if rows.dialect != "postgresql":  # SQLite rewrites rows in place: nothing to tell
         return stats

@@ -31,6 +31,9 @@ from ket.store.sql.lane import Lane
 from ket.store.sql.now import time_params
 from ket.store.sql.vacuum import vacuum_jobs
 from ket.store.types import (
+    AuditEntry,
+    AuditQuery,
+    AuditRecord,
     BulkApplied,
     BulkBatch,
     BulkCount,
@@ -586,7 +589,7 @@ class SqlStore:
         validate.check_query(job_query)
         from ket.store.sql import query
 
-        return await self._records(query.listing(job_query))
+        return await self._records(query.listing(self.dialect, job_query))
 
     async def _records(self, statement: Any) -> list[JobRecord]:
         from ket.store.sql import query
@@ -605,6 +608,23 @@ class SqlStore:
         lane: a worker reading them for its metrics loads no SQLAlchemy)."""
         now = self._now()
         return await self._hot(lambda rows: stats.job_stats(rows, now, long_after))
+
+    # -- the audit log (AuditLog; statements in audit.py) ----------------------------------
+
+    async def audit_append(self, entry: AuditEntry) -> AuditRecord:
+        """Record an operator's action at the store's now."""
+        selection = validate.check_audit_entry(entry)
+        now = self._now()
+        from ket.store.sql import audit
+
+        return await self._transact(lambda conn: audit.append(conn, entry, selection, now))
+
+    async def audit_list(self, query: AuditQuery) -> list[AuditRecord]:
+        """A page of the audit log, newest first."""
+        validate.check_audit_query(query)
+        from ket.store.sql import audit
+
+        return await self._transact(lambda conn: audit.page(conn, query), single=True)
 
     # -- the sent ledger (SentLedger) -------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Creating a tenant's database where ket can: a SQLite file, or a PostgreSQL database."""
+"""Creating a tenant's database, or the registry's, where ket can: a SQLite file, or a PostgreSQL
+database."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from psycopg import sql
 from ket.errors import StoreError
 from ket.store.database_url import shown_url
 from ket.store.failure import describe
-from ket.store.sql.address import parse_url
+from ket.store.sql.address import POSTGRES_CONNECT_ARGS, parse_url, psycopg_params
 from ket.store.sql.failure import hide_password
+from ket.store.sql.registry_reader import missing_database
+from ket.store.url import DatabaseUrl
 
 
 async def create_database(url: str) -> bool:
@@ -38,3 +41,66 @@ async def create_database(url: str) -> bool:
     except (psycopg.Error, OSError) as error:  # OSError: asyncio's timeouts, lost sockets
         reason = hide_password(describe(error), admin)
         raise StoreError(f"cannot create database {name!r}: {reason}") from error
+
+
+async def drop_database(url: str) -> bool:
+    """Drop the PostgreSQL database `url` names, closing its sessions (a test's scratch
+    database); True if it existed. A SQLite file is left to its folder's owner."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return False
+    name = parsed.database
+    if not name:
+        raise StoreError(f"database URL {shown_url(parsed)!r} names no database")
+    admin = parsed.set(drivername="postgresql", database="postgres")
+    dsn = admin.render_as_string(hide_password=False)
+    try:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            found = await connection.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+            )
+            if not await found.fetchone():
+                return False
+            await connection.execute(
+                sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+            return True
+    except (psycopg.Error, OSError) as error:
+        reason = hide_password(describe(error), admin)
+        raise StoreError(f"cannot drop database {name!r}: {reason}") from error
+
+
+async def create_registry_database(url: str) -> bool:
+    """Create the tenant registry's PostgreSQL database when ket chose it (`ket_registry` on
+    the tenants' server) and it is missing; True if it was created.
+
+    A role that may not create it gets an error naming the database and the two ways on: have
+    it created, or point KET_REGISTRY_URL at a database of the registry's own.
+    """
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "sqlite" or await _reachable(parsed):
+        return False
+    try:
+        return await create_database(url)
+    except StoreError as error:
+        name = parsed.database
+        server = shown_url(parsed.set(database=""))
+        raise StoreError(
+            f"the tenant registry's database {name!r} does not exist on {server} and ket "
+            f"cannot create it ({error.message}); create it with a role that may "
+            f"(CREATE DATABASE {name}), or set KET_REGISTRY_URL to the database the registry "
+            "should use"
+        ) from error
+
+
+async def _reachable(parsed: DatabaseUrl) -> bool:
+    """Whether the database exists: a connection refused for any other reason counts as
+    existing, and the registry then says what is wrong in its own words."""
+    params = psycopg_params(parsed)
+    options = {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in params}
+    try:
+        connection = await psycopg.AsyncConnection.connect(autocommit=True, **params, **options)
+    except psycopg.OperationalError as error:
+        return not missing_database(error, parsed.database)
+    await connection.close()
+    return True

@@ -1,0 +1,86 @@
+"""What a `ket worker` process reports about itself to the control database, and where that is.
+
+The manifest hash is the sha256 of the canonical YAML that `ket manifest` prints for the same
+declarations (so `ket manifest | sha256sum` gives it), computed once, in a thread, at the first
+report: the manifest room (and YAML) is loaded then, off the event loop, rather than before the
+worker takes its first job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import socket
+from datetime import UTC, datetime
+
+from ket.catalog import Catalog
+from ket.declare.deployment import DeploymentDecl
+from ket.runtime.presence import PresenceService, presence_interval
+from ket.store.roster import WorkerInfo, WorkerRoster
+
+
+def manifest_hash(deployment: DeploymentDecl) -> str:
+    """The sha256 (hex) of the deployment's canonical manifest YAML, as `ket manifest` prints
+    it."""
+    from ket.manifest import compile_manifest, dump_manifest
+
+    text = dump_manifest(compile_manifest(deployment))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def ket_version() -> str:
+    """The installed distribution's version (`unknown` when ket runs from a plain checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ket")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def presence_service(
+    *,
+    deployment: DeploymentDecl,
+    catalog: Catalog,
+    worker_id: str,
+    tenant: str | None,
+    database_url: str | None,
+) -> PresenceService:
+    """The service that keeps this worker's row in the control database; `catalog` carries the
+    concurrency this host runs, `tenant` the one tenant served (None: all), `database_url` the
+    --database-url option."""
+    started = datetime.now(UTC)
+    interval = presence_interval(catalog.worker.lease_ms)
+
+    async def describe() -> WorkerInfo:
+        digest, version = await asyncio.to_thread(
+            lambda: (manifest_hash(deployment), ket_version())
+        )
+        return WorkerInfo(
+            id=worker_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=started,
+            tenants=None if tenant is None else (tenant,),
+            queues=dict(catalog.worker.queues),
+            version=version,
+            manifest_hash=digest,
+            interval_seconds=interval,
+        )
+
+    async def locate() -> str:
+        from ket.cli.runtime import control_url
+
+        return await asyncio.to_thread(control_url, database_url)
+
+    return PresenceService(
+        describe=describe, locate=locate, open_roster=open_roster, interval=interval
+    )
+
+
+def open_roster(url: str) -> WorkerRoster:
+    """The worker roster of the control database at `url` (connects on first use)."""
+    from ket.store.sql.roster import SqlRoster
+
+    return SqlRoster(url)

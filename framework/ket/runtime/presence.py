@@ -1,0 +1,110 @@
+"""The worker's presence in the control database: reported at start, refreshed, removed at exit.
+
+`PresenceService` is a supervised service like the others: each tick it finds the control
+database (the registry's once there is one, else the single tenant's), records this worker as
+seen there, and reads every worker's row back. When another live worker runs a manifest whose
+hash differs from this one's, it logs one WARNING naming both, once per distinct hash. A
+control database that cannot be reached only fails the tick (the supervisor logs it, rate
+limited): jobs go on being claimed and run.
+
+    presence = PresenceService(describe=..., locate=..., open_roster=..., interval=10.0)
+    await presence.tick()          # what the supervisor calls every `interval` seconds
+    await presence.leave()         # a clean shutdown: the row goes
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from ket.store.roster import SHORT_HASH, SeenWorker, WorkerInfo, WorkerRoster
+
+log = logging.getLogger("ket.worker")
+
+# A report every third of a lease (the heartbeat's pace), within these bounds: a worker is then
+# stale after about one lease without a report.
+MIN_INTERVAL_SECONDS = 1.0
+MAX_INTERVAL_SECONDS = 60.0
+LEAVE_TIMEOUT_SECONDS = 5.0
+
+
+def presence_interval(lease_ms: int) -> float:
+    """How often a worker reports itself: a third of its lease, kept within 1 s and 60 s."""
+    return min(max(lease_ms / 3000, MIN_INTERVAL_SECONDS), MAX_INTERVAL_SECONDS)
+
+
+class PresenceService:
+    """Keeps this worker's row in the control database and watches the others' manifests."""
+
+    name = "worker presence"
+
+    def __init__(
+        self,
+        *,
+        describe: Callable[[], Awaitable[WorkerInfo]],
+        locate: Callable[[], Awaitable[str]],
+        open_roster: Callable[[str], WorkerRoster],
+        interval: float,
+    ) -> None:
+        if interval <= 0:
+            raise ValueError(f"interval must be positive, got {interval!r}")
+        self._describe = describe  # once, at the first tick: it hashes the manifest
+        self._locate = locate
+        self._open = open_roster
+        self.interval = interval
+        self.info: WorkerInfo | None = None
+        self._url: str | None = None
+        self._roster: WorkerRoster | None = None
+        self._warned: set[str] = set()  # other manifest hashes already named in a warning
+
+    async def tick(self) -> None:
+        """Report this worker as seen; warn about a live worker with another manifest."""
+        if self.info is None:
+            self.info = await self._describe()
+        roster = await self._roster_at(await self._locate())
+        seen = await roster.worker_report(self.info)
+        self._warn(self.info, seen)
+
+    async def leave(self) -> None:
+        """Remove this worker's row (a clean shutdown), within LEAVE_TIMEOUT_SECONDS; a control
+        database that does not answer leaves a row that turns stale."""
+        roster, self._roster = self._roster, None
+        if roster is None or self.info is None:
+            return
+        try:
+            async with asyncio.timeout(LEAVE_TIMEOUT_SECONDS):
+                await roster.worker_remove(self.info.id)
+        except Exception as error:
+            log.warning("could not remove this worker from the control database: %s", error)
+        finally:
+            with contextlib.suppress(Exception):
+                await roster.close()
+
+    async def _roster_at(self, url: str) -> WorkerRoster:
+        """The roster of `url`; when the control database moved (a registry was created), the
+        row at the old one is removed first, as far as it answers."""
+        if self._roster is not None and url == self._url:
+            return self._roster
+        if self._roster is not None:
+            await self.leave()
+        self._roster, self._url = self._open(url), url
+        return self._roster
+
+    def _warn(self, me: WorkerInfo, seen: list[SeenWorker]) -> None:
+        for other in seen:
+            theirs = other.info.manifest_hash
+            if other.stale or theirs == me.manifest_hash or theirs in self._warned:
+                continue
+            self._warned.add(theirs)
+            log.warning(
+                "worker %s on %s runs manifest %s, but this worker (%s) runs manifest %s: the "
+                "workers of one deployment should run one manifest (compare with "
+                "`ket manifest | sha256sum`, and see `ket workers list`)",
+                other.info.id,
+                other.info.host,
+                theirs[:SHORT_HASH],
+                me.id,
+                me.manifest_hash[:SHORT_HASH],
+            )

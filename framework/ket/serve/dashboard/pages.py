@@ -1,0 +1,285 @@
+"""The dashboard's pages (GET only, none changes anything): jobs by state, queue and name;
+one job; queues; schedules; workers; the audit log; the tenants a principal may see."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from ket.errors import KetError
+from ket.operate import schedule_rows
+from ket.secret import redact_payload
+from ket.serve.dashboard import form
+from ket.serve.dashboard.view import COOKIE, READ, Dashboard, Visit
+from ket.serve.refusal import Refusal
+from ket.store.contract import AuditLog, QueryableStore
+from ket.store.roster import SHORT_HASH, manifest_counts
+from ket.store.types import (
+    CANCEL_STATES,
+    JOB_STATES,
+    RETRY_STATES,
+    AuditQuery,
+    JobQuery,
+    JobState,
+    JobStats,
+)
+
+# the notices a page shows after an action, by the code its redirect carries
+NOTICES = {
+    "retried": "Retried: the job is available now.",
+    "cancelled": "Cancelled.",
+    "cancel_requested": "Cancel requested: its worker aborts it at its next heartbeat.",
+    "retry": "Retried {changed} jobs; {skipped} left as they were.",
+    "cancel": "Cancelled {changed} jobs; {skipped} left as they were.",
+}
+
+
+class Pages:
+    """The GET endpoints of a dashboard."""
+
+    def __init__(self, dashboard: Dashboard) -> None:
+        self.d = dashboard
+
+    async def root(self, request: Request) -> Response:
+        """The tenant's jobs when the request names one tenant (or one is served); else the
+        tenants whose jobs this principal may read."""
+        d = self.d
+        served = sorted(d.tenants.tenancy.urls)
+        named = request.headers.get("x-ket-tenant") is not None or len(served) <= 1
+        if named or d.catalog.serve.tenant_host is not None:
+            visit = await d.admit(request)
+            return RedirectResponse(d.tenant_path(visit.tenant, "/jobs"), status_code=303)
+        readable = []
+        for tenant in served[:500]:  # each is a call of the authenticator
+            try:
+                principal = await d.gate.principal(
+                    request, tenant, token=request.cookies.get(COOKIE)
+                )
+            except Refusal:
+                continue
+            if principal.allows(READ):
+                readable.append(tenant)
+        if not readable:
+            raise Refusal(401, "unauthenticated", "not authenticated")
+        css = f"{d.tenant_path(readable[0])}/static/dashboard.css?v={d.versions['dashboard.css']}"
+        return d.render(
+            request, "tenants.html", {"tenants": readable, "css": css, "shown": len(served)}
+        )
+
+    async def tenant_home(self, request: Request) -> Response:
+        visit = await self.d.admit(request)
+        return RedirectResponse(self.d.tenant_path(visit.tenant, "/jobs"), status_code=303)
+
+    async def jobs(self, request: Request) -> Response:
+        visit = await self.d.admit(request)
+        store = queryable(visit)
+        stats = await store.job_stats()
+        chosen = form.selection(
+            request.query_params, queues=queues_of(self.d, stats), jobs=self.d.catalog.jobs
+        )
+        size = form.page_size(request.query_params)
+        page = form.number(request.query_params, "page", default=1, low=1, high=form.MAX_PAGE)
+        query = JobQuery(
+            state=chosen.state,
+            queue=chosen.queue,
+            name=chosen.job,
+            limit=size + 1,
+            offset=(page - 1) * size,
+        )
+        found = await store.job_list(query)
+        counts = {
+            state: sum(
+                n
+                for (s, queue), n in stats.counts.items()
+                if s == state and chosen.queue in (None, queue)
+            )
+            for state in JOB_STATES
+        }
+        here = self.d.tenant_path(visit.tenant, "/jobs")
+        state_links: list[tuple[JobState | None, str, int]] = [
+            (None, here + replace(chosen, state=None).query(), sum(counts.values()))
+        ]
+        state_links += [
+            (state, here + replace(chosen, state=state).query(), counts[state])
+            for state in JOB_STATES
+        ]
+
+        def link(number: int) -> str:
+            return here + chosen.query(size=None if size == 50 else size, page=number)
+
+        context = {
+            "nav": "jobs",
+            "state_links": state_links,
+            "link": link,
+            "chosen": chosen,
+            "records": found[:size],
+            "page": page,
+            "size": size,
+            "has_next": len(found) > size,
+            "counts": counts,
+            "queues": sorted(queues_of(self.d, stats)),
+            "job_names": sorted(self.d.catalog.jobs),
+            "states": JOB_STATES,
+            "notice": _notice(request),
+            "retry_states": RETRY_STATES,
+            "cancel_states": CANCEL_STATES,
+        }
+        return self.d.render(request, "jobs.html", context, visit=visit)
+
+    async def job(self, request: Request) -> Response:
+        visit = await self.d.admit(request)
+        return await self.job_page(request, visit, job_id_of(request))
+
+    async def job_page(
+        self, request: Request, visit: Visit, job_id: int, *, refused: str = "", status: int = 200
+    ) -> Response:
+        """One job's page (also the answer to an action it refused, with the reason)."""
+        record = await queryable(visit).job_get(job_id)
+        if record is None:
+            raise Refusal(404, "unknown_job", f"no job {job_id} in tenant {visit.tenant}")
+        now = await visit.store.now()
+        lease_age = None
+        lease_left = None
+        if record.state == "executing" and record.attempted_at is not None:
+            lease_age = (now - record.attempted_at).total_seconds()
+            if record.lease_until is not None:
+                lease_left = (record.lease_until - now).total_seconds()
+        context = {
+            "nav": "jobs",
+            "job": record,
+            "payload": redact_payload(record.payload),
+            "lease_age": lease_age,
+            "lease_left": lease_left,
+            "can_retry": record.state in RETRY_STATES,
+            "can_cancel": record.state in CANCEL_STATES and not record.cancel_requested,
+            "notice": _notice(request),
+            "refused": refused,
+        }
+        return self.d.render(request, "job.html", context, visit=visit, status=status)
+
+    async def queues(self, request: Request) -> Response:
+        visit = await self.d.admit(request)
+        stats = await queryable(visit).job_stats()
+        declared = self.d.catalog.worker.queues
+        rows = []
+        for queue in sorted(queues_of(self.d, stats)):
+            ages = stats.queue_ages.get(queue)
+            rows.append(
+                {
+                    "name": queue,
+                    "concurrency": declared.get(queue),
+                    "counts": {s: stats.counts.get((s, queue), 0) for s in JOB_STATES},
+                    "oldest_available": ages.oldest_available_age if ages else None,
+                    "oldest_lease": ages.oldest_lease_age if ages else None,
+                }
+            )
+        context = {"nav": "queues", "rows": rows, "stats": stats, "states": JOB_STATES}
+        return self.d.render(request, "queues.html", context, visit=visit)
+
+    async def schedules(self, request: Request) -> Response:
+        visit = await self.d.admit(request)
+        rows = await schedule_rows(visit.store, self.d.catalog)
+        return self.d.render(
+            request, "schedules.html", {"nav": "schedules", "rows": rows}, visit=visit
+        )
+
+    async def workers(self, request: Request) -> Response:
+        visit = await self.d.admit(request)
+        problem = ""
+        workers = []
+        if self.d.list_workers is None:
+            problem = "this server was started without a view of the control database"
+        else:
+            try:
+                seen = await self.d.list_workers()
+            except KetError as error:
+                problem = f"cannot read the workers: {error.message}"
+            else:
+                # a worker serving other tenants only is theirs to see, not this tenant's
+                workers = [
+                    w for w in seen if w.info.tenants is None or visit.tenant in w.info.tenants
+                ]
+        live = manifest_counts(workers)
+        context = {
+            "nav": "workers",
+            "workers": workers,
+            "problem": problem,
+            "manifests": live,
+            "short": SHORT_HASH,
+        }
+        return self.d.render(request, "workers.html", context, visit=visit)
+
+    async def audit(self, request: Request) -> Response:
+        visit = await self.d.admit(request)
+        if not isinstance(visit.store, AuditLog):
+            raise Refusal(501, "no_audit_log", "this tenant's store keeps no audit log")
+        size = form.page_size(request.query_params)
+        page = form.number(request.query_params, "page", default=1, low=1, high=form.MAX_PAGE)
+        found = await visit.store.audit_list(AuditQuery(limit=size + 1, offset=(page - 1) * size))
+        here = self.d.tenant_path(visit.tenant, "/audit")
+
+        def link(number: int) -> str:
+            return here + form.JobSelection().query(size=None if size == 50 else size, page=number)
+
+        context = {
+            "nav": "audit",
+            "link": link,
+            "records": found[:size],
+            "page": page,
+            "size": size,
+            "has_next": len(found) > size,
+        }
+        return self.d.render(request, "audit.html", context, visit=visit)
+
+    async def static(self, request: Request) -> Response:
+        await self.d.admit(request)
+        name = request.path_params["name"]
+        body = self.d.static.get(name)
+        if body is None:
+            raise Refusal(404, "not_found", "no such file")
+        kind = "text/css" if name.endswith(".css") else "text/javascript"
+        fingerprinted = request.query_params.get("v") == self.d.versions[name]
+        cache = "private, max-age=31536000, immutable" if fingerprinted else "no-cache"
+        return Response(body, media_type=kind, headers={"cache-control": cache})
+
+    async def unknown(self, request: Request) -> Response:
+        """Any other path under the dashboard: refused as the pages are, then 404."""
+        tenant = request.path_params.get("tenant")
+        if tenant is None:
+            await self.d.gate.admit(request, READ, token=request.cookies.get(COOKIE))
+        else:
+            await self.d.admit(request)
+        raise Refusal(404, "not_found", "the dashboard has no such page")
+
+
+def queryable(visit: Visit) -> QueryableStore:
+    """The visit's store as a QueryableStore; Refusal (501) for a store that is not one."""
+    store = visit.store
+    if not isinstance(store, QueryableStore):
+        raise Refusal(501, "not_queryable", "this tenant's store cannot list jobs")
+    return store
+
+
+def queues_of(dashboard: Dashboard, stats: JobStats) -> set[str]:
+    """The queues a filter may name: the deployment's, and any the tenant's jobs use."""
+    return set(dashboard.catalog.worker.queues) | {queue for _, queue in stats.counts}
+
+
+def job_id_of(request: Request) -> int:
+    """The job id the path names; Refusal (400) for anything but a whole number in range."""
+    return form.number(request.path_params, "id", default=0, low=1, high=form.MAX_ID)
+
+
+def _notice(request: Request) -> str:
+    """The notice a redirect after an action asked for, from NOTICES only."""
+    code = request.query_params.get("notice", "")
+    text = NOTICES.get(code)
+    if text is None:
+        return ""
+    counts = {
+        key: form.number(request.query_params, key, default=0, low=0, high=form.MAX_ID)
+        for key in ("changed", "skipped")
+    }
+    return text.format(**counts)

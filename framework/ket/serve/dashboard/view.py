@@ -1,0 +1,192 @@
+"""What every page of the dashboard shares: who asks, for which tenant, and how pages render.
+
+`Dashboard.admit` is the first line of every endpoint: the tenant its path names, the
+principal the deployment's authenticator returns for the request (its `Authorization` header,
+or the token the sign-in form keeps in the dashboard's cookie), and the permission the page
+needs (`jobs:read`, or `jobs:write` for actions). Pages render from Jinja templates with
+autoescaping on; every string that comes from a job goes through `visible` as well, which
+writes control characters and bidirectional overrides as escapes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+from typing import Any
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from ket.catalog import Catalog
+from ket.display import escape
+from ket.serve.dashboard.guard import Csrf
+from ket.serve.gate import Caller, Gate
+from ket.serve.stores import TenantStores
+from ket.serve.tenant import TenantLookup
+from ket.store.contract import JobStore
+from ket.store.roster import SeenWorker
+
+READ = "jobs:read"
+WRITE = "jobs:write"
+COOKIE = "ket_dashboard"
+STATIC_FILES = ("dashboard.css", "dashboard.js")
+
+ListWorkers = Callable[[], Awaitable[list[SeenWorker]]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Visit:
+    """An admitted request: the caller, the tenant's store, and what its pages need."""
+
+    caller: Caller
+    store: JobStore
+    can_write: bool
+    csrf: str
+
+    @property
+    def tenant(self) -> str:
+        """The tenant the visit is for."""
+        return self.caller.tenant
+
+
+class Dashboard:
+    """The dashboard's shared parts: where it is mounted, the gate, the tenants' stores, the
+    templates, the CSRF tokens."""
+
+    def __init__(
+        self,
+        *,
+        path: str,
+        catalog: Catalog,
+        gate: Gate,
+        tenants: TenantLookup,
+        stores: TenantStores,
+        list_workers: ListWorkers | None,
+        csrf: Csrf | None = None,
+    ) -> None:
+        self.path = path
+        self.catalog = catalog
+        self.gate = gate
+        self.tenants = tenants
+        self.stores = stores
+        self.list_workers = list_workers
+        self.csrf = csrf or Csrf()
+        self.static = {name: _static(name) for name in STATIC_FILES}
+        self.versions = {
+            name: hashlib.sha256(body).hexdigest()[:12] for name, body in self.static.items()
+        }
+        self.templates = _environment()
+
+    async def admit(self, request: Request, permission: str = READ) -> Visit:
+        """The visit of `request` to the tenant its path names; Refusal (400, 401, 403, 404,
+        503) otherwise."""
+        tenant = request.path_params.get("tenant")
+        caller = await self.gate.admit(
+            request, permission, tenant=tenant, token=request.cookies.get(COOKIE)
+        )
+        store = await self.stores.store(caller.tenant, caller.url)
+        return Visit(
+            caller=caller,
+            store=store,
+            can_write=caller.principal.allows(WRITE),
+            csrf=self.csrf.issue(caller.tenant, caller.principal.subject),
+        )
+
+    def tenant_path(self, tenant: str, rest: str = "") -> str:
+        """The path of a tenant's page, e.g. `/dashboard/t/acme/jobs`."""
+        return f"{self.path}/t/{tenant}{rest}"
+
+    def render(
+        self,
+        request: Request,
+        template: str,
+        context: Mapping[str, Any],
+        *,
+        visit: Visit | None = None,
+        status: int = 200,
+        headers: Mapping[str, str] | None = None,
+    ) -> Response:
+        """The page `template` with `context`, and the tenant's navigation when `visit`."""
+        values: dict[str, Any] = {"base": self.path, "visit": None, **context}
+        if visit is not None:
+            prefix = self.tenant_path(visit.tenant)
+            values.update(
+                visit=visit,
+                tenant=visit.tenant,
+                prefix=prefix,
+                subject=visit.caller.principal.subject,
+                several=len(self.tenants.tenancy.urls) > 1,
+                css=f"{prefix}/static/dashboard.css?v={self.versions['dashboard.css']}",
+                js=f"{prefix}/static/dashboard.js?v={self.versions['dashboard.js']}",
+            )
+        body = self.templates.get_template(template).render(values)
+        return HTMLResponse(body, status_code=status, headers=dict(headers or {}))
+
+
+def visible(value: object) -> str:
+    """A value from a job as text to show: control characters written as escapes."""
+    return escape("" if value is None else str(value))
+
+
+def visible_lines(value: object) -> str:
+    """Multi-line text from a job (a traceback, a payload): line breaks kept."""
+    return escape("" if value is None else str(value), keep_newlines=True)
+
+
+def when(value: datetime | None) -> str:
+    """An instant as `2026-12-03 16:01:53Z` (UTC, to the second)."""
+    if value is None:
+        return "-"
+    return value.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def age(seconds: float | None) -> str:
+    """A duration as an operator reads it: `4.2s`, `3m 05s`, `2h 03m`, `4d 02h`."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3_600:
+        return f"{whole // 60}m {whole % 60:02d}s"
+    if whole < 86_400:
+        return f"{whole // 3_600}h {whole % 3_600 // 60:02d}m"
+    return f"{whole // 86_400}d {whole % 86_400 // 3_600:02d}h"
+
+
+def pretty_json(value: Any) -> str:
+    """JSON for people: indented, keys sorted, letters as they are."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def json_line(value: Any) -> str:
+    """JSON on one line, keys sorted."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _environment() -> jinja2.Environment:
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("ket.serve.dashboard", "templates"),
+        autoescape=True,  # every template, whatever its name
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters.update(
+        visible=visible,
+        visible_lines=visible_lines,
+        when=when,
+        age=age,
+        pretty_json=pretty_json,
+        json_line=json_line,
+    )
+    return environment
+
+
+def _static(name: str) -> bytes:
+    return resources.files("ket.serve.dashboard").joinpath("static", name).read_bytes()

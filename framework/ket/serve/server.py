@@ -1,0 +1,84 @@
+"""Running the app on uvicorn, with ket owning the process's signals.
+
+uvicorn's own handling of SIGTERM and SIGINT would replace the handlers of the process (those of
+`ket dev --all`, which stops a worker too) and raise the signal again once it is done, which
+ends the process with the signal rather than with exit status 0. So the server here never
+touches signals: the command calls `stop()` at the first signal (no new connections; requests
+in flight finish within `shutdown_grace_ms`; then the app's shutdown closes the tenants'
+databases) and `force()` at the second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+from starlette.applications import Starlette
+
+from ket.errors import KetError
+
+log = logging.getLogger("ket.serve")
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # the command owns the signals (see the module's docstring)
+
+
+class HttpServer:
+    """One app served on one listening socket until stopped."""
+
+    def __init__(
+        self, app: Starlette, sock: socket.socket, *, grace_seconds: float, access_log: bool
+    ) -> None:
+        config = uvicorn.Config(
+            app,
+            log_config=None,  # ket's logging, already configured by the command
+            access_log=access_log,
+            lifespan="on",
+            # typed int, but uvicorn hands it to asyncio.timeout, which takes fractions too
+            timeout_graceful_shutdown=grace_seconds,  # type: ignore[arg-type]
+            server_header=False,
+        )
+        self._server = _Server(config)
+        self._socket = sock
+
+    async def run(self) -> int:
+        """Serve until stopped; 0 after a graceful stop, 1 if the server could not start."""
+        try:
+            await self._server.serve(sockets=[self._socket])
+        except SystemExit:  # uvicorn's way to report an app whose start-up failed
+            log.error("the HTTP server could not start; see the errors above")
+            return 1
+        return 0 if self._server.started else 1
+
+    def stop(self) -> None:
+        """Stop accepting, let requests in flight finish within the grace period, then stop."""
+        self._server.should_exit = True
+
+    def force(self) -> None:
+        """Stop now, without waiting for requests in flight."""
+        self._server.should_exit = self._server.force_exit = True
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on `host`:`port` (port 0: any free port); KetError naming the address
+    when it cannot, before anything else starts."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as error:
+        raise KetError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def address(sock: socket.socket) -> str:
+    """`http://host:port` of a listening socket."""
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"

@@ -1,0 +1,245 @@
+"""The dashboard as an operator uses it, in Chromium: sign in, watch jobs a running worker
+completes, open one, retry a discarded job and see it complete, cancel by filter; a payload
+holding a script shows as text under a strict CSP; without credentials nothing is served."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from ket.store import NewJob
+from ket.store.sql import SqlStore
+from tests.acceptance.conftest import Project, run_ket
+from tests.acceptance.test_cli_serve import Server
+
+TOKEN = "d4shb0ard-t0ken"
+APP = '''
+import hmac
+import os
+
+from ket import Discard, define_deployment, define_job, define_module
+from ket.serve import AuthRequest, Principal
+
+
+async def authenticate(request: AuthRequest) -> Principal | None:
+    """The operator with the token in OPS_TOKEN may read and steer jobs; the reader may read."""
+    token = request.bearer_token() or ""
+    if hmac.compare_digest(token.encode(), os.environ["OPS_TOKEN"].encode()):
+        return Principal(subject="ops-ada", permissions={"jobs:read", "jobs:write"})
+    if token == "reader":
+        return Principal(subject="rita", permissions={"jobs:read"})
+    return None
+
+
+async def send(ctx, input):
+    if input.flaky and ctx.job.attempt == 1:
+        raise Discard("the mail server said no (the first time)")
+
+
+async def tick(ctx, input):
+    pass
+
+
+shop = define_module(
+    name="shop",
+    jobs={
+        "send": define_job(
+            input={"to": "string", "flaky": "bool?", "card": "secret?"},
+            queue="mail",
+            idempotent=True,
+            max_attempts=1,
+            handler=send,
+        ),
+        "tick": define_job(idempotent=True, schedule={"every": "1m"}, handler=tick),
+    },
+)
+main = define_deployment(
+    name="main",
+    modules=[shop],
+    worker={"queues": {"default": 1, "mail": 2, "later": 1}, "poll_max_ms": 200},
+    serve={"authenticate": authenticate},
+)
+'''
+SCRIPT = "<script>window.pwned = 1; alert('pwned')</script>"
+CSP = "default-src 'none'; script-src 'self'; style-src 'self'"
+
+
+@pytest.fixture
+def running(project: Project) -> Iterator[tuple[Path, str]]:
+    """A project with its database migrated, `ket serve` and `ket worker` running: its root
+    and the server's address."""
+    root = project({"app/workspace.py": APP})
+    env = {"OPS_TOKEN": TOKEN}
+    assert run_ket("migrate", cwd=root, env=env).code == 0
+    server = Server(root, "serve", env=env)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ket.cli.main", "worker"],
+        cwd=root,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield root, server.url
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+        server.kill()
+
+
+def enqueue(root: Path, *jobs: NewJob) -> list[int]:
+    """Insert `jobs` into the project's database, as a producer would; their ids."""
+
+    async def main() -> list[int]:
+        store = await SqlStore.open(f"sqlite:///{root / '.ket' / 'default.db'}")
+        try:
+            return [row.id for row in await store.job_insert(list(jobs))]
+        finally:
+            await store.close()
+
+    # Playwright's sync API runs an event loop on this thread: the store gets one of its own
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(main())).result()
+
+
+def send(to: str = "ada@example.com", **input: Any) -> NewJob:
+    return NewJob(name="shop.send", queue="mail", max_attempts=1, payload={"to": to, **input})
+
+
+def test_an_operator_watches_retries_and_cancels_jobs(
+    browser: Any, running: tuple[Path, str], shots: Path
+) -> None:
+    root, url = running
+    base = f"{url}/dashboard"
+    context = browser.new_context(viewport={"width": 1360, "height": 860})
+    page = context.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    shot = _shooter(page, shots)
+
+    # signed out: the page is the sign-in form, answered 401 under the CSP
+    answer = page.goto(f"{base}/t/default/jobs")
+    assert answer is not None and answer.status == 401
+    assert answer.headers["content-security-policy"].startswith(CSP)
+    shot("01-sign-in")
+    page.fill("#token", TOKEN)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/dashboard/t/default/jobs$"))
+
+    # jobs flowing from the running worker, onto the page without a reload
+    *_, scripted = enqueue(root, *[send(f"user{n}@example.com") for n in range(6)], send(SCRIPT))
+    [flaky] = enqueue(root, send("flaky@example.com", flaky=True))
+    expect(page.locator("nav.states a.state-completed .count")).to_have_text("7", timeout=20_000)
+    expect(page.locator("nav.states a.state-discarded .count")).to_have_text("1", timeout=20_000)
+    shot("02-jobs")
+
+    # a payload holding a script is text, and no script of it ran
+    page.locator(f"a[href='/dashboard/t/default/jobs/{scripted}']").first.click()
+    expect(page.locator("pre.payload")).to_contain_text(SCRIPT)
+    assert page.evaluate("window.pwned") is None and dialogs == []
+    shot("03-job-with-a-script-payload")
+
+    # the discarded job: its error, a retry, and it completes
+    page.goto(f"{base}/t/default/jobs?state=discarded")
+    page.locator(f"a[href='/dashboard/t/default/jobs/{flaky}']").first.click()
+    expect(page.locator("details.error summary")).to_contain_text("the mail server said no")
+    shot("04-discarded-job")
+    page.click("text=Retry now")
+    expect(page.locator(".notice")).to_have_text("Retried: the job is available now.")
+    _reload_until(page, "completed")
+    shot("05-retried-job-completed")
+
+    # cancel by filter: the confirmation counts the jobs, and only they are cancelled
+    later = datetime.now(UTC) + timedelta(hours=1)
+    enqueue(root, *[NewJob(name="shop.send", queue="later", run_at=later, payload={"to": "x"})] * 3)
+    page.goto(f"{base}/t/default/jobs")
+    page.select_option("select[name=queue]", "later")
+    page.click("form.filters button")
+    page.click("text=Cancel these")
+    expect(page.locator(".question")).to_have_text("Cancel 3 jobs in tenant default?")
+    shot("06-cancel-by-filter-confirmation")
+    page.click("form.confirm button")
+    expect(page.locator(".notice")).to_have_text("Cancelled 3 jobs; 0 left as they were.")
+    expect(page.locator("nav.states a.state-cancelled .count")).to_have_text("3")
+    shot("07-cancelled-by-filter")
+
+    for name, check in (
+        ("queues", "table.queues"),
+        ("schedules", "table.schedules"),
+        ("workers", "table.workers"),
+        ("audit", "table.audit"),
+    ):
+        page.goto(f"{base}/t/default/{name}")
+        # a worker records itself within one interval (10 s here): the live page shows it then
+        expect(page.locator(check)).to_be_visible(timeout=20_000)
+        shot(f"08-{name}")
+    expect(page.locator("table.audit tbody tr")).to_have_count(2)
+    expect(page.locator("table.audit tbody tr").first).to_contain_text("ops-ada")
+    page.goto(f"{base}/t/default/workers")
+    expect(page.locator("table.workers")).to_contain_text("live")
+    context.close()
+
+
+def test_a_reader_cannot_retry_and_nothing_is_served_without_credentials(
+    browser: Any, running: tuple[Path, str], shots: Path
+) -> None:
+    root, url = running
+    base = f"{url}/dashboard/t/default"
+    [job] = enqueue(root, send("flaky@example.com", flaky=True))
+    anonymous = browser.new_context()
+    for path in (
+        "/jobs",
+        f"/jobs/{job}",
+        "/queues",
+        "/schedules",
+        "/workers",
+        "/audit",
+        "/static/dashboard.css",
+        "/static/dashboard.js",
+        "/bulk/retry",
+        "/nothing",
+    ):
+        answer = anonymous.request.get(base + path)
+        assert answer.status == 401, path
+        assert answer.headers["content-security-policy"].startswith(CSP), path
+    for path in (f"/jobs/{job}/retry", f"/jobs/{job}/cancel", "/bulk/cancel", "/signout"):
+        answer = anonymous.request.post(base + path, form={"csrf": "x"})
+        assert answer.status == 401, path
+    assert anonymous.request.get(f"{url}/dashboard/").status == 401
+    anonymous.close()
+
+    reader = browser.new_context(extra_http_headers={"Authorization": "Bearer reader"})
+    page = reader.new_page()
+    page.goto(f"{base}/jobs/{job}")
+    _reload_until(page, "discarded")
+    assert page.locator("text=Retry now").count() == 0
+    _shooter(page, shots)("01-read-only-job")
+    reader.close()
+
+
+def _reload_until(page: Page, state: str, seconds: float = 20) -> None:
+    """Reload the job's page until it shows `state` (a job's page is not live)."""
+    deadline = time.monotonic() + seconds
+    while page.locator("h1 .state").inner_text() != state and time.monotonic() < deadline:
+        time.sleep(0.2)
+        page.reload()
+    expect(page.locator("h1 .state")).to_have_text(state)
+
+
+def _shooter(page: Page, folder: Path) -> Callable[[str], None]:
+    def take(name: str) -> None:
+        page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+
+    return take

@@ -1,0 +1,143 @@
+"""Retry and cancel from the dashboard: a CSRF token on every one, an audit entry with who did
+it, and nothing outside the tenant the page is for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from starlette.testclient import TestClient
+
+from tests.unit.serve.conftest import Serve
+from tests.unit.serve.desk import arrange, audit, deployment, send_job, states
+
+D = "/dashboard"
+ADMIN = {"Authorization": "Bearer admin"}
+TWO = {"acme": None, "globex": None}
+
+
+def _csrf(client: TestClient, path: str, headers: dict[str, str]) -> str:
+    page = client.get(path, headers=headers)
+    assert page.status_code == 200, page.text
+    return page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+
+
+def test_a_retry_needs_the_csrf_token_of_its_page(serve: Serve, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/default.db"
+    client = serve(deployment())
+    [job] = arrange(url, [send_job()], discard=1)
+    page = f"{D}/t/default/jobs/{job}"
+    action = f"{page}/retry"
+    for data in ({"x": "1"}, {"csrf": ""}, {"csrf": "123.abc"}, {"csrf": "1.deadbeef"}):
+        answer = client.post(action, data=data, headers=ADMIN)
+        assert (answer.status_code, "security token" in answer.text) == (403, True), data
+    reader_token = _csrf(client, page, {"Authorization": "Bearer reader"})
+    assert client.post(action, data={"csrf": reader_token}, headers=ADMIN).status_code == 403
+    token = _csrf(client, page, ADMIN)
+    for cross in ({"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+        answer = client.post(action, data={"csrf": token}, headers={**ADMIN, **cross})
+        assert answer.status_code == 403 and "another site" in answer.text
+    json_body = client.post(action, json={"csrf": token}, headers=ADMIN)
+    assert json_body.status_code == 415
+    assert states(url) == {job: "discarded"}
+    done = client.post(action, data={"csrf": token}, headers=ADMIN, follow_redirects=False)
+    assert (done.status_code, done.headers["location"]) == (303, f"{page}?notice=retried")
+    assert states(url) == {job: "available"}
+    shown = client.get(done.headers["location"], headers=ADMIN).text
+    assert "Retried: the job is available now." in shown
+
+
+def test_retry_and_cancel_leave_audit_entries_naming_the_principal(
+    serve: Serve, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path}/default.db"
+    client = serve(deployment())
+    discarded, waiting = arrange(url, [send_job(), send_job()], discard=1)
+    base = f"{D}/t/default/jobs"
+    token = _csrf(client, f"{base}/{discarded}", ADMIN)
+    client.post(f"{base}/{discarded}/retry", data={"csrf": token}, headers=ADMIN)
+    refused = client.post(f"{base}/{discarded}/retry", data={"csrf": token}, headers=ADMIN)
+    assert refused.status_code == 409
+    assert "Nothing changed: only retryable or discarded jobs can be retried" in refused.text
+    client.post(f"{base}/{waiting}/cancel", data={"csrf": token}, headers=ADMIN)
+    assert states(url) == {discarded: "available", waiting: "cancelled"}
+    entries = [(e.subject, e.source, e.action, e.job_id, e.changed) for e in audit(url)]
+    assert entries == [
+        ("ada", "dashboard", "cancel", waiting, 1),
+        ("ada", "dashboard", "retry", discarded, 0),
+        ("ada", "dashboard", "retry", discarded, 1),
+    ]
+    log = client.get(f"{D}/t/default/audit", headers=ADMIN).text
+    assert log.count("<td>ada</td>") == 3
+
+
+def test_cancel_by_filter_confirms_the_count_and_acts_on_the_jobs_counted_only(
+    serve: Serve, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path}/default.db"
+    client = serve(deployment())
+    mail = arrange(url, [send_job() for _ in range(4)])
+    confirm = client.get(f"{D}/t/default/bulk/cancel?queue=mail&state=available", headers=ADMIN)
+    assert "Cancel 4 jobs in tenant default?" in confirm.text
+    token = confirm.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    late = arrange(url, [send_job()])  # after the question: never touched
+    done = client.post(
+        f"{D}/t/default/bulk/cancel",
+        data={
+            "csrf": token,
+            "queue": "mail",
+            "state": "available",
+            "through_id": "4",
+            "count": "4",
+        },
+        headers=ADMIN,
+        follow_redirects=False,
+    )
+    assert done.status_code == 303
+    assert "notice=cancel" in done.headers["location"] and "changed=4" in done.headers["location"]
+    assert states(url) == {**{i: "cancelled" for i in mail}, late[0]: "available"}
+    [entry] = audit(url)
+    assert (entry.action, entry.matched, entry.changed, entry.job_id) == ("cancel", 4, 4, None)
+    assert entry.selection == {"states": ["available"], "queue": "mail", "through_id": 4}
+    shown = client.get(done.headers["location"], headers=ADMIN).text
+    assert "Cancelled 4 jobs; 0 left as they were." in shown
+
+
+def test_an_action_in_one_tenant_never_touches_another(serve: Serve, tmp_path: Path) -> None:
+    acme, globex = (f"sqlite:///{tmp_path}/{t}.db" for t in TWO)
+    client = serve(deployment(), registered=dict(TWO))
+    [a] = arrange(acme, [send_job()], discard=1)
+    [g] = arrange(globex, [send_job()], discard=1)
+    assert a == g == 1  # the same id in both tenants
+    token = _csrf(client, f"{D}/t/acme/jobs/1", ADMIN)
+    retried = client.post(f"{D}/t/acme/jobs/1/retry", data={"csrf": token}, headers=ADMIN)
+    assert retried.status_code == 200  # followed to the job's page
+    confirm = client.get(f"{D}/t/acme/bulk/cancel", headers=ADMIN)
+    assert "Cancel 1 job in tenant acme?" in confirm.text
+    client.post(
+        f"{D}/t/acme/bulk/cancel",
+        data={"csrf": token, "through_id": "1", "count": "1"},
+        headers=ADMIN,
+    )
+    assert states(acme) == {1: "cancelled"}
+    assert states(globex) == {1: "discarded"}
+    assert audit(globex) == []
+    assert len(audit(acme)) == 2
+    # acme's token is no good in globex, and the path's tenant must agree with the header's
+    wrong_tenant = client.post(f"{D}/t/globex/jobs/1/retry", data={"csrf": token}, headers=ADMIN)
+    assert wrong_tenant.status_code == 403
+    mismatch = client.get(f"{D}/t/globex/jobs", headers={**ADMIN, "X-Ket-Tenant": "acme"})
+    assert mismatch.status_code == 400
+    acme_only = {"Authorization": "Bearer acme-admin"}
+    assert client.get(f"{D}/t/acme/jobs", headers=acme_only).status_code == 200
+    assert client.get(f"{D}/t/globex/jobs", headers=acme_only).status_code == 401
+    assert states(globex) == {1: "discarded"}
+
+
+def test_the_tenants_page_lists_only_the_tenants_a_principal_may_read(serve: Serve) -> None:
+    client = serve(deployment(), registered=dict(TWO))
+    everyone = client.get(f"{D}/", headers=ADMIN).text
+    assert 'href="/dashboard/t/acme/jobs"' in everyone
+    assert 'href="/dashboard/t/globex/jobs"' in everyone
+    acme_only = client.get(f"{D}/", headers={"Authorization": "Bearer acme-admin"}).text
+    assert "globex" not in acme_only and 'href="/dashboard/t/acme/jobs"' in acme_only
+    assert client.get(f"{D}/", headers={"Authorization": "Bearer nope"}).status_code == 401
