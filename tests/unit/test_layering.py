@@ -50,6 +50,7 @@ FORBIDDEN = {
         "context",
         "tck",
         "schedule",
+        "observe",
     },
     "tck": {
         "declare",
@@ -63,9 +64,23 @@ FORBIDDEN = {
         "context",
         "schedule",
     },
-    "catalog": {"manifest", "diff", "cli", "workspace", "runtime", "context"},
-    "context": {"manifest", "check", "diff", "cli", "workspace", "runtime", "tck"},
-    "runtime": {"manifest", "check", "diff", "cli", "workspace", "tck", "serve"},
+    "catalog": {"manifest", "diff", "cli", "workspace", "runtime", "context", "observe"},
+    "context": {"manifest", "check", "diff", "cli", "workspace", "runtime", "tck", "observe"},
+    # the runtime is watched through its hooks and job stats; it never knows who watches
+    "runtime": {"manifest", "check", "diff", "cli", "workspace", "tck", "serve", "observe"},
+    # logs and metrics read the runtime's events and the store's stats, never the other way
+    # (`ket serve` may mount them: the server may import observe, not observe the server)
+    "observe": {
+        "manifest",
+        "check",
+        "diff",
+        "cli",
+        "workspace",
+        "tck",
+        "context",
+        "declare",
+        "serve",
+    },
     # what operators do (retry, cancel, the audit log, schedules), for the CLI and the server
     "operate": {
         "manifest",
@@ -119,7 +134,7 @@ FORBIDDEN = {
     },
 }
 # rooms that may use the store contract but never a concrete store
-CONTRACT_ONLY = ["catalog", "context", "runtime", "tck", "serve", "operate"]
+CONTRACT_ONLY = ["catalog", "context", "runtime", "tck", "serve", "operate", "observe"]
 
 
 def _modules(path: Path) -> set[str]:
@@ -228,6 +243,12 @@ def test_ket_check_loads_no_store_and_no_other_command() -> None:
         "assert main(['check', '--workspace', 'modules_example/workspace.py']) == 0"
     )
     assert _loaded(code, (*STORES, "ket.manifest", "ket.cli.worker", "ket.cli.jobs")) == []
+
+
+def test_a_worker_without_metrics_imports_no_prometheus_client() -> None:
+    # metrics are the optional `metrics` extra, and cost a worker that did not ask nothing
+    code = "import ket.cli.worker, ket.cli.dev, ket.observe.logs"
+    assert _loaded(code, ("prometheus_client", "ket.observe.metrics", "ket.observe.gauges")) == []
 
 
 def test_the_worker_and_the_store_on_postgresql_import_no_sqlalchemy() -> None:

@@ -16,14 +16,15 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from ket.catalog import Catalog
 from ket.cli import concurrency
 from ket.cli.call import call_on_tenant, parse_input
 from ket.cli.concurrency import HostConcurrency
 from ket.cli.migrate import migrate_all
-from ket.cli.options import deployment_of
+from ket.cli.options import add_log_options, deployment_of, log_format, log_third_party
 from ket.cli.output import clip, configure_logging, escape
 from ket.cli.runtime import run_service, single_tenant, tenant_urls
 from ket.cli.serve import add_http_options, check_servable, http_server, listen_for
@@ -60,15 +61,18 @@ def add_parser(
         help="call a function once the worker runs (repeatable)",
     )
     concurrency.add_option(parser)
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
+    add_log_options(parser)
     add_http_options(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, "%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    configure_logging(
+        args.log_level,
+        "%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        log_format=log_format(args, os.environ),
+        third_party=log_third_party(os.environ),
+    )
     logging.getLogger("ket.jobs").setLevel(min(logging.DEBUG, logging.getLevelName(args.log_level)))
     settings = concurrency.read(args.concurrency, os.environ)
     deployment = deployment_of(args)
@@ -105,7 +109,7 @@ async def _dev(
 
         server = http_server(catalog, args, sock, blobs)
         stopping.also(server.stop)
-        http = asyncio.ensure_future(server.run())
+        http = asyncio.ensure_future(_stopped_saying_so(server.run()))
         log.info("serving the functions over HTTP on %s", address(sock))
         serving = asyncio.ensure_future(_both(serving, http, stopping, server.stop))
     if calls:
@@ -120,6 +124,15 @@ async def _dev(
             failure = clip(describe(error, redactor(catalog, calls)))
             sys.stderr.write(f"ket dev: calling failed: {escape(failure)}\n")
     return await serving
+
+
+async def _stopped_saying_so(run: Coroutine[Any, Any, int]) -> int:
+    """Run the HTTP server and log its end: uvicorn's own lines are quiet at INFO (see
+    ket/observe/logs.py), so ket says it."""
+    try:
+        return await run
+    finally:
+        log.info("HTTP server stopped")
 
 
 async def _both(

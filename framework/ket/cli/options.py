@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from ket.declare.deployment import DeploymentDecl
@@ -28,6 +29,41 @@ def workspace_parent() -> argparse.ArgumentParser:
         help="deployment to use (default: [tool.ket], or the only one in the workspace)",
     )
     return parent
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMATS = ("text", "json")
+
+
+def add_log_options(parser: argparse.ArgumentParser) -> None:
+    """--log-level and --log-format, for the commands that log (worker, dev)."""
+    parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS)
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="text (default), or json: one JSON object a line (also KET_LOG_FORMAT)",
+    )
+
+
+def log_format(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
+    """--log-format, else KET_LOG_FORMAT, else text."""
+    chosen: str = args.log_format or environ.get("KET_LOG_FORMAT") or "text"
+    if chosen not in LOG_FORMATS:
+        raise KetError(f"KET_LOG_FORMAT must be text or json, got {chosen!r}")
+    return chosen
+
+
+def log_third_party(environ: Mapping[str, str]) -> bool:
+    """KET_LOG_THIRD_PARTY=1: the libraries' loggers follow --log-level (else WARNING)."""
+    return environ_flag(environ, "KET_LOG_THIRD_PARTY")
+
+
+def environ_flag(environ: Mapping[str, str], name: str) -> bool:
+    """An environment variable that is 0 (or unset) or 1; anything else is an error."""
+    value = environ.get(name) or "0"
+    if value not in ("0", "1"):
+        raise KetError(f"{name} must be 0 or 1, got {value!r}")
+    return value == "1"
 
 
 def deployment_of(args: argparse.Namespace) -> DeploymentDecl:

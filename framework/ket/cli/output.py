@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Any
 
 from ket.display import escape
+from ket.observe.logs import JsonFormatter, quiet_third_party
 
 __all__ = ["CLIP", "EscapingFormatter", "clip", "configure_logging", "escape", "json_text"]
 
@@ -70,11 +71,15 @@ class EscapingFormatter(logging.Formatter):
         return escape(stack_info, keep_newlines=True)
 
 
-def configure_logging(level: str, fmt: str) -> None:
-    """Log to standard error at `level` in `fmt`, through EscapingFormatter."""
+def configure_logging(
+    level: str, fmt: str, *, log_format: str = "text", third_party: bool = False
+) -> None:
+    """Log to standard error at `level`: in `fmt` through EscapingFormatter, or as JSON lines
+    (`log_format` json); the libraries' loggers at WARNING unless `third_party`."""
     handler = logging.StreamHandler()
-    handler.setFormatter(EscapingFormatter(fmt))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else EscapingFormatter(fmt))
     logging.basicConfig(level=level, handlers=[handler])
+    quiet_third_party(opted_in=third_party)
 
 
 def _safe_chunk(chunk: str) -> str:

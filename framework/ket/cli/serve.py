@@ -22,7 +22,7 @@ import socket
 from typing import TYPE_CHECKING
 
 from ket.catalog import Catalog
-from ket.cli.options import deployment_of
+from ket.cli.options import add_log_options, deployment_of, log_format, log_third_party
 from ket.cli.output import configure_logging
 from ket.cli.runtime import open_store, registry_reader, run_service, tenant_urls
 from ket.errors import KetError
@@ -52,9 +52,7 @@ def add_parser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_http_options(parser)
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
+    add_log_options(parser)
     parser.set_defaults(run=run)
 
 
@@ -81,7 +79,12 @@ def port_number(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(
+        args.log_level,
+        "%(asctime)s %(levelname)s %(name)s: %(message)s",
+        log_format=log_format(args, os.environ),
+        third_party=log_third_party(os.environ),
+    )
     catalog = Catalog.build(deployment_of(args))
     check_servable(catalog, "ket serve")
     tenant_urls(args)  # an unknown --tenant or an unreadable registry stops the start here

@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from ket.catalog import Catalog
-from ket.cli import concurrency
+from ket.cli import concurrency, metrics
 from ket.cli.concurrency import HostConcurrency
-from ket.cli.options import deployment_of
+from ket.cli.options import add_log_options, deployment_of, log_format, log_third_party
 from ket.cli.output import configure_logging
 from ket.cli.presence import presence_service
 from ket.cli.runtime import open_store, registry_reader, run_service, tenant_urls, worker_id
@@ -58,22 +58,37 @@ def add_parser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     concurrency.add_option(parser)
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
+    add_log_options(parser)
+    metrics.add_options(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(
+        args.log_level,
+        "%(asctime)s %(levelname)s %(name)s: %(message)s",
+        log_format=log_format(args, os.environ),
+        third_party=log_third_party(os.environ),
+    )
     settings = concurrency.read(args.concurrency, os.environ)
+    chosen = metrics.settings(args, os.environ)
+    if chosen is not None:
+        metrics.require()  # say what to install before anything starts
     deployment = deployment_of(args)
     catalog = settings.apply(Catalog.build(deployment))
     pool_settings(catalog, os.environ)  # refuse a pool too small before serving anything
     tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker
     blobs = default_blobs()  # a bad KET_STORAGE_URL stops the start, naming it
     return run_service(
-        serve(catalog, args.database_url, args.tenant, settings, deployment=deployment, blobs=blobs)
+        serve(
+            catalog,
+            args.database_url,
+            args.tenant,
+            settings,
+            deployment=deployment,
+            blobs=blobs,
+            metrics_settings=chosen,
+        )
     )
 
 
@@ -155,12 +170,14 @@ async def serve(
     stopping: Stopping | None = None,
     deployment: DeploymentDecl | None = None,
     blobs: BlobStore | None = None,
+    metrics_settings: metrics.MetricsSettings | None = None,
 ) -> int:
     """Serve until a signal (or until `stopping.event` is set, when the caller handles the
     signals); returns the exit code. `catalog` carries the concurrency to run, `settings`
     says which of it this host set (for the start-up line); with the `deployment`, the worker
     records itself in the control database (`ket workers list`); `blobs` is where ctx.storage
-    keeps blobs (None: what KET_STORAGE_URL names)."""
+    keeps blobs (None: what KET_STORAGE_URL names); with `metrics_settings`, metrics are
+    served too."""
     if stopping is None:
         stopping = Stopping()
         stopping.install()
@@ -212,13 +229,18 @@ async def serve(
             database_url=database_url,
         )
         presence.every(service, timeout=PRESENCE_TIMEOUT_SECONDS)
+    served = None
     try:
-        await fleet.run(stopping.event)
+        if metrics_settings is not None:
+            served = metrics.start(metrics_settings, catalog, fleet.hooks, fleet.stores)
+        await fleet.run(stopping.event, [served.service] if served is not None else [])
     finally:
         registry.close()
         await presence.stop()
         if service is not None:
             await service.leave()
+        if served is not None:
+            served.close()
     stuck = [t.name for t in threading.enumerate() if t.name.startswith("ket-") and t.is_alive()]
     if stuck:
         # handler threads that ignored their abort: their jobs were handed back and their

@@ -106,6 +106,11 @@ class Contexts:
         self._parts: dict[str, tuple[Storage, Transport]] = {}
         self._data_parts: dict[tuple[str, str | None], tuple[Database, Transactor, Jobs]] = {}
 
+    @property
+    def clock(self) -> Clock:
+        """The clock `ctx.now()` reads (the test helpers' controllable one, else the wall's)."""
+        return self._clock
+
     def for_job(self, job: ClaimedJob, spec: JobSpec, signal: AbortSignal) -> JobContext:
         """The context of one attempt of `job`: every effect call raises Aborted once `signal`
         is aborted, so an attempt that is over can change nothing. Its parts are made when the

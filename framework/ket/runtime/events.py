@@ -7,9 +7,8 @@ costs a level check per job; failures, discards, rescues and fires go out at INF
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Literal
+from collections.abc import Callable, Collection
+from typing import Literal, NamedTuple
 
 log = logging.getLogger("ket.jobs")
 
@@ -43,9 +42,16 @@ LEVELS: dict[Kind, int] = {
 }
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Event:
-    """One lifecycle event; fields that do not apply are None."""
+class Event(NamedTuple):
+    """One lifecycle event; fields that do not apply are None.
+
+    `waited_ms` (on `started`, and again on the attempt's outcome): from when the job was due
+    (its `run_at`: the enqueue, for a job enqueued to run now) to its start, by the worker's
+    clock. `skipped` (on `schedule_fired`): the ticks passed over before this one.
+
+    A named tuple, immutable as a frozen dataclass is, because two are built per job whenever
+    anyone listens and a frozen dataclass of these fields takes three times as long to build
+    (3.3 us against 1.0 us on the development machine). Build it with keywords."""
 
     kind: Kind
     tenant: str
@@ -54,41 +60,80 @@ class Event:
     queue: str | None = None
     attempt: int | None = None
     duration_ms: float | None = None
+    waited_ms: float | None = None
+    skipped: int | None = None
     error: str | None = None
     detail: str | None = None
+
+
+def attempt_event(
+    kind: Kind,
+    tenant: str,
+    job_id: int,
+    name: str,
+    queue: str,
+    attempt: int,
+    duration_ms: float,
+    waited_ms: float | None,
+    error: str | None,
+) -> Event:
+    """The event of an attempt's outcome. It is built once per job whenever anyone listens, so
+    it is built from a tuple in Event's field order: from keywords it costs twice as much."""
+    fields = (kind, tenant, job_id, name, queue, attempt, duration_ms, waited_ms, None, error, None)
+    return tuple.__new__(Event, fields)
 
 
 Hook = Callable[[Event], None]
 
 
 class Hooks:
-    """Subscribers to lifecycle events; a failing hook is logged and never stops the worker."""
+    """Subscribers to lifecycle events; a failing hook is logged and never stops the worker.
+
+    A hook may take only some kinds of event: the others are then not even built for it (a
+    metrics hook that ignores `enqueued` costs a handler's enqueue nothing)."""
 
     def __init__(self) -> None:
-        self._hooks: list[Hook] = []
+        self._hooks: list[tuple[Hook, frozenset[Kind] | None]] = []
+        self._by_kind: dict[str, tuple[Hook, ...]] = {}  # the hooks of each kind some hook takes
 
-    def subscribe(self, hook: Hook) -> Callable[[], None]:
-        """Call `hook(event)` for every event; returns a function that unsubscribes it."""
-        self._hooks.append(hook)
-        return lambda: self._hooks.remove(hook)
+    def subscribe(self, hook: Hook, kinds: Collection[Kind] | None = None) -> Callable[[], None]:
+        """Call `hook(event)` for every event (or those of `kinds`); returns a function that
+        unsubscribes it."""
+        entry = (hook, None if kinds is None else frozenset(kinds))
+        self._hooks.append(entry)
+        self._wanted()
+
+        def unsubscribe() -> None:
+            self._hooks.remove(entry)
+            self._wanted()
+
+        return unsubscribe
 
     def wanted(self, kind: Kind) -> bool:
         """Whether an event of this kind would reach anyone (skip building it otherwise)."""
-        return bool(self._hooks) or log.isEnabledFor(LEVELS[kind])
+        return kind in self._by_kind or log.isEnabledFor(LEVELS[kind])
+
+    def _wanted(self) -> None:
+        by_kind: dict[str, tuple[Hook, ...]] = {}
+        for hook, only in self._hooks:
+            for kind in LEVELS if only is None else only:
+                by_kind[kind] = (*by_kind.get(kind, ()), hook)
+        self._by_kind = by_kind  # replaced whole: an emit in progress keeps the one it read
 
     def emit(self, event: Event, *, logged: bool = True) -> None:
         """Log `event` (unless `logged` is False: the caller logs it its own way) and hand it
         to every hook."""
-        level = LEVELS[event.kind]
+        kind = event.kind
+        level = LEVELS[kind]
         if logged and log.isEnabledFor(level):
-            fields = {k: v for k, v in asdict(event).items() if v is not None}
+            fields = {k: v for k, v in event._asdict().items() if v is not None}
             text = " ".join(f"{k}={v}" for k, v in fields.items() if k != "kind")
-            log.log(level, f"{event.kind} {text}", extra={"ket": fields})
-        for hook in list(self._hooks):
+            log.log(level, f"{kind} {text}", extra={"ket": fields})
+        for hook in self._by_kind.get(kind, ()):
             try:
                 hook(event)
             except Exception:
-                log.exception("a lifecycle hook failed on %s", event.kind)
+                log.exception("a lifecycle hook failed on %s", kind)
 
 
 hooks = Hooks()

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from ket.catalog import Catalog
 from ket.runtime.contexts import Contexts, default_blobs, install_models
 from ket.runtime.events import Hooks
 from ket.runtime.events import hooks as default_hooks
-from ket.runtime.supervisor import Repeats, Supervisor
+from ket.runtime.supervisor import Repeats, Service, Supervisor
 from ket.runtime.tenancy import resolve_tenants
 from ket.runtime.worker import TenantWorker
 from ket.storage import BlobStore
@@ -74,10 +74,14 @@ class Fleet:
         self._refused: dict[str, str] = {}  # tenant -> why it is not served, as last logged
         self.workers: dict[str, TenantWorker] = {}
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Serve until `stop` is set, then stop every tenant gracefully (concurrently)."""
+    async def run(self, stop: asyncio.Event, services: Sequence[Service] = ()) -> None:
+        """Serve until `stop` is set, then stop every tenant gracefully (concurrently).
+        `services` run beside the tenant refresh, under the process's supervisor (the job
+        stats that feed metrics, say)."""
         supervisor = Supervisor(tenant=None, stopping=asyncio.Event(), repeats=self._repeats)
         supervisor.every(TenantRefresh(self), at_once=True, timeout=60.0)
+        for service in services:
+            supervisor.every(service, timeout=max(60.0, service.interval))
         try:
             await stop.wait()
         finally:
@@ -97,6 +101,10 @@ class Fleet:
         for name, url in sorted(wanted.items()):
             if name not in self.workers:
                 await self._start(name, url)
+
+    def stores(self) -> dict[str, JobStore]:
+        """The store of every tenant served now, by tenant."""
+        return {name: worker.store for name, worker in self.workers.items()}
 
     async def hand_back_now(self, timeout: float) -> None:
         """The second signal: every tenant hands back its running jobs within `timeout`."""

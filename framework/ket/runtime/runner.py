@@ -32,6 +32,7 @@ import logging
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -50,7 +51,7 @@ from ket.errors import (
     Snooze,
 )
 from ket.runtime.contexts import Contexts
-from ket.runtime.events import Event, Hooks, Kind
+from ket.runtime.events import Event, Hooks, Kind, attempt_event
 from ket.runtime.outcome import (
     ERROR_TEXT_MAX,
     BadDelay,
@@ -72,6 +73,7 @@ log = logging.getLogger("ket.worker")
 ABORT_GRACE_SECONDS = 2.0
 # How long a payload from a newer deployment waits before a worker looks at it again.
 NEWER_PAYLOAD_DELAY_SECONDS = 60.0
+_MILLISECOND = timedelta(milliseconds=1)
 
 _EVENT: dict[str, Kind] = {
     "completed": "completed",
@@ -93,6 +95,7 @@ class Result:
     kind: str  # completed, failed, discarded, cancelled, handed_back, snoozed, lease_lost
     error: str | None = None
     duration_ms: float = 0.0
+    waited_ms: float | None = None  # due to start, when someone listens (see JobRunner.run)
 
 
 # How a handler ended: None (it returned: the attempt completed), what it raised (a failure,
@@ -114,6 +117,7 @@ class JobRunner:
     ) -> None:
         self.catalog = catalog
         self._contexts = contexts
+        self._clock = contexts.clock
         self._executor = executor
         self.hooks = hooks
         self.tenant = tenant
@@ -142,8 +146,13 @@ class JobRunner:
         if spec is None:  # rows of a job this deployment no longer ships
             reason = f"no job {job.name!r} in deployment {self.catalog.deployment!r}"
             return _discard(job, safe_text(reason, ERROR_TEXT_MAX), None)
-        if self.hooks.wanted("started"):
-            self.hooks.emit(self._event("started", job))
+        hooks, waited = self.hooks, None
+        # the wait goes out on `started` and again on the outcome's event, so that a hook that
+        # times waits (metrics) needs one event per attempt, not two
+        if hooks.wanted("completed") or hooks.wanted("started"):
+            waited = max((self._clock() - job.run_at) / _MILLISECOND, 0.0)
+            if hooks.wanted("started"):
+                hooks.emit(self._event("started", job, waited_ms=waited))
         try:
             payload, secrets = self._input(spec, job)
         except SecretKeyError as error:
@@ -172,11 +181,13 @@ class JobRunner:
         duration = round((time.perf_counter() - started) * 1000, 3)
         if ended is None:
             settle = Settle(id=job.id, fence=job.fence, outcome="completed")
-            return Result(job=job, settle=settle, kind="completed", duration_ms=duration)
+            return Result(
+                job=job, settle=settle, kind="completed", duration_ms=duration, waited_ms=waited
+            )
         if isinstance(ended, BaseException):
             redact = Redactor.of(secrets, self.catalog.redact)
-            return replace(_failed(job, spec, ended, redact), duration_ms=duration)
-        return replace(ended, duration_ms=duration)
+            ended = _failed(job, spec, ended, redact)
+        return replace(ended, duration_ms=duration, waited_ms=waited)
 
     def abandoned(self, job: ClaimedJob, signal: AbortSignal) -> Result:
         """The outcome of an attempt the worker stopped waiting for (shutdown)."""
@@ -194,9 +205,19 @@ class JobRunner:
             kind = "lease_lost"
             error = f"its {result.kind} outcome was refused: another worker holds the job now"
         if self.hooks.wanted(kind):
-            self.hooks.emit(
-                self._event(kind, result.job, duration_ms=result.duration_ms, error=error)
+            job = result.job
+            event = attempt_event(
+                kind,
+                self.tenant,
+                job.id,
+                job.name,
+                job.queue,
+                job.attempt,
+                result.duration_ms,
+                result.waited_ms,
+                error,
             )
+            self.hooks.emit(event)
 
     def _event(self, kind: Kind, job: ClaimedJob, **fields: Any) -> Event:
         return Event(

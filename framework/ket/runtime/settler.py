@@ -177,6 +177,7 @@ async def _discard_instead(
         kind="discarded",
         error=reason,
         duration_ms=result.duration_ms,
+        waited_ms=result.waited_ms,
     )
     report(replaced, result.job.id not in outcome.refused)
     return True

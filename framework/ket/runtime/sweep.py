@@ -34,7 +34,8 @@ async def sweep(store: JobStore, catalog: Catalog, *, tenant: str, hooks: Hooks)
                         job_id=result.job.id,
                         name=spec.name,
                         queue=spec.queue,
-                        detail=f"tick={claim.tick.isoformat()} skipped={claim.skipped}",
+                        skipped=claim.skipped,
+                        detail=f"tick={claim.tick.isoformat()}",
                     )
                 )
     return fired

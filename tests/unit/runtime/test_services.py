@@ -161,6 +161,8 @@ def test_a_paused_schedule_fires_nothing_and_once_resumed_counts_its_ticks_as_sk
             CATALOG.jobs["t.tick"].schedule.tick_at(clock.now()),  # type: ignore[union-attr]
             2,
         )
+        # the event says so too, for hooks and the ket_schedule_ticks_skipped_total counter
+        assert [(e.kind, e.name, e.skipped) for e in events] == [("schedule_fired", "t.tick", 2)]
 
     run(scenario)
 

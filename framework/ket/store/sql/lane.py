@@ -9,8 +9,9 @@ plain psycopg connections, prepared on the server: about 0.08 ms per operation.
 The statements' PostgreSQL text is generated ahead of time (postgres_text.py, see statement.py),
 so the lane imports no SQLAlchemy: a worker whose handlers use neither `ctx.db` nor `ctx.tx`
 never loads it. The lane serves everything a worker runs (claims, settlements, heartbeats,
-rescues, inserts, schedule ticks, pruning, VACUUM, the sent ledger, the clock); the rest (model
-rows, a caller's transaction, operator commands, migrations) uses the engine, made on first use.
+rescues, inserts, schedule ticks, pruning, VACUUM, the sent ledger, the clock, the job stats
+behind metrics); the rest (model rows, a caller's transaction, operator commands, migrations)
+uses the engine, made on first use.
 
 A lane's pool is small and lazy: it opens a connection when no idle one is left and fewer than
 `size` are open, drops one that broke, and makes a caller wait at most `timeout` seconds for a

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -33,7 +32,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from ket.store.sql.column import from_micros
 from ket.store.sql.insert import CHANNEL
 from ket.store.sql.now import TimeSql
 from ket.store.sql.schema import (
@@ -46,14 +44,7 @@ from ket.store.sql.schema import (
     schedule_fires,
     schedules,
 )
-from ket.store.types import (
-    RETRY_STATES,
-    ErrorRecord,
-    JobQuery,
-    JobRecord,
-    JobStats,
-    QueueAges,
-)
+from ket.store.types import RETRY_STATES, ErrorRecord, JobQuery, JobRecord
 
 # what an operator's retry takes (literal SQL, as schema.py's predicates)
 _RETRYABLE = jobs.c.state.in_([literal_column(f"'{s}'") for s in RETRY_STATES])
@@ -447,28 +438,3 @@ def job_records(rows: Sequence[Any], history: Sequence[Any]) -> list[JobRecord]:
         )
         for row in rows
     ]
-
-
-def job_stats(count_rows: Sequence[Any], oldest_row: Any, queue_rows: Sequence[Any]) -> JobStats:
-    now = _instant(oldest_row.now)
-
-    def age(value: Any) -> float | None:
-        return None if value is None else (now - _instant(value)).total_seconds()
-
-    return JobStats(
-        counts={(row.state, row.queue): row[2] for row in count_rows},
-        oldest_lease_age=age(oldest_row.lease),
-        oldest_available_age=age(oldest_row.due),
-        queue_ages={
-            row.queue: QueueAges(oldest_lease_age=age(row.lease), oldest_available_age=age(row.due))
-            for row in sorted(queue_rows, key=lambda row: row.queue)
-        },
-    )
-
-
-def _instant(value: Any) -> datetime:
-    """Scalar subqueries lose the column type, so SQLite hands back raw microseconds."""
-    if isinstance(value, int):
-        return from_micros(value)
-    result: datetime = value
-    return result

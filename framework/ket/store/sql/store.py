@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -21,7 +20,7 @@ from ket.errors import StoreError
 from ket.store import validate
 from ket.store.clock import Clock
 from ket.store.failure import Translate, translated
-from ket.store.sql import bulk, command, schedule
+from ket.store.sql import bulk, command, schedule, stats
 from ket.store.sql import listener as listening
 from ket.store.sql import statement as stmt
 from ket.store.sql.address import SYNCHRONOUS, libpq_dsn, parse_url, postgres_connect_args
@@ -30,7 +29,7 @@ from ket.store.sql.fetch import EngineRows, Rows, fetch_all
 from ket.store.sql.insert import insert_plan, one_statement, run_plan, run_sync, wake_queues
 from ket.store.sql.lane import Lane
 from ket.store.sql.now import time_params
-from ket.store.sql.vacuum import table_health, vacuum_jobs
+from ket.store.sql.vacuum import vacuum_jobs
 from ket.store.types import (
     AuditEntry,
     AuditQuery,
@@ -605,22 +604,10 @@ class SqlStore:
 
     async def job_stats(self, *, long_after: float = LONG_TRANSACTION_SECONDS) -> JobStats:
         """Counts by state and queue; oldest lease age and oldest available age; on PostgreSQL
-        the jobs table's dead rows and the transactions open longer than `long_after` s."""
+        the jobs table's dead rows and the transactions open longer than `long_after` s (on the
+        lane: a worker reading them for its metrics loads no SQLAlchemy)."""
         now = self._now()
-        from ket.store.sql import query
-
-        async def body(conn: AsyncConnection) -> JobStats:
-            rows = EngineRows(conn)
-            counts = await rows.rows(stmt.COUNTS)
-            oldest = (await rows.rows(stmt.OLDEST, {"now": now}))[0]
-            per_queue = await rows.rows(stmt.QUEUE_AGES, {"now": oldest.now})
-            stats = query.job_stats(counts, oldest, per_queue)
-            if self.dialect != "postgresql":  # SQLite rewrites rows in place: nothing to tell
-                return stats
-            dead, live, long = await table_health(rows, long_after)
-            return replace(stats, dead_rows=dead, live_rows=live, long_transactions=long)
-
-        return await self._transact(body)
+        return await self._hot(lambda rows: stats.job_stats(rows, now, long_after))
 
     # -- the audit log (AuditLog; statements in audit.py) ----------------------------------
 

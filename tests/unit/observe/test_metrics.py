@@ -1,0 +1,241 @@
+"""The metrics registry: lifecycle events counted by queue, job and outcome with bounded labels,
+the job stats as gauges, and the exposition a scrape gets."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ket import define_deployment, define_job, define_module
+from ket.catalog import Catalog
+from ket.observe.metrics import Metrics
+from ket.runtime.events import Event, Hooks
+from ket.store.types import JobStats, QueueAges
+
+
+def handler(ctx: Any, input: Any) -> None:
+    """A handler."""
+
+
+SHOP = define_module(
+    name="shop",
+    jobs={
+        "ship": define_job(idempotent=True, handler=handler),
+        "mail": define_job(idempotent=True, queue="mail", handler=handler),
+        "tick": define_job(idempotent=True, schedule={"every": "1m"}, handler=handler),
+    },
+)
+CATALOG = Catalog.build(
+    define_deployment(name="shop", modules=[SHOP], worker={"queues": {"default": 2, "mail": 4}}),
+    environ={},
+)
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def samples(metrics: Metrics, prefix: str = "ket_") -> Samples:
+    body, content_type = metrics.exposition()
+    assert content_type.startswith("text/plain")
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(body.decode())
+        for sample in family.samples
+        if sample.name.startswith(prefix) and not sample.name.endswith("_created")
+    }
+
+
+def of(found: Samples, name: str) -> dict[frozenset[tuple[str, str]], float]:
+    return {labels: value for (metric, labels), value in found.items() if metric == name}
+
+
+def labels(**values: str) -> frozenset[tuple[str, str]]:
+    return frozenset(values.items())
+
+
+@pytest.fixture(autouse=True)
+def quiet_jobs_logger() -> Iterator[None]:
+    """Events not logged: what a hook gets does not depend on the test's log level."""
+    logger = logging.getLogger("ket.jobs")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    yield
+    logger.setLevel(level)
+
+
+def attempt(kind: str, name: str, queue: str, *, tenant: str = "acme", **more: Any) -> Event:
+    return Event(kind=kind, tenant=tenant, job_id=42, name=name, queue=queue, **more)  # type: ignore[arg-type]
+
+
+def test_attempts_are_counted_by_queue_job_and_outcome() -> None:
+    hooks, metrics = Hooks(), Metrics(CATALOG, process=False)
+    metrics.subscribe(hooks)
+    for kind, name, queue in [
+        ("completed", "shop.ship", "default"),
+        ("completed", "shop.ship", "default"),
+        ("failed", "shop.ship", "default"),
+        ("discarded", "shop.mail", "mail"),
+        ("lease_lost", "shop.mail", "mail"),
+    ]:
+        hooks.emit(attempt(kind, name, queue, duration_ms=20.0))
+    assert of(samples(metrics), "ket_job_attempts_total") == {
+        labels(queue="default", job="shop.ship", outcome="completed"): 2,
+        labels(queue="default", job="shop.ship", outcome="failed"): 1,
+        labels(queue="mail", job="shop.mail", outcome="discarded"): 1,
+        labels(queue="mail", job="shop.mail", outcome="lease_lost"): 1,
+    }
+    durations = of(samples(metrics), "ket_job_duration_seconds_count")
+    assert durations == {
+        labels(queue="default", job="shop.ship"): 3,
+        labels(queue="mail", job="shop.mail"): 2,
+    }
+    sums = of(samples(metrics), "ket_job_duration_seconds_sum")
+    assert sums[labels(queue="default", job="shop.ship")] == pytest.approx(0.06)
+
+
+def test_the_wait_histogram_takes_the_wait_each_outcome_carries() -> None:
+    hooks, metrics = Hooks(), Metrics(CATALOG, process=False)
+    metrics.subscribe(hooks)
+    hooks.emit(attempt("started", "shop.ship", "default", waited_ms=3.0))  # not counted twice
+    hooks.emit(attempt("completed", "shop.ship", "default", waited_ms=3.0, duration_ms=1.0))
+    hooks.emit(attempt("failed", "shop.ship", "default", waited_ms=70_000.0, duration_ms=1.0))
+    hooks.emit(attempt("discarded", "shop.ship", "default", duration_ms=0.0))  # never started
+    found = samples(metrics)
+    key = labels(queue="default", job="shop.ship")
+    assert of(found, "ket_job_wait_seconds_count") == {key: 2}
+    assert of(found, "ket_job_wait_seconds_sum") == {key: 70.003}
+    buckets = of(found, "ket_job_wait_seconds_bucket")
+    assert buckets[labels(queue="default", job="shop.ship", le="0.001")] == 0
+    assert buckets[labels(queue="default", job="shop.ship", le="0.005")] == 1
+    assert buckets[labels(queue="default", job="shop.ship", le="60.0")] == 1
+    assert buckets[labels(queue="default", job="shop.ship", le="300.0")] == 2
+    assert of(found, "ket_job_duration_seconds_count") == {key: 3}
+
+
+def test_undeclared_jobs_and_queues_count_as_other_and_no_id_or_tenant_is_a_label() -> None:
+    hooks, metrics = Hooks(), Metrics(CATALOG, process=False)
+    metrics.subscribe(hooks)
+    for n in range(50):  # rows of jobs this deployment does not declare, each another name
+        hooks.emit(attempt("discarded", f"old.job_{n}", f"gone_{n}", tenant=f"t{n}"))
+    hooks.emit(attempt("rescued", "shop.ship", "nowhere"))
+    found = samples(metrics)
+    assert of(found, "ket_job_attempts_total") == {
+        labels(queue="other", job="other", outcome="discarded"): 50
+    }
+    assert of(found, "ket_jobs_rescued_total") == {labels(queue="other", job="shop.ship"): 1}
+    names = {name for key in found for name, _ in key[1]}
+    assert names <= {"queue", "job", "outcome", "state", "le"}
+
+
+def test_tenants_become_a_label_only_when_asked() -> None:
+    hooks, metrics = Hooks(), Metrics(CATALOG, tenant_labels=True, process=False)
+    metrics.subscribe(hooks)
+    hooks.emit(attempt("completed", "shop.ship", "default", tenant="acme"))
+    hooks.emit(attempt("completed", "shop.ship", "default", tenant="globex"))
+    hooks.emit(attempt("completed", "shop.ship", "default", tenant="globex"))
+    assert of(samples(metrics), "ket_job_attempts_total") == {
+        labels(tenant="acme", queue="default", job="shop.ship", outcome="completed"): 1,
+        labels(tenant="globex", queue="default", job="shop.ship", outcome="completed"): 2,
+    }
+
+
+def test_schedule_fires_skips_and_poll_failures_are_counted() -> None:
+    hooks, metrics = Hooks(), Metrics(CATALOG, process=False)
+    metrics.subscribe(hooks)
+    hooks.emit(attempt("schedule_fired", "shop.tick", "default", skipped=0))
+    hooks.emit(attempt("schedule_fired", "shop.tick", "default", skipped=3))
+    hooks.emit(Event(kind="poll_failed", tenant="acme", queue="mail", error="no such table"))
+    found = samples(metrics)
+    assert of(found, "ket_schedule_fires_total") == {labels(job="shop.tick"): 2}
+    assert of(found, "ket_schedule_ticks_skipped_total") == {labels(job="shop.tick"): 3}
+    assert of(found, "ket_poll_failures_total") == {labels(queue="mail"): 1}
+
+
+def test_the_hook_asks_for_one_event_per_attempt_and_none_per_enqueue() -> None:
+    hooks = Hooks()
+    Metrics(CATALOG, process=False).subscribe(hooks)
+    assert not hooks.wanted("enqueued") and not hooks.wanted("started")
+    assert hooks.wanted("completed") and hooks.wanted("failed") and hooks.wanted("rescued")
+
+
+def stats(
+    counts: dict[tuple[str, str], int],
+    ages: dict[str, tuple[float | None, float | None]],
+    *,
+    dead: int | None = None,
+) -> JobStats:
+    """Stats with `ages`: queue -> (oldest available age, oldest lease age)."""
+    return JobStats(
+        counts=counts,  # type: ignore[arg-type]
+        oldest_available_age=max((a for a, _ in ages.values() if a is not None), default=None),
+        oldest_lease_age=max((b for _, b in ages.values() if b is not None), default=None),
+        queue_ages={
+            q: QueueAges(oldest_available_age=a, oldest_lease_age=b) for q, (a, b) in ages.items()
+        },
+        dead_rows=dead,
+    )
+
+
+def test_gauges_add_up_tenants_and_take_each_queue_s_oldest_age() -> None:
+    metrics = Metrics(CATALOG, process=False)
+    assert of(samples(metrics), "ket_jobs") == {}  # nothing read yet: no value, not a zero
+    metrics.publish(
+        {
+            "acme": stats(
+                {("available", "default"): 5, ("executing", "mail"): 1, ("available", "old"): 2},
+                {"default": (12.5, None), "mail": (None, 7.0), "old": (99.0, None)},
+                dead=10,
+            ),
+            "globex": stats({("available", "default"): 3}, {"default": (40.0, 2.0)}, dead=5),
+        }
+    )
+    found = samples(metrics)
+    jobs = of(found, "ket_jobs")
+    assert jobs[labels(queue="default", state="available")] == 8
+    assert jobs[labels(queue="mail", state="executing")] == 1
+    assert jobs[labels(queue="other", state="available")] == 2
+    assert jobs[labels(queue="mail", state="completed")] == 0  # every declared queue and state
+    assert len(jobs) == 2 * 7 + 1
+    assert of(found, "ket_jobs_oldest_available_age_seconds") == {
+        labels(queue="default"): 40.0,
+        labels(queue="mail"): 0.0,  # none waiting: 0, not a missing series
+        labels(queue="other"): 99.0,
+    }
+    assert of(found, "ket_jobs_oldest_lease_age_seconds") == {
+        labels(queue="default"): 2.0,
+        labels(queue="mail"): 7.0,
+        labels(queue="other"): 0.0,
+    }
+    assert of(found, "ket_jobs_dead_rows") == {labels(): 15}
+
+
+def test_gauges_by_tenant_when_asked() -> None:
+    metrics = Metrics(CATALOG, tenant_labels=True, process=False)
+    metrics.publish(
+        {
+            "acme": stats({("available", "default"): 5}, {"default": (12.5, None)}),
+            "globex": stats({}, {}),
+        }
+    )
+    found = samples(metrics)
+    assert of(found, "ket_jobs")[labels(tenant="acme", queue="default", state="available")] == 5
+    assert of(found, "ket_jobs")[labels(tenant="globex", queue="default", state="available")] == 0
+    assert of(found, "ket_jobs_oldest_available_age_seconds") == {
+        labels(tenant="acme", queue="default"): 12.5,
+        labels(tenant="acme", queue="mail"): 0.0,
+        labels(tenant="globex", queue="default"): 0.0,
+        labels(tenant="globex", queue="mail"): 0.0,
+    }
+    assert of(found, "ket_jobs_dead_rows") == {}  # SQLite keeps no count: no series
+
+
+def test_exposition_speaks_openmetrics_when_asked_and_carries_process_metrics() -> None:
+    metrics = Metrics(CATALOG)
+    body, content_type = metrics.exposition("application/openmetrics-text; version=1.0.0")
+    assert content_type.startswith("application/openmetrics-text")
+    assert body.endswith(b"# EOF\n")
+    text, plain = metrics.exposition(None)
+    assert plain.startswith("text/plain")
+    assert b"\nprocess_cpu_seconds_total " in text
