@@ -149,9 +149,10 @@ class JobRunner:
         hooks, waited = self.hooks, None
         # the wait goes out on `started` and again on the outcome's event, so that a hook that
         # times waits (metrics) needs one event per attempt, not two
-        if hooks.wanted("completed") or hooks.wanted("started"):
+        started_wanted = hooks.wanted("started")
+        if started_wanted or hooks.wanted("completed"):
             waited = max((self._clock() - job.run_at) / _MILLISECOND, 0.0)
-            if hooks.wanted("started"):
+            if started_wanted:
                 hooks.emit(self._event("started", job, waited_ms=waited))
         try:
             payload, secrets = self._input(spec, job)

@@ -230,10 +230,9 @@ class TestDeployment:
             company=company,
             tags=tags,
         )
-        enqueued = self._enqueued(name)
-        for job in enqueued:
-            if expected.matches(job, self.catalog.keys):
-                return job
+        enqueued, found = self._enqueued(expected)
+        if found:
+            return found[0]
         raise AssertionError(
             f"expected a job {expected.describe()} to be enqueued; the enqueued jobs of "
             f"{name}:\n{found_text(enqueued)}"
@@ -263,15 +262,17 @@ class TestDeployment:
             company=company,
             tags=tags,
         )
-        found = [r for r in self._enqueued(name) if expected.matches(r, self.catalog.keys)]
+        _, found = self._enqueued(expected)
         if found:
             raise AssertionError(
                 f"expected no job {expected.describe()} to be enqueued; found:\n{found_text(found)}"
             )
 
-    def _enqueued(self, name: str) -> list[JobRecord]:
-        self.catalog.job(name)  # an unknown name is a typo in the test: JobRejected says so
-        return [r for r in self.jobs(name=name) if r.state in ENQUEUED_STATES]
+    def _enqueued(self, expected: Expected) -> tuple[list[JobRecord], list[JobRecord]]:
+        """The enqueued jobs of `expected`'s name, oldest first, and those it matches."""
+        self.catalog.job(expected.name)  # an unknown name is a test's typo: JobRejected says so
+        enqueued = [r for r in self.jobs(name=expected.name) if r.state in ENQUEUED_STATES]
+        return enqueued, [r for r in enqueued if expected.matches(r, self.catalog.keys)]
 
     def jobs(self, state: JobState | None = None, name: str | None = None) -> list[JobRecord]:
         """Job records (id, name, state, attempt, max_attempts, errors, ...), oldest first."""

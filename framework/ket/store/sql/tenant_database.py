@@ -3,6 +3,9 @@ database."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 import psycopg
 from psycopg import sql
 
@@ -21,31 +24,38 @@ async def create_database(url: str) -> bool:
     SQLite files are created on first use; PostgreSQL databases are created through the
     server's `postgres` database (the role needs CREATEDB).
     """
-    parsed = parse_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        return False
-    name = parsed.database
-    if not name:
-        raise StoreError(f"database URL {shown_url(parsed)!r} names no database")
-    admin = parsed.set(drivername="postgresql", database="postgres")
-    dsn = admin.render_as_string(hide_password=False)
-    try:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
-            found = await connection.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
-            )
-            if await found.fetchone():
-                return False
-            await connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-            return True
-    except (psycopg.Error, OSError) as error:  # OSError: asyncio's timeouts, lost sockets
-        reason = hide_password(describe(error), admin)
-        raise StoreError(f"cannot create database {name!r}: {reason}") from error
+
+    async def create(connection: psycopg.AsyncConnection[Any], name: str, exists: bool) -> bool:
+        if exists:
+            return False
+        await connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return True
+
+    return await _on_server(url, "create", create)
 
 
 async def drop_database(url: str) -> bool:
     """Drop the PostgreSQL database `url` names, closing its sessions (a test's scratch
     database); True if it existed. A SQLite file is left to its folder's owner."""
+
+    async def drop(connection: psycopg.AsyncConnection[Any], name: str, exists: bool) -> bool:
+        if not exists:
+            return False
+        await connection.execute(
+            sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        return True
+
+    return await _on_server(url, "drop", drop)
+
+
+Change = Callable[["psycopg.AsyncConnection[Any]", str, bool], Awaitable[bool]]
+
+
+async def _on_server(url: str, verb: str, change: Change) -> bool:
+    """Run `change(connection, name, exists)` for the PostgreSQL database `url` names, on a
+    connection to its server's `postgres` database; False for SQLite (files come and go with
+    their use). StoreError, without the password, when the server refuses."""
     parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         return False
@@ -59,15 +69,10 @@ async def drop_database(url: str) -> bool:
             found = await connection.execute(
                 "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
             )
-            if not await found.fetchone():
-                return False
-            await connection.execute(
-                sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-            return True
-    except (psycopg.Error, OSError) as error:
+            return await change(connection, name, await found.fetchone() is not None)
+    except (psycopg.Error, OSError) as error:  # OSError: asyncio's timeouts, lost sockets
         reason = hide_password(describe(error), admin)
-        raise StoreError(f"cannot drop database {name!r}: {reason}") from error
+        raise StoreError(f"cannot {verb} database {name!r}: {reason}") from error
 
 
 async def create_registry_database(url: str) -> bool:
