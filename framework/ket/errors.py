@@ -9,7 +9,8 @@
     ├── WorkspaceError        the workspace or deployment cannot be loaded
     ├── ManifestError         a manifest file that is not YAML, not a mapping, or of unknown format
     ├── StoreError            the job store failed
-    │   └── JobRejected       a job or a store call was refused before anything was written
+    │   ├── JobRejected       a job or a store call was refused before anything was written
+    │   └── RecordRejected    a record value its field cannot hold; nothing written (a ValueError)
     ├── EffectError           an operation the running function or job did not declare
     ├── SecretKeyError        KET_SECRET_KEYS is malformed, or opens no sealed secret of a job
     ├── StorageKeyError       a storage key that is unsafe or crosses a link (also a ValueError)
@@ -83,6 +84,19 @@ class StoreError(KetError):
 
 class JobRejected(StoreError):
     """The job was refused; nothing was written."""
+
+
+class RecordRejected(StoreError, ValueError):
+    """A record's value was refused: its field cannot hold it; nothing was written.
+
+    `model`, `field` and `problem` say which value and why, without quoting it (the message
+    does quote it, for the log)."""
+
+    def __init__(self, model: str, field: str, problem: str, value: object) -> None:
+        super().__init__(f"{model}.{field}: {problem}, got {value!r}")
+        self.model = model
+        self.field = field
+        self.problem = problem
 
 
 class CheckFailed(KetError):

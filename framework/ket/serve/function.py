@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ket.catalog import Catalog, OperationSpec
+from ket.errors import RecordRejected
 from ket.runtime.call import call_function, redactor
 from ket.runtime.outcome import describe, trace_of
 from ket.serve.body import read_input
@@ -77,6 +78,14 @@ class FunctionEndpoint:
             result = await call_function(
                 self._catalog, contexts, name, payload, company=caller.principal.company
             )
+        except RecordRejected as error:
+            # the store refused a value the input carried (text with a NUL, an int past 64
+            # bits): the caller's to mend, named without quoting the value
+            raise Refusal(
+                422,
+                "value_rejected",
+                f"{name} could not store a value: {error.model}.{error.field}: {error.problem}",
+            ) from None
         except Exception as error:
             raise self._failed(name, body.value, caller, error) from None
         return _result(result, name)

@@ -84,9 +84,19 @@ def _operation(name: str, spec: OperationSpec, schema: Any) -> dict[str, Any]:
                 "content": {"application/json": {"schema": {}}},
             },
             "422": {
-                "description": "the input does not fit the function's input model",
+                "description": (
+                    "the input does not fit the function's input model (invalid_input), or the "
+                    "store refused a value it carried (value_rejected)"
+                ),
                 "content": {
-                    "application/json": {"schema": {"$ref": "#/components/schemas/KetInputError"}}
+                    "application/json": {
+                        "schema": {
+                            "anyOf": [
+                                {"$ref": "#/components/schemas/KetInputError"},
+                                _ERROR,
+                            ]
+                        }
+                    }
                 },
             },
             **{

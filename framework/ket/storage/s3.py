@@ -1,8 +1,9 @@
 """S3Blobs: blobs as objects `<prefix>/<tenant>/<key>` in an S3-compatible bucket (`ket[s3]`).
 
-Built on obstore (Python bindings of the Rust `object_store` crate): native asyncio calls that
-never block the event loop, one small wheel with no dependencies, and a put that is atomic by
-contract. Every put is a single PUT request (never a multipart upload, which could leave parts
+Built on obstore (Python bindings of the Rust `object_store` crate): one small wheel with no
+dependencies, and a put that is atomic by contract. Its blocking calls run in the event loop's
+default executor (see `S3Blobs._call` for why not its async ones), so the loop never waits.
+Every put is a single PUT request (never a multipart upload, which could leave parts
 behind when it fails): S3 stores the whole object or nothing, so a reader sees the old blob or the
 new one, and a failed put leaves no partial object. One PUT takes up to 5 GiB, far above the
 default size cap.
@@ -19,9 +20,11 @@ Unlike the local backend, a key can be both a blob and a "folder" of other keys 
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ket.errors import BlobRejected, StorageError, StorageKeyError
 from ket.storage.key import key_problem
@@ -33,6 +36,7 @@ INSTALL = "pip install 'ket[s3]'"
 MAX_OBJECT_NAME_BYTES = 1_024  # the longest object name S3 takes, in UTF-8
 MAX_PUT_BYTES = 5 * 1024**3  # the largest object one PUT request may carry
 _MESSAGE_CAP = 500
+_T = TypeVar("_T")
 
 
 class S3Blobs:
@@ -76,15 +80,14 @@ class S3Blobs:
             )
         try:
             # one PUT: whole or nothing (a multipart upload could leave parts behind)
-            await self._obstore.put_async(self._store, name, data, use_multipart=False)
+            await self._call(self._obstore.put, self._store, name, data, use_multipart=False)
         except (FileNotFoundError, self._obstore.exceptions.BaseError) as error:
             raise self._failed("put", key, error) from None
 
     async def blob_get(self, tenant: str, key: str) -> bytes | None:
         name = self._object(tenant, key)
         try:
-            found = await self._obstore.get_async(self._store, name)
-            return bytes(await found.bytes_async())
+            return await self._call(_get_bytes, self._obstore, self._store, name)
         except FileNotFoundError as error:
             if _no_bucket(error):
                 raise self._failed("get", key, error) from None
@@ -96,7 +99,7 @@ class S3Blobs:
         # S3 deletes a missing object without a word: ask first, to say whether there was one
         name = self._object(tenant, key)
         try:
-            await self._obstore.head_async(self._store, name)
+            await self._call(self._obstore.head, self._store, name)
         except FileNotFoundError as error:
             if _no_bucket(error):
                 raise self._failed("delete", key, error) from None
@@ -104,7 +107,7 @@ class S3Blobs:
         except self._obstore.exceptions.BaseError as error:
             raise self._failed("delete", key, error) from None
         try:
-            await self._obstore.delete_async(self._store, name)
+            await self._call(self._obstore.delete, self._store, name)
         except FileNotFoundError:
             return False
         except self._obstore.exceptions.BaseError as error:
@@ -119,18 +122,28 @@ class S3Blobs:
         own = f"{tenant}/"
         keys: list[str] = []
         try:
-            async for batch in self._obstore.list(self._store, folder):
-                for meta in batch:
-                    path = meta["path"]
-                    if not path.startswith(own):
-                        continue
-                    key = path[len(own) :]
-                    # objects ket did not write (a "folder/" marker, an unsafe name) are no keys
-                    if key.startswith(prefix) and key_problem(key) is None:
-                        keys.append(key)
+            for meta in await self._call(_list_all, self._obstore, self._store, folder):
+                path = meta["path"]
+                if not path.startswith(own):
+                    continue
+                key = path[len(own) :]
+                # objects ket did not write (a "folder/" marker, an unsafe name) are no keys
+                if key.startswith(prefix) and key_problem(key) is None:
+                    keys.append(key)
         except (FileNotFoundError, self._obstore.exceptions.BaseError) as error:
             raise self._failed("list", prefix, error, what="prefix") from None
         return sorted(keys)
+
+    @staticmethod
+    async def _call(call: Callable[..., _T], *args: Any, **options: Any) -> _T:
+        """`call`, one of obstore's blocking calls, in a thread of the loop's default executor.
+
+        Not obstore's `*_async` calls: those finish on obstore's own Rust threads, which then
+        take the GIL to hand the result over. A process that exits right after (`ket call`) could
+        be finalising Python at that moment, and Python aborts it (SIGABRT). A blocking call
+        hands its result over in the thread that made it, so no Rust thread touches Python.
+        """
+        return await asyncio.to_thread(call, *args, **options)
 
     def _object(self, tenant: str, key: str) -> str:
         """The object name of `key`, below the store's prefix; refused when S3 cannot hold it."""
@@ -155,6 +168,14 @@ class S3Blobs:
         settings = (("endpoint_url", location.endpoint_url), ("region", location.region))
         options = "".join(f", {name}={value!r}" for name, value in settings if value is not None)
         return f"S3Blobs({where!r}{options})"
+
+
+def _get_bytes(obstore: Any, store: Any, name: str) -> bytes:
+    return bytes(obstore.get(store, name).bytes())
+
+
+def _list_all(obstore: Any, store: Any, folder: str) -> list[Any]:
+    return [meta for batch in obstore.list(store, folder) for meta in batch]
 
 
 def _profile_credentials() -> Any:

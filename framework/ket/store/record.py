@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 from pydantic import AwareDatetime, Field, JsonValue, TypeAdapter, ValidationError
 
-from ket.errors import StoreError
+from ket.errors import RecordRejected, StoreError
 from ket.store.types import ModelTable, Where
 
 # The input shorthand of ket.declare.input.SHORTHAND_TYPES, restated: the store may not import
@@ -151,11 +151,11 @@ class RecordModel:
             checked = self._adapters[name].validate_python(value)
         except ValidationError as error:
             problem = error.errors()[0]["msg"]
-            raise StoreError(f"{self.name}.{name}: {problem}, got {value!r}") from None
+            raise RecordRejected(self.name, name, problem, value) from None
         in_json = name != "id" and self._column(name).type == "json"
         unstorable = _json(checked) if in_json else _unstorable(checked)
         if unstorable:
-            raise StoreError(f"{self.name}.{name}: {unstorable}, got {value!r}")
+            raise RecordRejected(self.name, name, unstorable, value)
         if isinstance(checked, dt.datetime):
             return checked.astimezone(dt.UTC)
         # a json value is the caller's object: keep none of it, so later changes cannot leak in
