@@ -39,6 +39,8 @@ from ket.secret import Redactor, clear_secrets
 from ket.store.database_url import PLACEHOLDER, parse_database_url
 from ket.store.failure import translated
 from ket.store.sql import SqlStore, insert_on
+from ket.store.sql.address import libpq_dsn, parse_url
+from ket.store.sql.control_channel import ControlChannel, SyncHints
 from ket.store.sql.engine import create_sync_engine
 from ket.store.sql.failure import database_error
 from ket.store.sql.insert import wake_queues
@@ -94,10 +96,25 @@ def _url(tenant: str, database_url: str | None) -> str:
     """The tenant's database, by the CLI's rules: the tenant grammar; only a registered tenant
     (`default` alone when none is), and its own database if it has one; `{tenant}` only in a
     database name; no database another registered tenant has."""
+    return _target(tenant, database_url)[0]
+
+
+def _target(tenant: str, database_url: str | None) -> tuple[str, str | None]:
+    """The tenant's database (as `_url`), and the control database the client hints the
+    workers on after each commit: the registry's, once it lists tenants and both are on
+    PostgreSQL (ket.store.sql.control_channel); else None."""
     check_tenant_name(tenant)
     # no registry: the single tenant `default`, as the workers see it (no worker would ever
     # serve a job enqueued for another name)
     registered = _registered(database_url) or {}
+    url = _resolved(tenant, database_url, registered)
+    control = registry_url(database_url)
+    if registered and url.startswith("postgres") and control.startswith("postgres"):
+        return url, libpq_dsn(parse_url(control))
+    return url, None
+
+
+def _resolved(tenant: str, database_url: str | None, registered: dict[str, str | None]) -> str:
     if database_url is not None and PLACEHOLDER not in database_url:
         check_registered(tenant, tuple(sorted(registered)))
         parse_database_url(database_url)  # a clear error for a malformed one, never a traceback
@@ -122,11 +139,13 @@ def _registered(database_url: str | None) -> dict[str, str | None] | None:
 class Client:
     """Enqueue jobs of one deployment into one tenant's database (synchronous)."""
 
-    def __init__(self, catalog: Catalog, engine: Engine) -> None:
+    def __init__(self, catalog: Catalog, engine: Engine, hints: SyncHints | None = None) -> None:
         self._catalog = catalog
         self._engine = engine
         # SQLite: workers in other processes hear of a commit through its wake folder
         self._wake_folder = WakeFolder.of(engine.url)
+        # several tenants on PostgreSQL: through the control database
+        self._hints = hints
 
     def enqueue(
         self,
@@ -171,11 +190,15 @@ class Client:
                 inserted = insert_on(own, jobs, write_locked=True)
             if self._wake_folder is not None:
                 self._wake_folder.ring(wake_queues(jobs, None))
+            if self._hints is not None:
+                self._hints.sent(wake_queues(jobs, None))
             return inserted
 
     def close(self) -> None:
         """Release the client's connections."""
         self._engine.dispose()
+        if self._hints is not None:
+            self._hints.close()
 
     def __enter__(self) -> Client:
         return self
@@ -256,8 +279,10 @@ def open_client(
 ) -> Client:
     """A client for `tenant`; its database: `database_url`, else KET_DATABASE_URL, else default."""
     # hide_parameters: SQLAlchemy's errors and logs never quote a job's payload
-    engine = create_sync_engine(_url(tenant, database_url), hide_parameters=True)
-    return Client(Catalog.build(deployment), engine)
+    url, control = _target(tenant, database_url)
+    engine = create_sync_engine(url, hide_parameters=True)
+    hints = SyncHints(control, tenant) if control is not None else None
+    return Client(Catalog.build(deployment), engine, hints)
 
 
 async def open_async_client(
@@ -265,7 +290,9 @@ async def open_async_client(
 ) -> AsyncClient:
     """The asyncio twin of open_client; it connects at once, so the first enqueue pays no
     set-up and an unreachable database is reported here."""
-    store = await SqlStore.open(await asyncio.to_thread(_url, tenant, database_url))
+    url, control = await asyncio.to_thread(_target, tenant, database_url)
+    channel = ControlChannel(control, tenant) if control is not None else None
+    store = await SqlStore.open(url, channel=channel)
     try:
         await store.connect()
     except BaseException:

@@ -71,8 +71,10 @@ def presence_service(
 
     async def locate() -> str:
         from ket.cli.runtime import control_url
+        from ket.store.sql import budget
 
-        return await asyncio.to_thread(control_url, database_url)
+        async with budget.held():  # control_url reads the registry on a connection of its own
+            return await asyncio.to_thread(control_url, database_url)
 
     return PresenceService(
         describe=describe, locate=locate, open_roster=open_roster, interval=interval

@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ket.catalog import Catalog
 from ket.cli import concurrency, metrics
@@ -36,6 +36,8 @@ from ket.runtime.tenancy import database_template
 from ket.runtime.worker import SERVICE_CONNECTIONS, connections_needed, loop_connections
 from ket.storage import BlobStore
 from ket.store.contract import JobStore
+from ket.store.sql import budget
+from ket.store.sql.budget import DEFAULT_LIMIT, MIN_LIMIT, RESERVED
 
 log = logging.getLogger("ket.worker")
 T = TypeVar("T")
@@ -58,9 +60,43 @@ def add_parser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     concurrency.add_option(parser)
+    add_budget_option(parser)
     add_log_options(parser)
     metrics.add_options(parser)
     parser.set_defaults(run=run)
+
+
+def add_budget_option(parser: argparse.ArgumentParser) -> None:
+    """--max-connections, for the commands that run the worker."""
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        metavar="N",
+        help="the most PostgreSQL connections this process holds at once, over every tenant "
+        f"(default: KET_MAX_CONNECTIONS, else {DEFAULT_LIMIT}); work waits for one, it never "
+        "fails for want of one",
+    )
+
+
+def connection_budget(given: int | None, environ: Mapping[str, str]) -> int:
+    """The process's connection budget: --max-connections, else KET_MAX_CONNECTIONS, else the
+    default; KetError naming a value that is not a whole number of at least MIN_LIMIT."""
+    if given is not None:
+        limit: object = given
+        where = "--max-connections"
+    else:
+        text = environ.get("KET_MAX_CONNECTIONS") or str(DEFAULT_LIMIT)
+        where = "KET_MAX_CONNECTIONS"
+        try:
+            limit = int(text)
+        except ValueError:
+            raise KetError(f"{where} must be a whole number, got {text!r}") from None
+    if not isinstance(limit, int) or limit < MIN_LIMIT:
+        raise KetError(
+            f"{where} must be at least {MIN_LIMIT} (the worker's own statements keep "
+            f"{RESERVED} of it for themselves), got {limit!r}"
+        )
+    return limit
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     deployment = deployment_of(args)
     catalog = settings.apply(Catalog.build(deployment))
     pool_settings(catalog, os.environ)  # refuse a pool too small before serving anything
+    limit = connection_budget(args.max_connections, os.environ)
     tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker
     blobs = default_blobs()  # a bad KET_STORAGE_URL stops the start, naming it
     return run_service(
@@ -88,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
             deployment=deployment,
             blobs=blobs,
             metrics_settings=chosen,
+            max_connections=limit,
         )
     )
 
@@ -171,6 +209,7 @@ async def serve(
     deployment: DeploymentDecl | None = None,
     blobs: BlobStore | None = None,
     metrics_settings: metrics.MetricsSettings | None = None,
+    max_connections: int | None = None,
 ) -> int:
     """Serve until a signal (or until `stopping.event` is set, when the caller handles the
     signals); returns the exit code. `catalog` carries the concurrency to run, `settings`
@@ -184,14 +223,19 @@ async def serve(
     registry = registry_reader(database_url)
 
     async def list_tenants() -> dict[str, str | None]:
-        return await asyncio.to_thread(registry.databases)
+        async with budget.held():  # the reader opens a connection for the read and closes it
+            return await asyncio.to_thread(registry.databases)
 
     pool, wait = pool_settings(catalog, os.environ)
     loops = loop_connections(catalog.worker)
+    if max_connections is None:
+        max_connections = connection_budget(None, os.environ)
+    # one budget over every PostgreSQL connection this process opens (ket.store.sql.budget)
+    budget.install(budget.ConnectionBudget(max_connections))
 
-    async def open_tenant(url: str) -> JobStore:
+    async def open_tenant(url: str, **options: Any) -> JobStore:
         return await open_store(
-            url, pool_size=pool, lane_size=loops, max_overflow=0, pool_timeout=wait
+            url, pool_size=pool, lane_size=loops, max_overflow=0, pool_timeout=wait, **options
         )
 
     identity = worker_id()
@@ -205,12 +249,15 @@ async def serve(
         sender=default_sender(),
         blobs=blobs,
         only=tenant,
+        control_dsn=_control_dsn(registry.url),
     )
     log.info(
-        "worker %s serving deployment %s with queues %s; up to %d database connections per tenant",
+        "worker %s serving deployment %s with queues %s; up to %d PostgreSQL connections in "
+        "all, %d per tenant",
         identity,
         catalog.deployment,
         (settings or HostConcurrency(settings={})).describe(catalog.worker),
+        max_connections,
         pool,
     )
     log.info("ctx.storage keeps blobs in %r", blobs)
@@ -237,6 +284,7 @@ async def serve(
     finally:
         registry.close()
         await presence.stop()
+        budget.install(None)
         if service is not None:
             await service.leave()
         if served is not None:
@@ -250,3 +298,13 @@ async def serve(
         os._exit(0)
     log.info("worker stopped")
     return 0
+
+
+def _control_dsn(registry: str) -> str | None:
+    """The registry's database as a libpq DSN when it is on PostgreSQL: the control channel's
+    (used once the registry lists tenants); None for SQLite."""
+    if not registry.startswith("postgres"):
+        return None
+    from ket.store.sql.address import libpq_dsn, parse_url
+
+    return libpq_dsn(parse_url(registry))

@@ -27,7 +27,7 @@ from ket.transport import Sender
 
 log = logging.getLogger("ket.worker")
 
-OpenStore = Callable[[str], Awaitable[JobStore]]
+OpenStore = Callable[..., Awaitable[JobStore]]  # (url, channel=...)
 ListTenants = Callable[[], Awaitable[dict[str, str | None]]]
 
 
@@ -59,6 +59,7 @@ class Fleet:
         blobs: BlobStore | None = None,  # None: what KET_STORAGE_URL names
         hooks: Hooks | None = None,
         only: str | None = None,
+        control_dsn: str | None = None,
     ) -> None:
         self.catalog = catalog
         self._template = template
@@ -67,6 +68,10 @@ class Fleet:
         self._worker_id = worker_id
         self.hooks = hooks or default_hooks
         self._only = only
+        # the control database (the registry's, on PostgreSQL): with several tenants, their
+        # wake-ups come through it, one LISTEN for all (ket.store.sql.control_channel)
+        self._control_dsn = control_dsn
+        self._several = False  # the registry lists tenants
         self._sender = sender
         # one backend for every tenant (an S3 client keeps its connections for all of them)
         self._blobs = blobs if blobs is not None else default_blobs()
@@ -87,6 +92,10 @@ class Fleet:
         finally:
             await supervisor.stop()
             await asyncio.gather(*[self._stop(name) for name in list(self.workers)])
+            if self._control_dsn is not None:
+                from ket.store.sql.control_channel import close_senders
+
+                await close_senders()
 
     async def refresh(self) -> None:
         """Start workers for new tenants and stop those of removed ones; raises (keeping the
@@ -116,12 +125,18 @@ class Fleet:
             if self._refused.get(name) != reason:  # said once, until the reason changes
                 log.error("not serving tenant %r: %s", name, reason)
         self._refused = tenancy.refused
+        self._several = bool(tenancy.registered)
         return tenancy.urls
 
     async def _start(self, name: str, url: str) -> None:
         where = f"opening the database of tenant {name}"
         try:
-            store = await self._open(url)
+            if self._several and self._control_dsn is not None and url.startswith("postgres"):
+                from ket.store.sql.control_channel import ControlChannel
+
+                store = await self._open(url, channel=ControlChannel(self._control_dsn, name))
+            else:
+                store = await self._open(url)
         except Exception as error:
             self._repeats.failure(where, error)
             return

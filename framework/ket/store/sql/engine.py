@@ -7,6 +7,9 @@ mode the last commits can be lost on power loss or an OS crash, never on a proce
 
 from __future__ import annotations
 
+import time
+import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import sqlalchemy
@@ -16,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ket.errors import StoreError
 from ket.store.database_file import ensure_sqlite_file
+from ket.store.sql import budget
 from ket.store.sql.address import (
     DEFAULT_SQLITE_SYNCHRONOUS,
     POSTGRES_CONNECT_ARGS,
@@ -25,6 +29,7 @@ from ket.store.sql.address import (
     libpq_dsn,
     parse_url,
     postgres_connect_args,
+    psycopg_params,
     sqlite_synchronous,
 )
 from ket.store.url import DatabaseUrl, to_sqlalchemy
@@ -80,7 +85,68 @@ def create_engine(
         sqlite_discipline(engine.sync_engine, sqlite_synchronous(url))
         return engine
     connect_args = postgres_connect_args(target, options.pop("connect_args", None))
-    return create_async_engine(target, pool_size=pool_size, connect_args=connect_args, **options)
+    spent = budget.current()
+    if spent is not None and "async_creator" not in options:
+        options["async_creator"] = _budgeted_creator(spent, parse_url(url), connect_args)
+    engine = create_async_engine(target, pool_size=pool_size, connect_args=connect_args, **options)
+    if spent is not None:
+        spent.join(PoolHolder(engine))
+    return engine
+
+
+def _budgeted_creator(
+    spent: budget.ConnectionBudget, url: DatabaseUrl, connect_args: dict[str, Any]
+) -> Callable[[], Awaitable[Any]]:
+    """Opens the engine's connections within the process's budget, with the parameters
+    SQLAlchemy's psycopg dialect would pass (`psycopg_params`)."""
+    import psycopg
+
+    params = {**psycopg_params(url), **connect_args}
+
+    async def open_one() -> Any:
+        return await psycopg.AsyncConnection.connect(**params)
+
+    async def create() -> Any:
+        return await spent.connect(open_one, kind="engine")
+
+    return create
+
+
+class PoolHolder:
+    """An engine's pool as the budget sees it: idle while nothing is checked out, and shed
+    whole (its idle connections closed; a new pool opens connections as they are needed)."""
+
+    kind = "engine"
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = weakref.ref(engine)
+        self._idle_at: float | None = None
+        event.listen(engine.sync_engine, "checkin", self._checked_in)
+        event.listen(engine.sync_engine, "checkout", self._checked_out)
+
+    def _checked_in(self, *_: Any) -> None:
+        engine = self._engine()
+        if engine is not None and engine.sync_engine.pool.checkedout() == 0:  # type: ignore[attr-defined]
+            self._idle_at = time.monotonic()
+
+    def _checked_out(self, *_: Any) -> None:
+        self._idle_at = None
+
+    def idle_since(self) -> float | None:
+        engine = self._engine()
+        if engine is None or self._idle_at is None:
+            return None
+        return self._idle_at if engine.sync_engine.pool.checkedin() else None  # type: ignore[attr-defined]
+
+    async def shed(self, older_than: float | None = None) -> int:
+        engine = self._engine()
+        since = self.idle_since()
+        if engine is None or since is None or (older_than is not None and since > older_than):
+            return 0
+        idle: int = engine.sync_engine.pool.checkedin()  # type: ignore[attr-defined]
+        self._idle_at = None
+        await engine.dispose()
+        return idle
 
 
 def create_sync_engine(url: str | URL | DatabaseUrl, **options: Any) -> Engine:

@@ -21,6 +21,7 @@ free one.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -31,6 +32,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
 
 from ket.errors import StoreError
+from ket.store.sql import budget
 from ket.store.sql.address import psycopg_params
 from ket.store.sql.postgres_text import TEXT
 from ket.store.sql.statement import Compiled, Statement
@@ -92,11 +94,17 @@ class Lane:
         self._connect_args = {**psycopg_params(url), **connect_args}
         self.size = size
         self.timeout = timeout
-        self._idle: deque[psycopg.AsyncConnection[Any]] = deque()
+        # idle connections with the monotonic time each went idle, the oldest first
+        self._idle: deque[tuple[psycopg.AsyncConnection[Any], float]] = deque()
         self._open = 0  # connections open or being opened
         self._waiters: deque[asyncio.Future[psycopg.AsyncConnection[Any] | None]] = deque()
         self._closed = False
         self._closing: set[asyncio.Task[None]] = set()  # broken connections being closed
+        # the process's connection budget (budget.py), if any: each connection takes part of
+        # it, and idle ones close after its idle time, or sooner when others need the room
+        self._budget = budget.current()
+        if self._budget is not None:
+            self._budget.join(self)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[LaneConnection]:
@@ -129,16 +137,37 @@ class Lane:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
-        idle, self._idle = list(self._idle), deque()
+        idle, self._idle = [raw for raw, _ in self._idle], deque()
         self._open -= len(idle)
         for raw in idle:
             await raw.close()
+        if idle and self._budget is not None:
+            self._budget.released()
+
+    def idle_since(self) -> float | None:
+        """When the connection idle longest went idle (monotonic); None with none idle."""
+        return self._idle[0][1] if self._idle else None
+
+    async def shed(self, older_than: float | None = None) -> int:
+        """Close the idle connections that went idle before `older_than`, else the one idle
+        longest; how many (the budget asks, for room or because they sat idle too long)."""
+        closing: list[psycopg.AsyncConnection[Any]] = []
+        while self._idle and (
+            self._idle[0][1] <= older_than if older_than is not None else not closing
+        ):
+            closing.append(self._idle.popleft()[0])
+        self._open -= len(closing)
+        for raw in closing:
+            await _close_quietly(raw)
+        if closing and self._budget is not None:
+            self._budget.released()
+        return len(closing)
 
     async def _acquire(self) -> psycopg.AsyncConnection[Any]:
         if self._closed:
             raise StoreError("the store is closed")
         while self._idle:
-            raw = self._idle.pop()  # the most recently used: its statements are prepared
+            raw, _ = self._idle.pop()  # the most recently used: its statements are prepared
             if not raw.closed:
                 return raw
             self._open -= 1
@@ -182,7 +211,7 @@ class Lane:
         healthy = not raw.closed and raw.info.transaction_status == TransactionStatus.IDLE
         if not healthy or self._closed:
             if raw.closed:  # the connection was lost: the idle ones likely were too (a restart)
-                stale = [raw, *self._idle]
+                stale = [raw, *(idle for idle, _ in self._idle)]
                 self._idle.clear()
             else:
                 stale = [raw]
@@ -198,7 +227,9 @@ class Lane:
             if not waiter.done():
                 waiter.set_result(raw)
                 return
-        self._idle.append(raw)
+        self._idle.append((raw, time.monotonic()))
+        if self._budget is not None:
+            self._budget.released()  # one idle here: a caller short of room may take it
 
     def _wake_one(self) -> None:
         """A slot came free: let the first waiter open a connection of its own."""
@@ -209,10 +240,17 @@ class Lane:
                 return
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        raw = await psycopg.AsyncConnection.connect(autocommit=True, **self._connect_args)
-        # instants come back in UTC, as the engine's Instant type gives them
-        await raw.execute("SET TIME ZONE 'UTC'")
+        raw = await budget.connect(self._open_one, kind="lane")
+        try:
+            # instants come back in UTC, as the engine's Instant type gives them
+            await raw.execute("SET TIME ZONE 'UTC'")
+        except BaseException:
+            await _close_quietly(raw)
+            raise
         return raw
+
+    async def _open_one(self) -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(autocommit=True, **self._connect_args)
 
 
 async def _close_quietly(raw: psycopg.AsyncConnection[Any]) -> None:

@@ -40,6 +40,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ket.store.database_url import shown_url
+from ket.store.sql import budget
 from ket.store.sql.address import POSTGRES_CONNECT_ARGS
 from ket.store.sql.insert import CHANNEL
 from ket.store.url import UrlSyntaxError, make_url
@@ -137,7 +138,10 @@ async def bounded(
 
 async def send_probe(dsn: str, payload: str, timing: Timing) -> None:
     """NOTIFY `payload` on the jobs channel from a short-lived connection of its own."""
-    connection = await psycopg.AsyncConnection.connect(dsn, **timing.connect_options(dsn))
+    options = timing.connect_options(dsn)
+    connection = await budget.connect(
+        lambda: psycopg.AsyncConnection.connect(dsn, **options), kind="other"
+    )
     try:
         sent = connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
         await bounded(connection, sent, timing.probe_timeout, "the NOTIFY probe")
@@ -265,7 +269,9 @@ class Listener:
         """One LISTEN connection, served until it fails."""
         timing = self._timing
         options = timing.connect_options(self._dsn)
-        connection = await psycopg.AsyncConnection.connect(self._dsn, **options)
+        connection = await budget.connect(
+            lambda: psycopg.AsyncConnection.connect(self._dsn, **options), kind="listener"
+        )
         try:
             listen = connection.execute(f"LISTEN {CHANNEL}")
             await bounded(connection, listen, timing.probe_timeout, "LISTEN")

@@ -20,6 +20,7 @@ from ket.errors import StoreError
 from ket.store.database_url import shown_url
 from ket.store.failure import describe
 from ket.store.roster import FORGET_AFTER_SECONDS, SeenWorker, WorkerInfo
+from ket.store.sql import budget
 from ket.store.sql import statement as stmt
 from ket.store.sql.address import POSTGRES_CONNECT_ARGS, parse_url, psycopg_params
 from ket.store.sql.control_migration import CONTROL_LATEST, migrate_control
@@ -111,7 +112,10 @@ class SqlRoster:
 
         params = psycopg_params(self._parsed)
         options = {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in params}
-        raw = await psycopg.AsyncConnection.connect(autocommit=True, **params, **options)
+        raw = await budget.connect(
+            lambda: psycopg.AsyncConnection.connect(autocommit=True, **params, **options),
+            kind="other",
+        )
         async with raw:
             await raw.execute("SET TIME ZONE 'UTC'")
             async with raw.transaction():

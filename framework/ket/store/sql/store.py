@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+    from ket.store.sql.control_channel import ControlChannel
     from ket.store.sql.records import RecordCall, SqlRecords
     from ket.store.url import UrlLike
 
@@ -98,6 +99,7 @@ class SqlStore:
         lane: Lane | None = None,
         pool_size: int = 5,
         engine_options: Mapping[str, Any] | None = None,
+        channel: ControlChannel | None = None,
     ) -> None:
         self.url: DatabaseUrl = parse_url(url)
         self.dialect = self.url.get_backend_name()
@@ -119,6 +121,8 @@ class SqlStore:
         self._inbox: Any = None  # SQLite's sqlite_wakeup.Inbox; taken on the first wait
         self._dsn = libpq_dsn(self.url) if self.dialect == "postgresql" else None
         self._listener: listening.Listener | None = None  # shared; taken on the first wait
+        # several tenants: wake-ups go through the control database (control_channel.py)
+        self._channel = channel if self.dialect == "postgresql" else None
         self._closed = False
         self._failure: Translate = self._translate
 
@@ -131,9 +135,12 @@ class SqlStore:
         migrate: bool = False,
         pool_size: int = 5,
         lane_size: int | None = None,
+        channel: ControlChannel | None = None,
         **engine_options: Any,
     ) -> SqlStore:
-        """A store on `url` (postgresql://... or sqlite:///file); `migrate` installs the schema.
+        """A store on `url` (postgresql://... or sqlite:///file); `migrate` installs the schema;
+        `channel`, the tenant's part in its deployment's control channel (several tenants on
+        PostgreSQL: wake-ups go through the control database, control_channel.py).
 
         On PostgreSQL, `lane_size` of the `pool_size` connections go to the lane and the rest to
         the engine (by default each gets `pool_size`); `pool_timeout` and `connect_args` apply
@@ -161,7 +168,12 @@ class SqlStore:
                     connect_args=postgres_connect_args(parsed, engine_options.get("connect_args")),
                 )
         store = cls(
-            parsed, clock=clock, lane=lane, pool_size=pool_size, engine_options=engine_options
+            parsed,
+            clock=clock,
+            lane=lane,
+            pool_size=pool_size,
+            engine_options=engine_options,
+            channel=channel,
         )
         if lane is None or set(engine_options) - _LANE_OPTIONS:
             store.engine  # noqa: B018 (made now: SQLite's discipline, or an option to check)
@@ -302,7 +314,10 @@ class SqlStore:
             return await run_plan(EngineRows(connection), plan)
 
     def _woken(self, batch: Sequence[NewJob], now: datetime | None) -> None:
-        self._wakeups.notify(wake_queues(batch, now))
+        queues = wake_queues(batch, now)
+        self._wakeups.notify(queues)
+        if self._channel is not None:
+            self._channel.sent(queues)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlTransaction]:
@@ -665,7 +680,11 @@ class SqlStore:
         with translated(self._failure):
             if self._dsn is not None:
                 if self._listener is None:
-                    self._listener = listening.acquire(self._dsn, self._wakeups)
+                    self._listener = (
+                        listening.acquire(self._dsn, self._wakeups)
+                        if self._channel is None
+                        else self._channel.listen(self._wakeups)
+                    )
                 await self._listener.ready(timeout)
                 timeout = self._listener.max_wait(timeout)  # poll-only while NOTIFY is deaf
             elif self.dialect == "sqlite":
@@ -681,7 +700,9 @@ class SqlStore:
             return
         self._closed = True
         with translated(self._failure):
-            if self._listener is not None and self._dsn is not None:
+            if self._channel is not None:
+                await self._channel.release()
+            elif self._listener is not None and self._dsn is not None:
                 await listening.release(self._dsn, self._listener)
             if self._lane is not None:
                 await self._lane.close()

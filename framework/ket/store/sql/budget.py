@@ -1,0 +1,271 @@
+"""One connection budget per process: at most `limit` PostgreSQL connections open at once, over
+every database the process reaches (each tenant's lane and engine, the listener, the roster).
+
+    budget = ConnectionBudget(20)
+    install(budget)                          # the process's budget: every store opened after
+    raw = await budget.connect(open_one, kind="lane")   # waits while 20 are open; never fails
+
+A connection counts from the moment it is asked for until it is closed (or collected): the
+budget keeps the live ones in a weak set and asks each whether it is closed, so no path that
+closes a connection (SQLAlchemy's pool, a broken socket, a lane's reaper) can leak a permit.
+
+When the budget is spent, a caller first takes a connection that sits idle elsewhere: the
+holder idle longest (a tenant's lane, an engine's pool) closes it. With none idle, the caller
+waits, for as long as it takes: work waits for a connection, it never fails for want of one.
+The wait is said once a minute at most, with the numbers. Idle connections close by themselves
+after `idle_seconds`, so an idle tenant holds none.
+
+Connections held across a handler's own code (an engine's: `ctx.db`, `ctx.tx`) may take at most
+`limit - RESERVED` of the budget: the worker's own statements (claims, settlements, heartbeats,
+which never wait on anything while they hold one) always find room, so a fleet of handlers each
+holding a transaction cannot starve the heartbeats that keep their leases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Literal, Protocol, TypeVar
+
+from ket.errors import StoreError
+
+log = logging.getLogger("ket.store.budget")
+C = TypeVar("C")
+
+Kind = Literal["lane", "engine", "listener", "other"]
+DEFAULT_LIMIT = 20
+DEFAULT_IDLE_SECONDS = 10.0
+# of the budget, what only the worker's own short statements may take (see the module's text)
+RESERVED = 2
+RECHECK_SECONDS = 0.5  # a waiter looks again this often (a close the budget was not told of)
+SAY_EVERY_SECONDS = 60.0  # the longest silence between two "budget spent" lines
+MIN_LIMIT = RESERVED + 1
+
+
+class Holder(Protocol):
+    """Something that keeps idle connections: a lane, an engine's pool."""
+
+    def idle_since(self) -> float | None:
+        """The monotonic time its oldest idle connection went idle; None with none idle."""
+        ...
+
+    async def shed(self, older_than: float | None = None) -> int:
+        """Close idle connections (all idle before `older_than`, else the oldest one); how
+        many it closed."""
+        ...
+
+
+class ConnectionBudget:
+    """At most `limit` open connections in this process; see the module's text."""
+
+    def __init__(self, limit: int, *, idle_seconds: float = DEFAULT_IDLE_SECONDS) -> None:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < MIN_LIMIT:
+            raise StoreError(
+                f"the connection budget must be a whole number of at least {MIN_LIMIT}, "
+                f"got {limit!r}"
+            )
+        if not idle_seconds > 0:
+            raise StoreError(f"idle_seconds must be above 0, got {idle_seconds!r}")
+        self.limit = limit
+        self.idle_seconds = idle_seconds
+        self._live: dict[Kind, weakref.WeakSet[Any]] = {
+            "lane": weakref.WeakSet(),
+            "engine": weakref.WeakSet(),
+            "listener": weakref.WeakSet(),
+            "other": weakref.WeakSet(),
+        }
+        self._opening: dict[Kind, int] = dict.fromkeys(self._live, 0)
+        self._holders: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._said_at = -SAY_EVERY_SECONDS
+        self._unsaid = 0  # waits since the last line
+        self._reaper: asyncio.TimerHandle | None = None
+        self._reaping: set[asyncio.Task[None]] = set()
+        self.peak = 0  # the most ever open at once
+
+    # -- counting ---------------------------------------------------------------------------
+
+    def open_count(self, kind: Kind | None = None) -> int:
+        """Connections open or being opened now (of `kind`, else of every kind)."""
+        kinds = [kind] if kind is not None else list(self._live)
+        return sum(
+            self._opening[k] + sum(1 for c in self._live[k] if not _closed(c)) for k in kinds
+        )
+
+    def join(self, holder: Holder) -> None:
+        """`holder` keeps idle connections the budget may ask it to close."""
+        self._holders.add(holder)
+
+    def released(self) -> None:
+        """A connection closed (or went idle): let a waiter look again."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    # -- taking one -------------------------------------------------------------------------
+
+    async def connect(self, open_one: Callable[[], Awaitable[C]], *, kind: Kind) -> C:
+        """`open_one()` once the budget has room for it; waits (never fails) while it has none.
+        Errors of `open_one` itself reach the caller."""
+        await self._room(kind)
+        self._opening[kind] += 1
+        try:
+            connection = await open_one()
+        except BaseException:
+            self._opening[kind] -= 1
+            self.released()
+            raise
+        self._opening[kind] -= 1
+        self._live[kind].add(connection)
+        self.peak = max(self.peak, self.open_count())
+        self._start_reaper()
+        return connection
+
+    @asynccontextmanager
+    async def held(self, kind: Kind = "other") -> AsyncIterator[None]:
+        """Room for one connection for the block, which opens and closes it itself (a call
+        made in a thread, such as reading the tenant registry)."""
+        await self._room(kind)
+        self._opening[kind] += 1
+        self._start_reaper()
+        try:
+            yield
+        finally:
+            self._opening[kind] -= 1
+            self.released()
+
+    async def _room(self, kind: Kind) -> None:
+        cap = self.limit - RESERVED if kind == "engine" else self.limit
+        waited_since: float | None = None
+        while True:
+            total = self.open_count()
+            fits = total < self.limit and (kind != "engine" or self.open_count("engine") < cap)
+            if fits:
+                if waited_since is not None:
+                    self._waited(time.monotonic() - waited_since)
+                return
+            if await self._shed_one(kind):
+                continue
+            if waited_since is None:
+                waited_since = time.monotonic()
+                self._say_spent(kind)
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), RECHECK_SECONDS)
+            except TimeoutError:
+                pass
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+
+    async def _shed_one(self, kind: Kind) -> bool:
+        """Close the connection idle longest anywhere (an engine's, for an engine that is at
+        its cap); whether one closed."""
+        holders = [h for h in list(self._holders) if h.idle_since() is not None]
+        if kind == "engine" and self.open_count("engine") >= self.limit - RESERVED:
+            holders = [h for h in holders if getattr(h, "kind", None) == "engine"]
+        holders.sort(key=lambda h: h.idle_since() or 0.0)
+        for holder in holders:
+            if await holder.shed():
+                return True
+        return False
+
+    def _say_spent(self, kind: Kind) -> None:
+        now = time.monotonic()
+        self._unsaid += 1
+        if now - self._said_at < SAY_EVERY_SECONDS:
+            return
+        counts = ", ".join(f"{k} {self.open_count(k)}" for k in self._live if self.open_count(k))
+        log.warning(
+            "connection budget spent: %d of %d connections open (%s); %s work waits for one "
+            "(%d wait(s) since the last such line). Work waits, it does not fail; raise "
+            "--max-connections (KET_MAX_CONNECTIONS) or lower the concurrency if this lasts",
+            self.open_count(),
+            self.limit,
+            counts or "none",
+            kind,
+            self._unsaid,
+        )
+        self._said_at = now
+        self._unsaid = 0
+
+    def _waited(self, seconds: float) -> None:
+        if seconds >= 1.0:
+            log.debug("waited %.1f s for a connection within the budget", seconds)
+
+    # -- idle connections close by themselves -----------------------------------------------
+
+    def _start_reaper(self) -> None:
+        if self._reaper is None:
+            loop = asyncio.get_running_loop()
+            self._reaper = loop.call_later(self.idle_seconds / 2, self._reap)
+
+    def _reap(self) -> None:
+        self._reaper = None
+        task = asyncio.ensure_future(self._reap_idle())
+        self._reaping.add(task)
+        task.add_done_callback(self._reaped)
+
+    async def _reap_idle(self) -> None:
+        before = time.monotonic() - self.idle_seconds
+        for holder in list(self._holders):
+            since = holder.idle_since()
+            if since is not None and since <= before:
+                await holder.shed(older_than=before)
+
+    def _reaped(self, task: asyncio.Task[None]) -> None:
+        self._reaping.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            # never silent, never the end of reaping: say it (rate-limited) and go on
+            now = time.monotonic()
+            if now - self._said_at >= SAY_EVERY_SECONDS:
+                self._said_at = now
+                log.error("closing idle connections failed: %r; trying again later", error)
+        if self.open_count() or self._holders:
+            self._start_reaper()
+
+
+def _closed(connection: Any) -> bool:
+    closed = getattr(connection, "closed", False)
+    return bool(closed)
+
+
+_PROCESS: ConnectionBudget | None = None
+
+
+def install(budget: ConnectionBudget | None) -> None:
+    """Make `budget` the process's (None: no budget, as for an application's own process)."""
+    global _PROCESS
+    _PROCESS = budget
+
+
+def current() -> ConnectionBudget | None:
+    """The process's budget, if `ket worker` (or a test) installed one."""
+    return _PROCESS
+
+
+@asynccontextmanager
+async def held(kind: Kind = "other") -> AsyncIterator[None]:
+    """Room for one connection for the block within the process's budget, if there is one."""
+    budget = _PROCESS
+    if budget is None:
+        yield
+        return
+    async with budget.held(kind):
+        yield
+
+
+async def connect(open_one: Callable[[], Awaitable[C]], *, kind: Kind) -> C:
+    """`open_one()` within the process's budget, if there is one."""
+    budget = _PROCESS
+    if budget is None:
+        return await open_one()
+    return await budget.connect(open_one, kind=kind)

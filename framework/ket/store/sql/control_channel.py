@@ -1,0 +1,236 @@
+"""One wake-up channel per PostgreSQL server: hints `tenant:queue` on the control database.
+
+NOTIFY is scoped to one database, so hearing every tenant's enqueues directly would take one
+LISTEN connection per tenant database in every worker. Instead, once the deployment has a
+registry (several tenants), whoever enqueues also sends, after the commit, one NOTIFY on the
+control database (the registry's) naming the tenant and the queue; each worker process holds one
+LISTEN there (the usual `Listener`, with its liveness and delivery checks) and routes each hint
+to that tenant's waiters. A single-tenant app has no registry: its tenant database is the control
+database, and the trigger's NOTIFY there is the channel, as before.
+
+    channel = ControlChannel(control_dsn, "acme")   # given to SqlStore.open(..., channel=...)
+    channel.sent({"default"})                      # after a commit: a hint, batched and sent
+    listener = channel.listen(wakeups)             # the process's LISTEN on the control database
+
+Hints stay hints: one lost (the control database down, a worker restarting) delays a job until
+the queue's next poll; it never loses it. Sending never blocks the enqueue that caused it: hints
+are gathered and sent by one task per control database, a few per statement, and a send that
+fails is logged (once a minute at most) and dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Collection, Iterable
+from typing import Any
+
+import psycopg
+
+from ket.store.sql import budget
+from ket.store.sql import listener as listening
+from ket.store.sql.insert import CHANNEL
+from ket.store.wakeup import Wakeups
+
+log = logging.getLogger("ket.store.listener")
+
+SEPARATOR = ":"  # never in a tenant name (ket.store.tenant), so `tenant:queue` splits at the first
+SAY_EVERY_SECONDS = 60.0
+SEND = f"SELECT pg_notify('{CHANNEL}', hint) FROM unnest(%s::text[]) AS hint"
+
+
+def hint(tenant: str, queue: str) -> str:
+    """The NOTIFY payload that wakes `queue` of `tenant`."""
+    return f"{tenant}{SEPARATOR}{queue}"
+
+
+class Router(Wakeups):
+    """The control listener's wake-ups: each hint goes to its tenant's waiters (nobody waits
+    on the router itself)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._routes: dict[str, list[Wakeups]] = {}
+
+    def add(self, tenant: str, wakeups: Wakeups) -> None:
+        self._routes.setdefault(tenant, []).append(wakeups)
+
+    def remove(self, tenant: str, wakeups: Wakeups) -> None:
+        routes = self._routes.get(tenant, [])
+        if wakeups in routes:
+            routes.remove(wakeups)
+        if not routes:
+            self._routes.pop(tenant, None)
+
+    def notify(self, payloads: Iterable[str]) -> None:
+        for payload in payloads:
+            tenant, separator, queue = payload.partition(SEPARATOR)
+            if separator:
+                for wakeups in self._routes.get(tenant, ()):
+                    wakeups.notify([queue])
+
+    def notify_all(self) -> None:
+        """After a reconnect, when hints may have been missed: every tenant looks."""
+        for routes in list(self._routes.values()):
+            for wakeups in routes:
+                wakeups.notify_all()
+
+
+class _Sender:
+    """Gathers the hints of one control database and sends them on a connection of its own."""
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._pending: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._connection: psycopg.AsyncConnection[Any] | None = None
+        self._said_at = -SAY_EVERY_SECONDS
+        self._dropped = 0
+
+    def send(self, hints: Iterable[str]) -> None:
+        self._pending.update(hints)
+        if self._pending and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._flush(), name="ket-hints")
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, self._pending = sorted(self._pending), set()
+            try:
+                connection = await self._connect()
+                await connection.execute(SEND, (batch,))
+            except Exception as error:  # a hint is not worth more than a log line
+                await self._drop()
+                self._failed(error, len(batch))
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        connection = self._connection
+        if connection is None or connection.closed:
+            options = listening.TIMING.connect_options(self._dsn)
+            connection = self._connection = await budget.connect(
+                lambda: psycopg.AsyncConnection.connect(self._dsn, **options), kind="other"
+            )
+        return connection
+
+    async def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            try:
+                await connection.close()
+            except Exception:
+                return
+
+    def _failed(self, error: Exception, count: int) -> None:
+        self._dropped += count
+        now = time.monotonic()
+        if now - self._said_at < SAY_EVERY_SECONDS:
+            return
+        log.warning(
+            "could not send %d wake-up hint(s) to the control database %s: %s; the workers "
+            "find those jobs at their next poll",
+            self._dropped,
+            listening.describe(self._dsn),
+            " ".join(str(error).split()) or type(error).__name__,
+        )
+        self._said_at, self._dropped = now, 0
+
+    async def close(self) -> None:
+        if self._task is not None:
+            await asyncio.wait([self._task], timeout=1.0)
+        await self._drop()
+
+
+# one sender and one router per control database and event loop in a process
+_SENDERS: dict[tuple[str, int], _Sender] = {}
+_ROUTERS: dict[tuple[str, int], Router] = {}
+
+
+class ControlChannel:
+    """A tenant store's part in the control channel of its deployment."""
+
+    def __init__(self, dsn: str, tenant: str) -> None:
+        self.dsn = dsn
+        self.tenant = tenant
+        self._listener: listening.Listener | None = None
+        self._wakeups: Wakeups | None = None
+
+    def sent(self, queues: Collection[str]) -> None:
+        """Jobs were committed that `queues` may run now: hint the workers (never blocks)."""
+        if not queues:
+            return
+        key = (self.dsn, id(asyncio.get_running_loop()))
+        sender = _SENDERS.get(key)
+        if sender is None:
+            sender = _SENDERS[key] = _Sender(self.dsn)
+        sender.send(hint(self.tenant, queue) for queue in queues)
+
+    def listen(self, wakeups: Wakeups) -> listening.Listener:
+        """The process's LISTEN on the control database, routing this tenant's hints to
+        `wakeups` (taken once; `release` gives it back)."""
+        if self._listener is None:
+            key = (self.dsn, id(asyncio.get_running_loop()))
+            router = _ROUTERS.get(key)
+            if router is None:
+                router = _ROUTERS[key] = Router()
+            router.add(self.tenant, wakeups)
+            self._wakeups = wakeups
+            self._listener = listening.acquire(self.dsn, router)
+        return self._listener
+
+    async def release(self) -> None:
+        """This store is closing: its routes and its use of the listener go."""
+        listener, self._listener = self._listener, None
+        if listener is None:
+            return
+        key = (self.dsn, id(asyncio.get_running_loop()))
+        router = _ROUTERS.get(key)
+        if router is not None and self._wakeups is not None:
+            router.remove(self.tenant, self._wakeups)
+        await listening.release(self.dsn, listener)
+
+
+class SyncHints:
+    """The hints of a synchronous client: sent on a connection of its own, after each commit."""
+
+    def __init__(self, dsn: str, tenant: str) -> None:
+        self.dsn = dsn
+        self.tenant = tenant
+        self._connection: psycopg.Connection[Any] | None = None
+        self._said_at = -SAY_EVERY_SECONDS
+
+    def sent(self, queues: Collection[str]) -> None:
+        """As ControlChannel.sent, in the caller's thread; a failure is logged, not raised."""
+        if not queues:
+            return
+        try:
+            connection = self._connection
+            if connection is None or connection.closed:
+                options = listening.TIMING.connect_options(self.dsn)
+                connection = self._connection = psycopg.Connection.connect(self.dsn, **options)
+            connection.execute(SEND, ([hint(self.tenant, queue) for queue in sorted(queues)],))
+        except Exception as error:
+            self.close()
+            now = time.monotonic()
+            if now - self._said_at >= SAY_EVERY_SECONDS:
+                self._said_at = now
+                log.warning(
+                    "could not send a wake-up hint to the control database %s: %s; the "
+                    "workers find the jobs at their next poll",
+                    listening.describe(self.dsn),
+                    " ".join(str(error).split()) or type(error).__name__,
+                )
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            try:
+                connection.close()
+            except Exception:
+                return
+
+
+async def close_senders() -> None:
+    """Send what is pending and close the hint connections of this event loop."""
+    loop = id(asyncio.get_running_loop())
+    for key in [k for k in _SENDERS if k[1] == loop]:
+        await _SENDERS.pop(key).close()
