@@ -184,15 +184,16 @@ class ConnectionBudget:
         if now - self._said_at < SAY_EVERY_SECONDS:
             return
         counts = ", ".join(f"{k} {self.open_count(k)}" for k in self._live if self.open_count(k))
+        since = f" ({self._unsaid - 1} more wait(s) since the last such line)"
         log.warning(
-            "connection budget spent: %d of %d connections open (%s); %s work waits for one "
-            "(%d wait(s) since the last such line). Work waits, it does not fail; raise "
-            "--max-connections (KET_MAX_CONNECTIONS) or lower the concurrency if this lasts",
+            "connection budget spent: %d of %d connections open (%s); %s work waits for one%s. "
+            "Work waits, it does not fail; raise --max-connections (KET_MAX_CONNECTIONS) or "
+            "lower the concurrency if this lasts",
             self.open_count(),
             self.limit,
             counts or "none",
             kind,
-            self._unsaid,
+            since if self._unsaid > 1 else "",
         )
         self._said_at = now
         self._unsaid = 0

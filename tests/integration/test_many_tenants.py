@@ -1,0 +1,241 @@
+"""Many tenant databases on one PostgreSQL server, served by a real `ket worker` process within
+its connection budget, woken through the one control channel.
+
+The tenant databases are copies of one migrated template (CREATE DATABASE ... TEMPLATE), the
+registry is a PostgreSQL database of the test's own, and the connections are counted from
+`pg_stat_activity`: every client backend on this test's databases but the test's own, which
+name themselves `ket-test`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from ket import define_deployment, define_job, define_module
+from ket.client import open_async_client
+from ket.store.sql import SqlStore
+from ket.store.sql.registry import TenantRegistry
+
+TENANTS = 30
+BUDGET = 6
+TEST_APP = "ket-test"  # application_name of the test's own connections
+
+APP = """
+from ket import define_deployment, define_job, define_module
+
+async def ping(ctx, input):
+    return None
+
+app = define_module(
+    name="app",
+    jobs={"ping": define_job(input={"n": "int"}, idempotent=True, handler=ping)},
+)
+# a poll this slow shows that jobs start because of a wake-up, not a poll
+main = define_deployment(
+    name="main",
+    modules=[app],
+    worker={"queues": {"default": 2}, "poll_min_ms": 30000, "poll_max_ms": 30000},
+)
+"""
+ping = define_job(input={"n": "int"}, idempotent=True, handler=lambda ctx, input: None)
+DEPLOYMENT = define_deployment(
+    name="main", modules=[define_module(name="app", jobs={"ping": ping})]
+)
+
+
+@dataclass
+class Server:
+    """This test's databases: a registry and TENANTS tenant databases, on the local server."""
+
+    admin: str
+    prefix: str
+    root: Path
+    tenants: list[str] = field(default_factory=list)
+
+    def url(self, database: str, *, driver: str = "postgresql") -> str:
+        base = self.admin.rsplit("/", 1)[0].replace("postgresql://", f"{driver}://", 1)
+        return f"{base}/{self.prefix}{database}?application_name={TEST_APP}"
+
+    @property
+    def template(self) -> str:
+        return self.admin.rsplit("/", 1)[0] + f"/{self.prefix}{{tenant}}"
+
+    def environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KET_")}
+        env.update(
+            KET_DATABASE_URL=self.template,
+            KET_REGISTRY_URL=self.admin.rsplit("/", 1)[0] + f"/{self.prefix}registry",
+        )
+        return env
+
+    def worker_connections(self) -> list[tuple[str, str]]:
+        """(database, query) of every connection to this test's databases but the test's."""
+        with psycopg.connect(self.admin, autocommit=True) as connection:
+            rows = connection.execute(
+                "SELECT datname, query FROM pg_stat_activity WHERE datname LIKE %s "
+                "AND backend_type = 'client backend' AND application_name <> %s",
+                (self.prefix + "%", TEST_APP),
+            ).fetchall()
+        return [(row[0], row[1]) for row in rows]
+
+    def finished(self) -> dict[str, int]:
+        counts = {}
+        for tenant in self.tenants:
+            with psycopg.connect(self.url(tenant)) as connection:
+                row = connection.execute(
+                    "SELECT count(*) FROM ket_jobs WHERE state = 'completed'"
+                ).fetchone()
+                counts[tenant] = row[0] if row else 0
+        return counts
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, postgres_url: str) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("many_tenants")
+    (root / "app.py").write_text(textwrap.dedent(APP))
+    (root / "pyproject.toml").write_text('[tool.ket]\nworkspace = "app.py"\n')
+    made = Server(admin=postgres_url, prefix=f"ket_many_{uuid.uuid4().hex[:8]}_", root=root)
+    names: list[str] = []
+    try:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            for name in ("template", "registry"):
+                admin.execute(
+                    sql.SQL("CREATE DATABASE {}").format(sql.Identifier(made.prefix + name))
+                )
+                names.append(made.prefix + name)
+
+            async def migrate() -> None:
+                store = await SqlStore.open(made.url("template"), migrate=True)
+                await store.close()
+
+            asyncio.run(migrate())
+            for number in range(TENANTS):
+                tenant = f"t{number:02d}"
+                admin.execute(
+                    sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                        sql.Identifier(made.prefix + tenant),
+                        sql.Identifier(made.prefix + "template"),
+                    )
+                )
+                names.append(made.prefix + tenant)
+                made.tenants.append(tenant)
+        registry = TenantRegistry(made.environment()["KET_REGISTRY_URL"])
+        try:
+            for tenant in made.tenants:
+                registry.add(tenant)
+        finally:
+            registry.close()
+        yield made
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            for name in names:
+                admin.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
+
+
+class Sampler:
+    """Counts the worker's connections every 50 ms in a thread of its own."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self.counts: list[int] = []
+        self.listens: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            seen = self._server.worker_connections()
+            self.counts.append(len(seen))
+            self.listens.append(sum(1 for _, query in seen if query.startswith("LISTEN")))
+            time.sleep(0.05)
+
+
+def _wait_for(condition: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_one_worker_serves_thirty_tenants_within_its_budget_woken_through_one_channel(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the application's side (open_async_client) finds the registry as the worker does; its
+    # connections (and the hints it sends) name themselves, so they are not counted
+    registry = server.environment()["KET_REGISTRY_URL"]
+    monkeypatch.setenv("KET_REGISTRY_URL", f"{registry}?application_name={TEST_APP}")
+    template = f"{server.template}?application_name={TEST_APP}"
+    log = server.root / "worker.log"
+    with log.open("w") as sink:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "ket.cli.main", "worker", "--max-connections", str(BUDGET)],
+            cwd=server.root,
+            env=server.environment(),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    try:
+        with Sampler(server) as sampler:
+            _wait_for(
+                lambda: log.read_text().count("serving tenant t") == TENANTS,
+                60,
+                "the worker to serve every tenant",
+            )
+            # it listens once, on the control database, for every tenant
+            _wait_for(lambda: sampler.listens[-1:] == [1], 30, "one LISTEN")
+
+            async def enqueue_everywhere() -> None:
+                for tenant in server.tenants:
+                    client = await open_async_client(
+                        DEPLOYMENT, tenant=tenant, database_url=template
+                    )
+                    try:
+                        await client.aenqueue("app.ping", {"n": 1})
+                    finally:
+                        await client.aclose()
+
+            asyncio.run(enqueue_everywhere())
+            # each poll waits 30 s: within 20 s only the control channel's hints can have
+            # woken every tenant's queue
+            _wait_for(
+                lambda: all(n == 1 for n in server.finished().values()),
+                20,
+                "every tenant's job to finish",
+            )
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(timeout=60)
+    text = log.read_text()
+    assert code == 0, text
+    assert max(sampler.counts) <= BUDGET, (max(sampler.counts), text[-3000:])
+    assert set(sampler.listens[-20:]) == {1}
+    assert server.finished() == dict.fromkeys(server.tenants, 1)
+    assert "too many clients" not in text and "Traceback" not in text, text[-3000:]

@@ -1,0 +1,172 @@
+"""The process's connection budget: never more open than the limit, idle connections given up
+to callers that need the room and closed after the idle time, waits that end without failing,
+and one log line for a spent budget, not one per wait."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from ket.errors import StoreError
+from ket.store.sql.budget import RESERVED, ConnectionBudget
+
+
+class Connection:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Pool:
+    """A holder as a lane is: connections it keeps idle, which the budget may ask it to close."""
+
+    def __init__(self, budget: ConnectionBudget, kind: str = "lane") -> None:
+        self.budget = budget
+        self.kind = kind
+        self.idle: list[tuple[Connection, float]] = []
+        budget.join(self)
+
+    async def take(self) -> Connection:
+        if self.idle:
+            return self.idle.pop()[0]
+        return await self.budget.connect(self._open, kind="lane")  # type: ignore[arg-type]
+
+    async def _open(self) -> Connection:
+        await asyncio.sleep(0)
+        return Connection()
+
+    def give_back(self, connection: Connection) -> None:
+        self.idle.append((connection, time.monotonic()))
+        self.budget.released()
+
+    def idle_since(self) -> float | None:
+        return self.idle[0][1] if self.idle else None
+
+    async def shed(self, older_than: float | None = None) -> int:
+        closing = [c for c, since in self.idle if older_than is None or since <= older_than][
+            : None if older_than is not None else 1
+        ]
+        self.idle = [(c, s) for c, s in self.idle if c not in closing]
+        for connection in closing:
+            connection.close()
+        self.budget.released()
+        return len(closing)
+
+
+def test_a_budget_below_its_reserve_is_refused_naming_the_value() -> None:
+    with pytest.raises(StoreError, match=r"at least 3, got 2"):
+        ConnectionBudget(2)
+    with pytest.raises(StoreError, match=r"got '20'"):
+        ConnectionBudget("20")  # type: ignore[arg-type]
+
+
+def test_many_callers_share_a_small_budget_and_every_one_gets_a_connection() -> None:
+    async def scenario() -> tuple[int, int]:
+        budget = ConnectionBudget(4)
+        pools = [Pool(budget) for _ in range(10)]  # ten tenants, four connections
+
+        async def work(pool: Pool) -> None:
+            for _ in range(5):
+                connection = await pool.take()
+                await asyncio.sleep(0.01)
+                pool.give_back(connection)
+
+        await asyncio.wait_for(asyncio.gather(*(work(p) for p in pools for _ in range(2))), 30)
+        return budget.peak, budget.open_count()
+
+    peak, still_open = asyncio.run(scenario())
+    assert peak == 4
+    assert still_open <= 4
+
+
+def test_idle_connections_close_after_the_idle_time() -> None:
+    async def scenario() -> tuple[int, int]:
+        budget = ConnectionBudget(5, idle_seconds=0.1)
+        pool = Pool(budget)
+        held = [await pool.take() for _ in range(3)]
+        for connection in held:
+            pool.give_back(connection)
+        before = budget.open_count()
+        await asyncio.sleep(0.4)
+        return before, budget.open_count()
+
+    before, after = asyncio.run(scenario())
+    assert (before, after) == (3, 0)
+
+
+def test_a_caller_that_finds_no_room_waits_and_the_wait_is_said_once() -> None:
+    async def scenario() -> tuple[float, int]:
+        budget = ConnectionBudget(3)
+        pool = Pool(budget)
+        held = [await pool.take() for _ in range(3)]
+        started = time.monotonic()
+        waiters = [asyncio.ensure_future(pool.take()) for _ in range(5)]
+        await asyncio.sleep(0.2)
+        assert not any(w.done() for w in waiters)  # nobody failed: they wait
+        for connection in held:  # three close for good: room for three more
+            connection.close()
+            budget.released()
+        await asyncio.sleep(0.05)
+        done = sum(w.done() for w in waiters)
+        for waiter in waiters:
+            waiter.cancel()
+        return time.monotonic() - started, done
+
+    logger = logging.getLogger("ket.store.budget")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    try:
+        _, done = asyncio.run(scenario())
+    finally:
+        logger.removeHandler(handler)
+    assert done == 3
+    spent = [r.getMessage() for r in records if "budget spent" in r.getMessage()]
+    assert len(spent) == 1, spent
+    assert "3 of 3 connections open (lane 3)" in spent[0]
+    assert "lane work waits for one. Work waits, it does not fail" in spent[0]
+
+
+def test_connections_held_in_handlers_leave_the_reserve_to_the_workers_own_statements() -> None:
+    async def scenario() -> tuple[int, bool, int]:
+        budget = ConnectionBudget(5)
+
+        async def engine() -> Connection:
+            return await budget.connect(_open, kind="engine")
+
+        engines = [await engine() for _ in range(5 - RESERVED)]
+        blocked = asyncio.ensure_future(engine())
+        await asyncio.sleep(0.1)
+        # the worker's own statements still find their reserved room
+        lanes = [await budget.connect(_open, kind="lane") for _ in range(RESERVED)]
+        waiting = not blocked.done()
+        engines[0].close()
+        budget.released()
+        await asyncio.wait_for(blocked, 5)
+        return len(lanes), waiting, budget.open_count("engine")
+
+    async def _open() -> Connection:
+        return Connection()
+
+    lanes, waited, engines_open = asyncio.run(scenario())
+    assert (lanes, waited, engines_open) == (RESERVED, True, 5 - RESERVED)
+
+
+def test_a_connection_collected_without_close_gives_its_room_back() -> None:
+    async def scenario() -> int:
+        budget = ConnectionBudget(3)
+
+        async def _open() -> Connection:
+            return Connection()
+
+        for _ in range(10):  # each dropped at once, never closed
+            await asyncio.wait_for(budget.connect(_open, kind="other"), 5)
+        return budget.open_count()
+
+    assert asyncio.run(scenario()) == 0
