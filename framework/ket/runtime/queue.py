@@ -21,7 +21,7 @@ from ket.declare.worker import WorkerConfig
 from ket.runtime.events import Event, Hooks
 from ket.runtime.lease import Attempt, Attempts
 from ket.runtime.supervisor import Supervisor, backoff
-from ket.store.contract import JobStore, PushStore
+from ket.store.contract import JobStore, PacedStore, PushStore
 from ket.store.types import JobClaim
 
 Launch = Callable[["QueueSlots"], None]
@@ -86,6 +86,7 @@ class QueueLoop:
         self._store = store
         # runtime_checkable isinstance is slow: decide once, not on every idle wait
         self._push: PushStore | None = store if isinstance(store, PushStore) else None
+        self._paced: PacedStore | None = store if isinstance(store, PacedStore) else None
         self._config = config
         self._worker_id = worker_id
         self._attempts = attempts
@@ -147,8 +148,21 @@ class QueueLoop:
                 continue  # there may be more: claim again as soon as slots allow
             if claimed:
                 idle = poll_min
+            ceiling = poll_max if self._paced is None else self._paced.idle_poll(poll_max)
+            if ceiling > poll_max:  # waits may be long: learn when the next job is due
+                await self._when_due()
             woken = await (watch or self._watch(idle))
-            idle = poll_min if woken else min(idle * 2, poll_max)
+            idle = poll_min if woken else min(idle * 2, ceiling)
+
+    async def _when_due(self) -> None:
+        """Have the store wake this queue when its next job is due; a failure is logged (rate
+        limited) and costs only the wake-up: the safety poll still comes."""
+        assert self._paced is not None
+        try:
+            await self._paced.wake_when_due(self.queue.name)
+        except Exception as error:
+            where = self._supervisor.where(f"due times of queue {self.queue.name}")
+            self._supervisor.repeats.failure(where, error, level=logging.WARNING)
 
     def _failed(self, error: Exception) -> None:
         """A failed claim: a poll_failed event for hooks, a rate-limited log line."""

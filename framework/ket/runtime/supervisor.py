@@ -124,7 +124,8 @@ class Supervisor:
         self, service: Service, *, at_once: bool = False, timeout: float | None = None
     ) -> None:
         """Tick `service` every `service.interval` seconds (the first time at once, or after a
-        random part of one interval so replicas and tenants spread out)."""
+        random part of one interval; after a first tick at once, the second comes after a
+        random part of one: so replicas and tenants spread out)."""
         bound = timeout if timeout is not None else max(service.interval, 5.0)
         self._spawn(service.name, self._periodic(service, at_once, bound))
 
@@ -153,6 +154,9 @@ class Supervisor:
         where = self.where(service.name)
         if not at_once:
             await self.sleep(service.interval * random.uniform(0.5, 1.0))
+        # after a first tick at once, the next comes after a random part of one interval too:
+        # tenants started together (and replicas) do not go on ticking at the same instant
+        spread = at_once
         failures = 0
         while not self._stopping.is_set():
             try:
@@ -165,7 +169,8 @@ class Supervisor:
             if failures:
                 failures = 0
                 self.repeats.recovered(where)
-            await self.sleep(service.interval)
+            await self.sleep(service.interval * (random.uniform(0.5, 1.0) if spread else 1.0))
+            spread = False
 
     async def _kept(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
         where = self.where(name)

@@ -121,6 +121,21 @@ class PushStore(Protocol):
 
 
 @runtime_checkable
+class PacedStore(Protocol):
+    """Capability: the store paces idle queues, so that many idle tenants cost little: how long
+    a queue with nothing to do may wait before it claims again, and a wake-up when its next job
+    is due."""
+
+    def idle_poll(self, poll_max: float) -> float:
+        """The longest idle wait for a queue (at least `poll_max`)."""
+        ...
+
+    async def wake_when_due(self, queue: str) -> None:
+        """Wake `queue`'s waiters when its next runnable job is due."""
+        ...
+
+
+@runtime_checkable
 class QueryableStore(Protocol):
     """Capability: read access for tools, tests and the dashboard."""
 

@@ -222,6 +222,12 @@ class Listener:
         self._listening = asyncio.Event()
         self._failures = 0
         self._deaf = False
+        self._up = False  # a LISTEN connection is in place now
+
+    @property
+    def healthy(self) -> bool:
+        """Whether notifications arrive now: listening, and not found deaf."""
+        return self._up and not self._deaf
 
     @property
     def deaf(self) -> bool:
@@ -282,6 +288,7 @@ class Listener:
             finally:
                 check.cancel()
         finally:
+            self._up = False
             await connection.close()
 
     def _connected(self) -> None:
@@ -289,6 +296,7 @@ class Listener:
             # a reconnect: what was sent meanwhile is lost, so wake everyone once
             self._wakeups.notify_all()
         self._listening.set()
+        self._up = True
         if self._failures:
             self._repeats.recovered(self._failures)
             self._failures = 0

@@ -251,6 +251,16 @@ TEXT: dict[str, Compiled] = {
         },
         returning=False,
     ),
+    'query.next_due': Compiled(
+        text=(
+            'SELECT coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS now, (SELECT min(ket_jobs.run_at) AS min_1 \n'
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.state IN ('available', 'scheduled', 'retryable')) AS due"
+        ),
+        constants={
+        },
+        returning=False,
+    ),
     'query.notify': Compiled(
         text=(
             'SELECT pg_notify(%(pg_notify_2)s::VARCHAR, woken.queue) AS pg_notify_1 \n'

@@ -100,6 +100,7 @@ class Statements:
     queue_ages: Any  # per queue: its oldest lease start and its oldest due run_at
     clock: Any  # the database's now (or the test clock's, passed as `now`)
     notify: Any  # None where the database has no NOTIFY (SQLite)
+    next_due: Any  # the database's now and the earliest run_at of a queue's runnable jobs
 
 
 @cache
@@ -242,6 +243,13 @@ def statements(dialect: str) -> Statements:
         .group_by(jobs.c.queue),
         clock=select(now.label("now")),
         notify=_notify() if dialect == "postgresql" else None,
+        next_due=select(
+            now.label("now"),
+            select(func.min(jobs.c.run_at))
+            .where(jobs.c.queue == bindparam("p_queue"), RUNNABLE)
+            .scalar_subquery()
+            .label("due"),
+        ),
     )
 
 

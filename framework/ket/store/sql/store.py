@@ -10,6 +10,7 @@ made at open.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -79,6 +80,9 @@ _LOCKED_RETRIES = 8
 _KEY_RACES = 3  # times a bulk batch runs when a racing insert takes a unique key it retries
 # `ket jobs stats` names the transactions open on the tenant database for longer than this
 LONG_TRANSACTION_SECONDS = 60.0
+# how long an idle queue of a tenant woken through the control channel waits before it claims
+# again when nothing woke it (a hint lost, a job enqueued in an application's own transaction)
+SAFETY_POLL_SECONDS = 30.0
 # outcomes that, with no delay, make the job claimable at once: its queue's waiters are woken
 _RUNNABLE_AGAIN = frozenset({"retryable", "snoozed"})
 
@@ -123,6 +127,8 @@ class SqlStore:
         self._listener: listening.Listener | None = None  # shared; taken on the first wait
         # several tenants: wake-ups go through the control database (control_channel.py)
         self._channel = channel if self.dialect == "postgresql" else None
+        # queue -> (loop time, timer): a wake-up when the queue's next job is due
+        self._due: dict[str, tuple[float, asyncio.TimerHandle]] = {}
         self._closed = False
         self._failure: Translate = self._translate
 
@@ -314,10 +320,10 @@ class SqlStore:
             return await run_plan(EngineRows(connection), plan)
 
     def _woken(self, batch: Sequence[NewJob], now: datetime | None) -> None:
-        queues = wake_queues(batch, now)
-        self._wakeups.notify(queues)
+        self._wakeups.notify(wake_queues(batch, now))
         if self._channel is not None:
-            self._channel.sent(queues)
+            # a job due later wakes its queue too: the worker then learns when it is due
+            self._channel.sent({job.queue for job in batch})
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlTransaction]:
@@ -370,6 +376,7 @@ class SqlStore:
         plain = [s for s in settlements if s.outcome == "completed"]
         others = [s for s in settlements if s.outcome != "completed"]
         woken: set[str] = set()
+        later: list[tuple[str, float]] = []  # retries and snoozes: wake their queue when due
 
         async def body(conn: Rows) -> set[JobId]:
             applied: set[JobId] = set()
@@ -388,8 +395,11 @@ class SqlStore:
                         # a snooze gave its attempt back: the entry is the attempt's that snoozed
                         attempt = rows[0].attempt + (settle.outcome == "snoozed")
                         errors.append(_error_row(settle.id, attempt, settle.error, now))
-                    if settle.outcome in _RUNNABLE_AGAIN and settle.delay_seconds == 0:
-                        woken.add(rows[0].queue)
+                    if settle.outcome in _RUNNABLE_AGAIN:
+                        if settle.delay_seconds == 0:
+                            woken.add(rows[0].queue)
+                        else:
+                            later.append((rows[0].queue, settle.delay_seconds))
             if errors:
                 await conn.many(stmt.APPEND_ERRORS, errors)
             await command.wake(conn, woken)
@@ -397,6 +407,8 @@ class SqlStore:
 
         applied = await self._hot(body, single=not others)
         self._wakeups.notify(woken)
+        for queue, delay in later:
+            self._wake_at(queue, delay)
         ids = [s.id for s in settlements]
         return SettleResult(
             applied=tuple(i for i in ids if i in applied),
@@ -694,11 +706,51 @@ class SqlStore:
                     self._inbox = sqlite_wakeup.listening(self._wakeups, self._inbox)
             return await self._wakeups.wait(queues, timeout)
 
+    def idle_poll(self, poll_max: float) -> float:
+        """How long a queue with no due job may wait for a wake-up before it claims again:
+        `poll_max`; with the control channel listening (several tenants, see control_channel),
+        the slower safety poll, SAFETY_POLL_SECONDS give or take a fifth, so that a thousand
+        idle tenants do not each claim every `poll_max` (`wake_when_due` and the hints wake a
+        queue when it has work)."""
+        listener = self._listener
+        if self._channel is None or listener is None or not listener.healthy:
+            return poll_max
+        return max(poll_max, SAFETY_POLL_SECONDS * random.uniform(0.8, 1.2))
+
+    async def wake_when_due(self, queue: str) -> None:
+        """Wake `queue` when its next runnable job is due (a job enqueued to run later, a
+        retry's backoff): asked after a claim found nothing to do."""
+        params = {**time_params(self._now()), "p_queue": queue}
+        rows = await self._hot(lambda conn: conn.rows(stmt.NEXT_DUE, params), single=True)
+        if rows and rows[0].due is not None:
+            self._wake_at(queue, max((rows[0].due - rows[0].now).total_seconds(), 0.0))
+
+    def _wake_at(self, queue: str, delay: float) -> None:
+        """A wake-up of `queue` on this process's waiters in `delay` seconds (the earliest of
+        those asked for is kept)."""
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        at = loop.time() + delay
+        current = self._due.get(queue)
+        if current is not None:
+            if current[0] <= at:
+                return
+            current[1].cancel()
+        self._due[queue] = (at, loop.call_later(delay, self._now_due, queue))
+
+    def _now_due(self, queue: str) -> None:
+        self._due.pop(queue, None)
+        self._wakeups.notify([queue])
+
     async def close(self) -> None:
         """Stop the listener and dispose of the connection pool."""
         if self._closed:
             return
         self._closed = True
+        for _, timer in self._due.values():
+            timer.cancel()
+        self._due.clear()
         with translated(self._failure):
             if self._channel is not None:
                 await self._channel.release()
