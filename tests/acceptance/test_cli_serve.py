@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
+import httpx2 as httpx
 import pytest
 
 from tests.acceptance.conftest import REPO, Project, run_ket
@@ -261,3 +261,54 @@ def test_dev_all_runs_the_worker_and_the_server_in_one_process(
     assert code == 0, output
     # uvicorn's own INFO lines are quiet (KET_LOG_THIRD_PARTY=1 lets them out): ket says it
     assert "worker stopped" in output and "HTTP server stopped" in output
+
+
+def test_serve_metrics_count_requests_by_function_and_status_and_gauge_the_jobs(
+    project: Project, start: Callable[..., Server]
+) -> None:
+    root = project({"app/workspace.py": SERVED})
+    assert run_ket("migrate", cwd=root).code == 0
+    server = start(root, "serve", "--metrics-port", "0", env={"KET_METRICS_REFRESH_S": "0.2"})
+    scrape_url = next(
+        re.search(r"serving metrics at (\S+)", line).group(1)  # type: ignore[union-attr]
+        for line in server.lines
+        if "serving metrics at" in line
+    )
+    assert not scrape_url.startswith(server.url)  # never on the functions' port
+    calls = [
+        ("app.add_note", {"text": "one"}),
+        ("app.add_note", {"text": "two"}),
+        ("app.add_note", {"text": 3}),  # 422
+        ("app.nope", {}),  # 404
+        ("app.nap", {"seconds": 0}),
+    ]
+    for name, body in calls:
+        httpx.post(f"{server.url}/functions/{name}", json=body, headers=TOKEN, timeout=30)
+    httpx.post(f"{server.url}/functions/app.nap", json={"seconds": 0}, timeout=30)  # 401
+
+    def scrape() -> dict[str, float]:
+        text = httpx.get(scrape_url, timeout=10).text
+        return {
+            line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(("ket_http_requests_total", "ket_jobs{"))
+        }
+
+    deadline = time.monotonic() + 20
+    while 'ket_jobs{queue="default",state="available"}' not in (seen := scrape()):
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.2)
+    requests = {k: v for k, v in seen.items() if k.startswith("ket_http_requests_total")}
+    assert requests == {
+        'ket_http_requests_total{function="app.add_note",status="200"}': 2.0,
+        'ket_http_requests_total{function="app.add_note",status="422"}': 1.0,
+        'ket_http_requests_total{function="unknown",status="404"}': 1.0,
+        'ket_http_requests_total{function="app.nap",status="200"}': 1.0,
+        'ket_http_requests_total{function="app.nap",status="401"}': 1.0,
+    }
+    # the two notes' jobs wait for a worker: the gauges read the tenant's job table
+    assert seen['ket_jobs{queue="default",state="available"}'] == 2.0
+    code, output = server.stop(signal.SIGTERM)
+    assert code == 0, output
+    with pytest.raises(httpx.ConnectError):  # the exporter stopped with the server
+        httpx.get(scrape_url, timeout=5)

@@ -23,7 +23,10 @@ from ket.runtime.stats import StatsService
 from ket.store.contract import JobStore
 
 if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
     from ket.observe.exporter import Exporter
+    from ket.observe.metrics import Metrics
 
 log = logging.getLogger("ket.worker")
 
@@ -115,6 +118,37 @@ def start(
     service = StatsService(stores, metrics.publish, interval=chosen.refresh_seconds)
     log.info("serving metrics at %s", exporter.url)
     return Running(service=service, exporter=exporter, unsubscribe=unsubscribe)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServeMetrics:
+    """Metrics of `ket serve` being served: its requests, and the job stats of its tenants."""
+
+    metrics: Metrics
+    refresh_seconds: float
+    exporter: Exporter
+
+    def service(self, stores: Callable[[], Mapping[str, JobStore]]) -> StatsService:
+        """The service that feeds the gauges from `stores()` (the server runs it)."""
+        return StatsService(stores, self.metrics.publish, interval=self.refresh_seconds)
+
+    def close(self) -> None:
+        self.exporter.close()
+
+
+def start_serve(chosen: MetricsSettings, catalog: Catalog, app: Starlette) -> ServeMetrics:
+    """Count `app`'s requests and serve the metrics on their own port (as the worker does:
+    never on the functions' port, so scraping needs no principal and exposes nothing there)."""
+    require()
+    from ket.observe.exporter import export
+    from ket.observe.http import RequestCounts, RequestMetrics
+    from ket.observe.metrics import Metrics
+
+    metrics = Metrics(catalog, tenant_labels=chosen.tenant_labels)
+    app.add_middleware(RequestMetrics, counted=RequestCounts(metrics.registry, catalog))
+    exporter = export(metrics.registry, host=chosen.host, port=chosen.port)
+    log.info("serving metrics at %s", exporter.url)
+    return ServeMetrics(metrics=metrics, refresh_seconds=chosen.refresh_seconds, exporter=exporter)
 
 
 def require() -> None:

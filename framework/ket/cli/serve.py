@@ -22,12 +22,15 @@ import socket
 from typing import TYPE_CHECKING
 
 from ket.catalog import Catalog
+from ket.cli import metrics
 from ket.cli.options import add_log_options, deployment_of, log_format, log_third_party
 from ket.cli.output import configure_logging
 from ket.cli.runtime import open_store, registry_reader, run_service, tenant_urls
 from ket.errors import KetError
 
 if TYPE_CHECKING:
+    from ket.runtime.supervisor import Service
+    from ket.serve.app import Parts
     from ket.serve.server import HttpServer
     from ket.storage import BlobStore
     from ket.store.roster import SeenWorker
@@ -53,6 +56,7 @@ def add_parser(
     )
     add_http_options(parser)
     add_log_options(parser)
+    metrics.add_options(parser)
     parser.set_defaults(run=run)
 
 
@@ -87,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
     )
     catalog = Catalog.build(deployment_of(args))
     check_servable(catalog, "ket serve")
+    if metrics.settings(args, os.environ) is not None:
+        metrics.require()  # say what to install before anything starts
     tenant_urls(args)  # an unknown --tenant or an unreadable registry stops the start here
     from ket.runtime.contexts import default_blobs
 
@@ -141,6 +147,13 @@ def http_server(
     async def list_workers() -> list[SeenWorker]:
         return await asyncio.to_thread(lambda: read_workers(args.database_url)[1])
 
+    # `ket dev --all` has no metrics options: its server counts nothing
+    chosen = metrics.settings(args, os.environ) if hasattr(args, "metrics_port") else None
+    served: list[metrics.ServeMetrics] = []
+
+    def services(parts: Parts) -> list[Service]:
+        return [served[0].service(parts.stores.open_stores)] if served else []
+
     app = create_app(
         catalog,
         list_tenants=list_tenants,
@@ -149,12 +162,16 @@ def http_server(
         only=args.tenant,
         list_workers=list_workers,
         blobs=blobs,
+        services=services,
     )
+    if chosen is not None:
+        served.append(metrics.start_serve(chosen, catalog, app))
     return HttpServer(
         app,
         sock,
         grace_seconds=catalog.serve.shutdown_grace_ms / 1000,
         access_log=args.access_log,
+        on_close=[s.close for s in served],
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,7 +26,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from ket.catalog import Catalog
 from ket.runtime.contexts import default_sender
 from ket.runtime.events import hooks as default_hooks
-from ket.runtime.supervisor import Repeats, Supervisor
+from ket.runtime.supervisor import Repeats, Service, Supervisor
 from ket.serve.function import PREFIX, FunctionEndpoint
 from ket.serve.gate import Gate
 from ket.serve.openapi import openapi_document
@@ -82,13 +82,15 @@ def create_app(
     blobs: BlobStore | None = None,
     routes: Sequence[BaseRoute] = (),
     list_workers: ListWorkers | None = None,
+    services: Callable[[Parts], Sequence[Service]] = lambda parts: (),
 ) -> Starlette:
     """The server's ASGI app. `list_tenants` reads the registry, `template` is the database URL
     template, `open_store` opens a tenant's store, `only` serves one tenant; `sender` and `blobs`
     are ctx.transport's and ctx.storage's (None: what the environment names); `routes` are
     mounted beside the functions (they find the Parts on `request.app.state.ket`); the
     dashboard, unless the deployment turns it off, at its path, showing the workers
-    `list_workers` reads from the control database."""
+    `list_workers` reads from the control database; `services(parts)` run beside the tenant
+    refresh while the app runs (the job stats behind metrics)."""
     repeats = Repeats(log)
     tenants = TenantLookup(
         list_tenants=list_tenants,
@@ -119,6 +121,8 @@ def create_app(
         await tenants.refresh()  # a registry that cannot be read stops the start
         supervisor = Supervisor(tenant=None, stopping=asyncio.Event(), repeats=repeats)
         supervisor.every(TenantRefresh(parts), timeout=60.0)
+        for service in services(parts):
+            supervisor.every(service, timeout=max(60.0, service.interval))
         try:
             yield
         finally:

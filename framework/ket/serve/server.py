@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import uvicorn
 from starlette.applications import Starlette
@@ -33,7 +33,13 @@ class HttpServer:
     """One app served on one listening socket until stopped."""
 
     def __init__(
-        self, app: Starlette, sock: socket.socket, *, grace_seconds: float, access_log: bool
+        self,
+        app: Starlette,
+        sock: socket.socket,
+        *,
+        grace_seconds: float,
+        access_log: bool,
+        on_close: Sequence[Callable[[], None]] = (),
     ) -> None:
         config = uvicorn.Config(
             app,
@@ -46,6 +52,7 @@ class HttpServer:
         )
         self._server = _Server(config)
         self._socket = sock
+        self._on_close = on_close  # called once the server stopped (a metrics exporter's close)
 
     async def run(self) -> int:
         """Serve until stopped; 0 after a graceful stop, 1 if the server could not start."""
@@ -54,6 +61,9 @@ class HttpServer:
         except SystemExit:  # uvicorn's way to report an app whose start-up failed
             log.error("the HTTP server could not start; see the errors above")
             return 1
+        finally:
+            for close in self._on_close:
+                close()
         return 0 if self._server.started else 1
 
     def stop(self) -> None:

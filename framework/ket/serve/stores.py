@@ -103,6 +103,10 @@ class TenantStores:
         """The tenants whose stores are open."""
         return sorted(self._open_ones)
 
+    def open_stores(self) -> dict[str, JobStore]:
+        """The open stores, by tenant (what the job-stats gauges read)."""
+        return {tenant: found[1] for tenant, found in self._open_ones.items()}
+
     async def close_tenant(self, tenant: str) -> None:
         """Close the store of `tenant`, if open."""
         found = self._open_ones.pop(tenant, None)
