@@ -53,6 +53,9 @@ main = define_deployment(
     worker={"queues": {"default": 2}, "poll_min_ms": 30000, "poll_max_ms": 30000},
 )
 """
+# the same app polling fast: the claim loops' backoff after a refused connection starts there
+FAST_APP = APP.replace('"poll_min_ms": 30000, "poll_max_ms": 30000', '"poll_max_ms": 500')
+ROLE_LIMIT = 3  # the role's CONNECTION LIMIT in the refusal test: below the worker's budget
 ping = define_job(input={"n": "int"}, idempotent=True, handler=lambda ctx, input: None)
 DEPLOYMENT = define_deployment(
     name="main", modules=[define_module(name="app", jobs={"ping": ping})]
@@ -73,16 +76,36 @@ class Server:
         return f"{base}/{self.prefix}{database}?application_name={TEST_APP}"
 
     @property
+    def role(self) -> str:
+        return f"{self.prefix}role"
+
+    @property
     def template(self) -> str:
         return self.admin.rsplit("/", 1)[0] + f"/{self.prefix}{{tenant}}"
 
-    def environment(self) -> dict[str, str]:
+    def environment(self, *, as_role: bool = False) -> dict[str, str]:
+        """The worker's environment; `as_role`: connecting as the test's limited role."""
+        base = self.admin.rsplit("/", 1)[0]
+        if as_role:
+            base = base.replace("//root@", f"//{self.role}@", 1)
+            assert self.role in base, base
         env = {k: v for k, v in os.environ.items() if not k.startswith("KET_")}
         env.update(
-            KET_DATABASE_URL=self.template,
-            KET_REGISTRY_URL=self.admin.rsplit("/", 1)[0] + f"/{self.prefix}registry",
+            KET_DATABASE_URL=f"{base}/{self.prefix}{{tenant}}",
+            KET_REGISTRY_URL=f"{base}/{self.prefix}registry",
         )
         return env
+
+    def states(self) -> dict[str, list[tuple[str, int]]]:
+        """Each tenant's jobs as (state, attempt), by id."""
+        found = {}
+        for tenant in self.tenants:
+            with psycopg.connect(self.url(tenant)) as connection:
+                rows = connection.execute(
+                    "SELECT state, attempt FROM ket_jobs ORDER BY id"
+                ).fetchall()
+            found[tenant] = [(row[0], row[1]) for row in rows]
+        return found
 
     def worker_connections(self) -> list[tuple[str, str]]:
         """(database, query) of every connection to this test's databases but the test's."""
@@ -135,6 +158,22 @@ def server(tmp_path_factory: pytest.TempPathFactory, postgres_url: str) -> Itera
                 await store.close()
 
             asyncio.run(migrate())
+            # a role of limited connections for the refusal test, allowed ket's tables in every
+            # tenant database (each a copy of the template) and the registry
+            role = sql.Identifier(made.role)
+            admin.execute(
+                sql.SQL("CREATE ROLE {} LOGIN CONNECTION LIMIT {}").format(
+                    role, sql.Literal(ROLE_LIMIT)
+                )
+            )
+            for name in ("template", "registry"):
+                with psycopg.connect(made.url(name), autocommit=True) as database:
+                    for grant in (
+                        "GRANT ALL ON ALL TABLES IN SCHEMA public TO {}",
+                        "GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {}",
+                        "GRANT CREATE ON SCHEMA public TO {}",
+                    ):
+                        database.execute(sql.SQL(grant).format(role))
             for number in range(TENANTS):
                 tenant = f"t{number:02d}"
                 admin.execute(
@@ -151,6 +190,12 @@ def server(tmp_path_factory: pytest.TempPathFactory, postgres_url: str) -> Itera
                 registry.add(tenant)
         finally:
             registry.close()
+        with psycopg.connect(made.url("registry"), autocommit=True) as database:
+            database.execute(
+                sql.SQL("GRANT ALL ON ALL TABLES IN SCHEMA public TO {}").format(
+                    sql.Identifier(made.role)
+                )
+            )
         yield made
     finally:
         with psycopg.connect(postgres_url, autocommit=True) as admin:
@@ -158,6 +203,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, postgres_url: str) -> Itera
                 admin.execute(
                     sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
                 )
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(made.role)))
 
 
 class Sampler:
@@ -257,3 +303,73 @@ def test_one_worker_serves_thirty_tenants_within_its_budget_woken_through_one_ch
     # once a lease; the per-tenant polling this replaces cost about 0.7 per tenant per second
     assert idle_rate < 0.25, idle_rate
     assert "too many clients" not in text and "Traceback" not in text, text[-3000:]
+
+
+def test_a_worker_the_server_refuses_connections_waits_and_runs_every_job_once(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator gave the worker a budget of 6 but its role a CONNECTION LIMIT of 3: the
+    server refuses every fourth connection. Work waits and retries; nothing is lost or run
+    twice; the refusals are logged, not repeated many times a second."""
+    registry = server.environment()["KET_REGISTRY_URL"]
+    monkeypatch.setenv("KET_REGISTRY_URL", f"{registry}?application_name={TEST_APP}")
+    template = f"{server.template}?application_name={TEST_APP}"
+    (server.root / "fast.py").write_text(textwrap.dedent(FAST_APP))
+    for tenant in server.tenants:  # a clean slate after the test before
+        with psycopg.connect(server.url(tenant), autocommit=True) as connection:
+            connection.execute("DELETE FROM ket_jobs")
+    log = server.root / "refused.log"
+    with log.open("w") as sink:
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ket.cli.main",
+                "worker",
+                "--workspace",
+                "fast.py",
+                "--max-connections",
+                str(BUDGET),
+            ],
+            cwd=server.root,
+            env=server.environment(as_role=True),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    try:
+        begun = time.monotonic()
+
+        async def enqueue_everywhere() -> None:
+            for tenant in server.tenants:
+                client = await open_async_client(DEPLOYMENT, tenant=tenant, database_url=template)
+                try:
+                    await client.aenqueue_many([("app.ping", {"n": n}) for n in range(3)])
+                finally:
+                    await client.aclose()
+
+        asyncio.run(enqueue_everywhere())
+        _wait_for(
+            lambda: all(
+                [state for state, _ in jobs] == ["completed"] * 3
+                for jobs in server.states().values()
+            ),
+            90,
+            "every job to complete",
+        )
+        seconds = time.monotonic() - begun
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(timeout=60)
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    # the server did refuse, and the worker said so once a minute at most, with the numbers
+    said = text.count("PostgreSQL refused a connection for want of room")
+    assert 1 <= said <= 1 + seconds / 60, text[-3000:]
+    assert f'too many connections for role "{server.role}"' in text
+    # and no loop or service failed for it more than a few times a minute
+    failed = [line for line in text.splitlines() if "too many connections" in line]
+    assert len(failed) <= said + 2 * (1 + seconds / 60), failed
+    # every job ran to completion once: none was discarded or is still waiting
+    states = server.states()
+    assert all(len(jobs) == 3 for jobs in states.values())

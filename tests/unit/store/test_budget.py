@@ -170,3 +170,50 @@ def test_a_connection_collected_without_close_gives_its_room_back() -> None:
         return budget.open_count()
 
     assert asyncio.run(scenario()) == 0
+
+
+def test_a_server_with_less_room_than_the_budget_is_worked_within_and_said_once() -> None:
+    """The server takes 2 connections of this role, the budget says 5: callers past the second
+    wait for an idle one rather than fail, and the refusal is logged once."""
+
+    async def scenario() -> tuple[int, int, int]:
+        budget = ConnectionBudget(5)
+        pools = [Pool(budget) for _ in range(4)]
+        opened = 0
+
+        async def server_open() -> Connection:
+            nonlocal opened
+            if budget.open_count() > 2:  # this one counts itself as being opened
+                raise Exception(  # as psycopg's OperationalError says it
+                    'connection failed: FATAL:  too many connections for role "ket"'
+                )
+            opened += 1
+            return Connection()
+
+        for pool in pools:
+            pool._open = server_open  # type: ignore[method-assign]
+
+        async def work(pool: Pool) -> None:
+            for _ in range(3):
+                connection = await pool.take()
+                await asyncio.sleep(0.01)
+                pool.give_back(connection)
+
+        await asyncio.wait_for(asyncio.gather(*(work(p) for p in pools)), 30)
+        return budget.peak, opened, budget.ceiling()
+
+    logger = logging.getLogger("ket.store.budget")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    try:
+        peak, opened, ceiling = asyncio.run(scenario())
+    finally:
+        logger.removeHandler(handler)
+    assert peak == 2 and ceiling == 2
+    assert opened >= 4  # each tenant's pool got connections, taking over idle ones
+    refused = [r.getMessage() for r in records if "refused a connection" in r.getMessage()]
+    assert len(refused) == 1, [r.getMessage() for r in records]
+    assert 'too many connections for role "ket"' in refused[0]
+    assert "working within 2" in refused[0]

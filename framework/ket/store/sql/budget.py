@@ -44,6 +44,7 @@ DEFAULT_IDLE_SECONDS = 10.0
 RESERVED = 2
 RECHECK_SECONDS = 0.5  # a waiter looks again this often (a close the budget was not told of)
 SAY_EVERY_SECONDS = 60.0  # the longest silence between two "budget spent" lines
+CEILING_RETRY_SECONDS = 30.0  # while the server refuses more, one more is tried this often
 MIN_LIMIT = RESERVED + 1
 
 
@@ -83,10 +84,14 @@ class ConnectionBudget:
         self._holders: weakref.WeakSet[Any] = weakref.WeakSet()
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._said_at = -SAY_EVERY_SECONDS
+        self._refusal_said_at = -SAY_EVERY_SECONDS
         self._unsaid = 0  # waits since the last line
         self._reaper: asyncio.TimerHandle | None = None
         self._reaping: set[asyncio.Task[None]] = set()
         self.peak = 0  # the most ever open at once
+        # below the limit while the server refuses more (see `connect`), and since when
+        self._ceiling = limit
+        self._ceiling_at = 0.0
 
     # -- counting ---------------------------------------------------------------------------
 
@@ -113,15 +118,29 @@ class ConnectionBudget:
 
     async def connect(self, open_one: Callable[[], Awaitable[C]], *, kind: Kind) -> C:
         """`open_one()` once the budget has room for it; waits (never fails) while it has none.
-        Errors of `open_one` itself reach the caller."""
-        await self._room(kind)
-        self._opening[kind] += 1
-        try:
-            connection = await open_one()
-        except BaseException:
-            self._opening[kind] -= 1
-            self.released()
-            raise
+
+        A server that refuses the connection for want of room (its `max_connections`, or the
+        role's `CONNECTION LIMIT`, below this budget) while this process holds others is taken
+        as the budget's real size for now: the caller waits for one of those, as for a spent
+        budget, and the budget tries one more every CEILING_RETRY_SECONDS. Other errors of
+        `open_one`, and a refusal while this process holds none, reach the caller."""
+        while True:
+            await self._room(kind)
+            self._opening[kind] += 1
+            try:
+                connection = await open_one()
+            except Exception as error:
+                self._opening[kind] -= 1
+                self.released()
+                if not (_no_room(error) and self.open_count()):
+                    raise
+                self._refused(error)
+                continue
+            except BaseException:
+                self._opening[kind] -= 1
+                self.released()
+                raise
+            break
         self._opening[kind] -= 1
         self._live[kind].add(connection)
         self.peak = max(self.peak, self.open_count())
@@ -141,12 +160,40 @@ class ConnectionBudget:
             self._opening[kind] -= 1
             self.released()
 
+    def _refused(self, error: Exception) -> None:
+        """The server had no room: work within what is open now, and say so (once a minute)."""
+        now = time.monotonic()
+        self._ceiling, self._ceiling_at = max(1, self.open_count()), now
+        if now - self._refusal_said_at < SAY_EVERY_SECONDS:
+            return
+        log.warning(
+            "PostgreSQL refused a connection for want of room (%s) while this process holds %d: "
+            "working within %d until it takes more (tried again every %g s). Work waits, it "
+            "does not fail; lower --max-connections (now %d) to what the server allows",
+            _first_line(error),
+            self.open_count(),
+            self._ceiling,
+            CEILING_RETRY_SECONDS,
+            self.limit,
+        )
+        self._refusal_said_at = now
+
+    def ceiling(self) -> int:
+        """How many may be open now: the limit, or less while the server refuses more."""
+        if (
+            self._ceiling < self.limit
+            and time.monotonic() - self._ceiling_at >= CEILING_RETRY_SECONDS
+        ):
+            self._ceiling, self._ceiling_at = self._ceiling + 1, time.monotonic()
+        return self._ceiling
+
     async def _room(self, kind: Kind) -> None:
-        cap = self.limit - RESERVED if kind == "engine" else self.limit
         waited_since: float | None = None
         while True:
+            ceiling = self.ceiling()
+            cap = max(1, ceiling - RESERVED) if kind == "engine" else ceiling
             total = self.open_count()
-            fits = total < self.limit and (kind != "engine" or self.open_count("engine") < cap)
+            fits = total < ceiling and (kind != "engine" or self.open_count("engine") < cap)
             if fits:
                 if waited_since is not None:
                     self._waited(time.monotonic() - waited_since)
@@ -170,7 +217,7 @@ class ConnectionBudget:
         """Close the connection idle longest anywhere (an engine's, for an engine that is at
         its cap); whether one closed."""
         holders = [h for h in list(self._holders) if h.idle_since() is not None]
-        if kind == "engine" and self.open_count("engine") >= self.limit - RESERVED:
+        if kind == "engine" and self.open_count("engine") >= max(1, self.ceiling() - RESERVED):
             holders = [h for h in holders if getattr(h, "kind", None) == "engine"]
         holders.sort(key=lambda h: h.idle_since() or 0.0)
         for holder in holders:
@@ -232,6 +279,26 @@ class ConnectionBudget:
                 log.error("closing idle connections failed: %r; trying again later", error)
         if self.open_count() or self._holders:
             self._start_reaper()
+
+
+# what PostgreSQL says when it has no room for another connection (the server's message text:
+# libpq gives a failed connection no SQLSTATE; 53300 too_many_connections)
+_NO_ROOM = (
+    "too many clients already",
+    "too many connections for role",
+    "too many connections for database",
+    "remaining connection slots are reserved",
+)
+
+
+def _no_room(error: Exception) -> bool:
+    text = str(error)
+    return any(words in text for words in _NO_ROOM)
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return text[-1].strip() if text else type(error).__name__
 
 
 def _closed(connection: Any) -> bool:
