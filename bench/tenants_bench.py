@@ -212,7 +212,7 @@ async def _settle(sampler: Sampler, workers: int) -> None:
     began = time.time()
     while time.time() - began < SETTLE_MAX_S:
         await asyncio.sleep(1)
-        recent = [s for s in sampler.samples if s.at > time.time() - SETTLE_STEADY_S and s.by_app]
+        recent = [s for s in sampler.samples if s.at > time.time() - SETTLE_STEADY_S and s.ok]
         if len(recent) < SETTLE_STEADY_S / 0.5 - 2:
             continue
         totals = {sum(s.by_app.get(worker_app_name(i), 0) for i in range(workers)) for s in recent}

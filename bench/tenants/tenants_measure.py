@@ -39,6 +39,7 @@ class Sample:
     at: float
     by_app: dict[str, int]  # client backends by application_name (the sampler's own excluded)
     rss: dict[int, int]  # worker index -> VmRSS bytes (live workers only)
+    ok: bool = True  # False: the sampler's query failed (by_app is then empty)
 
 
 class Sampler:
@@ -69,6 +70,7 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             began = time.time()
+            ok = True
             try:
                 rows = self._connection.execute(
                     "SELECT coalesce(application_name, ''), count(*) FROM pg_stat_activity "
@@ -79,12 +81,12 @@ class Sampler:
             except psycopg.Error as error:
                 self.failures.append(str(error).strip())
                 self._reconnect()
-                by_app = {}
+                by_app, ok = {}, False
             rss = {}
             for index, pid in list(self._pids.items()):
                 with contextlib.suppress(OSError, RuntimeError):
                     rss[index] = rss_bytes(pid)
-            self.samples.append(Sample(at=began, by_app=by_app, rss=rss))
+            self.samples.append(Sample(at=began, by_app=by_app, rss=rss, ok=ok))
             self._stop.wait(max(0.0, SAMPLE_EVERY_S - (time.time() - began)))
 
     def _reconnect(self) -> None:
@@ -120,7 +122,7 @@ def connections(samples: Sequence[Sample], workers: int) -> Connections:
     def ours(name: str) -> bool:
         return name.startswith(APP_NAME_PREFIX)
 
-    taken = [s for s in samples if s.by_app]
+    taken = [s for s in samples if s.ok]
     names = [worker_app_name(i) for i in range(workers)]
     return Connections(
         samples=len(taken),
