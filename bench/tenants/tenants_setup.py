@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -29,6 +30,7 @@ PREFIX = "ketbench_"
 TEMPLATE_DB = f"{PREFIX}template"
 REGISTRY_DB = f"{PREFIX}registry"
 # every ket table of a tenant database that a run writes (store/sql/migration.py)
+RESET_THREADS = 4
 TENANT_TABLES = (
     "ket_jobs",
     "ket_job_errors",
@@ -91,15 +93,11 @@ def prepare(server: Server, count: int) -> Prepared:
             _create(admin, PREFIX + name, template=TEMPLATE_DB)
         if REGISTRY_DB not in existing:
             _create(admin, REGISTRY_DB)
-    lagging = {}
-    for name in names:
-        if PREFIX + name in existing:
-            url = server.url(PREFIX + name)
-            if _schema_version(url) < latest:
-                lagging[name] = url
+    reused = [n for n in names if PREFIX + n in existing]
+    versions = reset_tenants(server, reused)
+    lagging = {n: server.url(PREFIX + n) for n in reused if versions[n] < latest}
     if lagging:
         asyncio.run(_migrate(lagging))
-    reset_tenants(server, [n for n in names if PREFIX + n in existing])
     _register(server, names)
     return Prepared(
         created=len(missing),
@@ -109,16 +107,40 @@ def prepare(server: Server, count: int) -> Prepared:
     )
 
 
-def reset_tenants(server: Server, names: list[str]) -> None:
-    """TRUNCATE ket's tables in each tenant database (and the roster in the control database)."""
-    tables = sql.SQL(", ").join(sql.Identifier(t) for t in TENANT_TABLES)
-    statement = sql.SQL("TRUNCATE {} RESTART IDENTITY").format(tables)
-    for name in names:
-        with psycopg.connect(server.url(PREFIX + name), autocommit=True) as connection:
-            connection.execute(statement)
+def reset_tenants(server: Server, names: list[str]) -> dict[str, int]:
+    """Empty ket's tables in each tenant database (TRUNCATE those that hold rows; a few
+    databases at a time), and the roster in the control database; each one's schema version."""
+    with ThreadPoolExecutor(RESET_THREADS) as pool:
+        versions = dict(zip(names, pool.map(lambda n: _reset(server, n), names), strict=True))
     with psycopg.connect(server.registry, autocommit=True) as connection:
         if connection.execute("SELECT to_regclass('ket_workers')").fetchone() != (None,):
             connection.execute("TRUNCATE ket_workers")
+    return versions
+
+
+def _reset(server: Server, name: str) -> int:
+    with psycopg.connect(server.url(PREFIX + name), autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT array_agg(t) FROM unnest(%s::text[]) AS t WHERE to_regclass(t) IS NOT NULL",
+            (["ket_migrations", *TENANT_TABLES],),
+        ).fetchone()
+        present = set(row[0] or []) if row else set()
+        if "ket_migrations" not in present:
+            return 0
+        version = connection.execute("SELECT coalesce(max(version), 0) FROM ket_migrations")
+        found = version.fetchone()
+        tables = [t for t in TENANT_TABLES if t in present]
+        probe = sql.SQL(" UNION ALL ").join(
+            sql.SQL("SELECT {} WHERE EXISTS (SELECT FROM {})").format(
+                sql.Literal(t), sql.Identifier(t)
+            )
+            for t in tables
+        )
+        full = [str(r[0]) for r in connection.execute(probe).fetchall()]
+        if full:
+            listed = sql.SQL(", ").join(sql.Identifier(t) for t in full)
+            connection.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY").format(listed))
+    return int(found[0]) if found else 0
 
 
 def drop_all(server: Server) -> list[str]:
