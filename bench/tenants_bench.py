@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -150,7 +151,7 @@ async def run_pass(
     sampler = Sampler(server, pids)  # connected before any worker takes a slot
     starts = Starts(start_files)
     prober = Prober(server, starts)
-    began = time.time()
+    began = ended = time.time()
     try:
         for i, proc in enumerate(procs):
             proc.start()
@@ -159,23 +160,20 @@ async def run_pass(
         await _warm_up(result, prober, tenants[0], began)
         await _settle(sampler, workers)
         await _idle(result, procs, args.idle_seconds)
-        probes = []
-        for _ in range(args.probes):
-            probes.append(await prober.one(rng.choice(tenants), args.probe_timeout))
-            await asyncio.sleep(PROBE_GAP_S)
-        result.wake_up = probe_stats(probes, args.probe_timeout)
+        result.wake_up = await _series(prober, tenants, args.probes, args, rng)
         await _fairness(result, prober, tenants, args, rng)
         remaining = args.min_seconds - (time.time() - began)
         if remaining > 0:  # long enough for the schedules' ticks
             await asyncio.sleep(remaining)
         if workers >= 2:
-            await _hand_over(result, procs[0], pids, prober, tenants)
+            await _hand_over(result, procs[0], pids, prober, tenants, args.phase_seconds)
         for i, proc in enumerate(procs):
             if i in pids:
                 result.memory[worker_app_name(i)].hwm_mb = peak_now(proc.pid)
         ended = time.time()
         result.exits = _exits(procs)
     finally:
+        ended = ended if ended > began else time.time()
         for proc in procs:
             with contextlib.suppress(Exception):
                 proc.stop()
@@ -250,11 +248,26 @@ async def _fairness(
             await client.aclose()
     except Exception as error:
         result.backlog_enqueue_error = f"{type(error).__name__}: {error}".splitlines()[0]
+    result.fairness = await _series(prober, others, args.fairness_probes, args, rng)
+
+
+async def _series(
+    prober: Prober,
+    tenants: list[str],
+    count: int,
+    args: argparse.Namespace,
+    rng: random.Random,
+) -> ProbeStats:
+    """`count` probes one after the other, each into a random tenant, 20 ms after the previous
+    one started (or was given up); those not sent within `--phase-seconds` are counted unsent."""
+    deadline = time.monotonic() + args.phase_seconds
     probes = []
-    for _ in range(args.fairness_probes):
-        probes.append(await prober.one(rng.choice(others), args.probe_timeout))
+    for _ in range(count):
+        if time.monotonic() > deadline:
+            break
+        probes.append(await prober.one(rng.choice(tenants), args.probe_timeout))
         await asyncio.sleep(PROBE_GAP_S)
-    result.fairness = probe_stats(probes, args.probe_timeout)
+    return probe_stats(probes, args.probe_timeout, unsent=count - len(probes))
 
 
 async def _hand_over(
@@ -263,6 +276,7 @@ async def _hand_over(
     pids: dict[int, int],
     prober: Prober,
     tenants: list[str],
+    phase_seconds: float,
 ) -> None:
     """kill -9 worker 0, then one probe into every tenant (4 at a time); each probe's latency,
     and the time from the kill to the last start."""
@@ -274,12 +288,13 @@ async def _hand_over(
     probes: list[Probe] = []
 
     async def sender() -> None:
-        while queue:
+        while queue and time.monotonic() < deadline:
             probes.append(await prober.send(queue.pop()))
 
+    deadline = time.monotonic() + phase_seconds
     await asyncio.gather(*(sender() for _ in range(HAND_OVER_CONCURRENCY)))
     await prober.wait(probes, HAND_OVER_TIMEOUT_S)
-    result.hand_over = probe_stats(probes, HAND_OVER_TIMEOUT_S)
+    result.hand_over = probe_stats(probes, HAND_OVER_TIMEOUT_S, unsent=len(queue))
     last = max((p.started for p in probes if p.started is not None), default=None)
     result.hand_over_kill_to_last_start_s = None if last is None else last - killed
 
@@ -292,7 +307,9 @@ def _exits(procs: list[WorkerProcess]) -> dict[str, str]:
         try:
             proc.check_alive()
         except RuntimeError as error:
-            gone[worker_app_name(i)] = str(error).splitlines()[0]
+            # the status, then the last lines of its log (a crash says why there)
+            lines = [line for line in str(error).splitlines() if line.strip()]
+            gone[worker_app_name(i)] = " | ".join([lines[0].rstrip(":"), *lines[-3:]])[:600]
     return gone
 
 
@@ -368,12 +385,7 @@ def _rows(p: PassResult, backlog: int) -> list[tuple[str, str]]:
         rows.append(
             (
                 "hand-over after kill -9: probe max / p50, ms",
-                f"{_f(h.max_ms)} / {_f(h.p50_ms)}"
-                + (
-                    f" ({h.lost} lost, {h.failed} failed of {h.probes})"
-                    if h.lost + h.failed
-                    else ""
-                ),
+                f"{_f(h.max_ms)} / {_f(h.p50_ms)}" + h.trouble(),
             )
         )
         rows.append(("  kill to the last probe's start, s", _f(p.hand_over_kill_to_last_start_s)))
@@ -444,8 +456,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=150.0,
         help="a pass lasts at least this long, so that schedules tick (150)",
     )
+    parser.add_argument(
+        "--phase-seconds",
+        type=float,
+        default=120.0,
+        help="probes of one measure not sent within this are counted unsent (120)",
+    )
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--json", type=Path, metavar="PATH")
+    parser.add_argument(
+        "--keep-logs", action="store_true", help="keep the workers' logs (kept anyway if one died)"
+    )
     parser.add_argument("--setup-only", action="store_true", help="make the databases, no pass")
     parser.add_argument("--drop", action="store_true", help="drop every ketbench_* database")
     return parser.parse_args(argv)
@@ -453,6 +474,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    # SIGTERM (`timeout`, say) unwinds like Ctrl-C, so the workers are stopped on the way out
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     server = Server(admin=admin_url())
     if args.drop:
         dropped = drop_all(server)
@@ -472,14 +495,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.setup_only:
         return 0
     passes: list[PassResult] = []
-    with tempfile.TemporaryDirectory(prefix="ketbench-") as scratch:
-        folder = Path(scratch)
+    # the workspace, the start files and the workers' logs; kept when asked, or when a worker
+    # died by itself (its log says why)
+    folder = Path(tempfile.mkdtemp(prefix="ketbench-"))
+    try:
         for i, workers in enumerate(counts):
             if i:
                 reset_tenants(server, tenants)
             print(f"pass: {args.tenants} tenants, {workers} worker(s) ...", flush=True)
             passes.append(asyncio.run(run_pass(server, tenants, workers, args, folder)))
             print(table(passes[-1:], args.backlog), flush=True)
+    finally:
+        if args.keep_logs or any(p.exits for p in passes):
+            print(f"workers' logs kept in {folder}", flush=True)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
     print()
     print(table(passes, args.backlog))
     if args.json is not None:

@@ -210,18 +210,23 @@ class ProbeStats:
     p95_ms: float | None
     p99_ms: float | None
     max_ms: float | None
+    unsent: int = 0  # not sent: the measure's time limit (--phase-seconds) came first
     errors: dict[str, int] = field(default_factory=dict)  # distinct enqueue errors
 
     def line(self) -> str:
         def ms(value: float | None) -> str:
             return "-" if value is None else f"{value:.1f}"
 
-        shown = f"{ms(self.p50_ms)} / {ms(self.p95_ms)} / {ms(self.p99_ms)}"
-        trouble = [f"{n} {what}" for n, what in ((self.lost, "lost"), (self.failed, "failed")) if n]
-        return shown + (f" ({', '.join(trouble)} of {self.probes})" if trouble else "")
+        return f"{ms(self.p50_ms)} / {ms(self.p95_ms)} / {ms(self.p99_ms)}" + self.trouble()
+
+    def trouble(self) -> str:
+        """` (3 lost, 2 failed of 200)`, or nothing when every probe started."""
+        counts = ((self.lost, "lost"), (self.failed, "failed"), (self.unsent, "unsent"))
+        trouble = [f"{n} {what}" for n, what in counts if n]
+        return f" ({', '.join(trouble)} of {self.probes + self.unsent})" if trouble else ""
 
 
-def probe_stats(probes: Sequence[Probe], timeout: float) -> ProbeStats:
+def probe_stats(probes: Sequence[Probe], timeout: float, *, unsent: int = 0) -> ProbeStats:
     delays = sorted(p.latency for p in probes if p.latency is not None and p.latency <= timeout)
     failed = [p for p in probes if p.error is not None]
 
@@ -241,6 +246,7 @@ def probe_stats(probes: Sequence[Probe], timeout: float) -> ProbeStats:
         p95_ms=cut(95),
         p99_ms=cut(99),
         max_ms=delays[-1] * 1000 if delays else None,
+        unsent=unsent,
         errors=dict(Counter(_shape(p.error) for p in failed if p.error).most_common(5)),
     )
 
@@ -257,7 +263,7 @@ class Prober:
 
     async def client(self, tenant: str) -> AsyncClient:
         return await asyncio.wait_for(
-            open_async_client(self._deployment, tenant=tenant), timeout=15
+            open_async_client(self._deployment, tenant=tenant), timeout=10
         )
 
     async def send(self, tenant: str) -> Probe:
@@ -269,7 +275,7 @@ class Prober:
             return probe
         try:
             probe.sent = time.time()
-            inserted = await asyncio.wait_for(client.aenqueue(PROBE), timeout=15)
+            inserted = await asyncio.wait_for(client.aenqueue(PROBE), timeout=10)
             probe.job_id = inserted.id
         except Exception as error:
             probe.error = _one_line(error)
