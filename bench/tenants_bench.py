@@ -174,9 +174,16 @@ async def run_pass(
         result.exits = _exits(procs)
     finally:
         ended = ended if ended > began else time.time()
-        for proc in procs:
-            with contextlib.suppress(Exception):
-                proc.stop()
+        # a second Ctrl-C or SIGTERM must not orphan a worker: both are ignored meanwhile
+        # (not held: WorkerProcess.stop holds and releases them itself)
+        handlers = {n: signal.signal(n, signal.SIG_IGN) for n in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for proc in procs:
+                with contextlib.suppress(Exception):
+                    proc.stop()
+        finally:
+            for number, handler in handlers.items():
+                signal.signal(number, handler)
         sampler.stop()
     result.seconds = time.time() - began
     result.connections = connections(sampler.samples, workers)
