@@ -44,6 +44,14 @@ def peak_rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmHWM in /proc/{pid}/status")
 
 
+def rss_bytes(pid: int) -> int:
+    """VmRSS: the process's resident set size now."""
+    for line in (_PROC / str(pid) / "status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+
+
 def load_average() -> float:
     """The 1-minute load average."""
     return float((_PROC / "loadavg").read_text().split()[0])

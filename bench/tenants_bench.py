@@ -1,0 +1,536 @@
+"""Many tenant databases on one PostgreSQL server, served by `ket worker` processes (issue 12).
+
+    python3 bench/tenants_bench.py                          # 100 tenants; 1 worker, then 4
+    python3 bench/tenants_bench.py --tenants 1000 --json tenants.json
+    python3 bench/tenants_bench.py --tenants 20 --workers 1 --min-seconds 100   # a quick look
+    python3 bench/tenants_bench.py --drop                   # drop every ketbench_* database
+
+The databases (`ketbench_t0001` ..., a template and a registry) are made once and reused: a
+later run creates only what is missing and truncates ket's tables (tenants_setup.py). Each pass
+(one per `--workers` count) starts real `ket worker` processes on the bench's deployment
+(tenants_app.py: a probe job, a backlog job, schedules every 1 minute and every 30 s) and
+measures, in order:
+
+1. connections: `pg_stat_activity`'s client backends every 0.5 s for the whole pass, told apart
+   by `application_name` (each worker runs with PGAPPNAME=ketbench-w<i>, which libpq sends);
+2. idle CPU (utime + stime over `--idle-seconds`) and VmRSS of each worker, VmHWM at the end;
+3. wake-up: `--probes` jobs, each into a random tenant through `open_async_client`, 20 ms apart;
+   latency = handler start - time.time() just before the enqueue call;
+4. fairness: `--backlog` jobs enqueued in bulk into tenant t0001, then `--fairness-probes` into
+   the others, compared with the idle median;
+5. hand-over (2 workers or more): `kill -9` of one worker, then a probe into every tenant;
+6. schedule ticks, read from every tenant's `ket_jobs` afterwards: each expected tick fired
+   exactly once, and when in its interval it was enqueued (the sweep's spread);
+7. the workers' logs: WARNING / ERROR lines, the most frequent kinds.
+
+Nothing waits without a bound: a probe not started within `--probe-timeout` is lost, a client
+that cannot connect (a full server) counts as failed, and the workers are always stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+for folder in (HERE / "tenants", HERE / "compare"):
+    sys.path.insert(0, str(folder))
+# the workers import tenants_app from bench/tenants (executable.child_env adds bench/compare)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(HERE / "tenants"), *filter(None, [os.environ.get("PYTHONPATH")])]
+)
+
+from database import admin_url  # noqa: E402
+from executable import script  # noqa: E402
+from procfs import load_average  # noqa: E402
+from side import Command  # noqa: E402
+from tenants_app import BACKLOG, STARTS_ENV  # noqa: E402
+from tenants_measure import (  # noqa: E402
+    HARNESS_APP_NAME,
+    Connections,
+    LogSummary,
+    Memory,
+    Probe,
+    Prober,
+    ProbeStats,
+    Sampler,
+    Starts,
+    Ticks,
+    connections,
+    cpu_now,
+    memory_now,
+    peak_now,
+    probe_stats,
+    read_logs,
+    read_ticks,
+    worker_app_name,
+)
+from tenants_setup import (  # noqa: E402
+    Prepared,
+    Server,
+    drop_all,
+    prepare,
+    reset_tenants,
+    tenant_names,
+)
+from worker import WorkerProcess  # noqa: E402
+
+# the harness's own ket clients and reads are labelled too, so they never count as a worker's
+os.environ["PGAPPNAME"] = HARNESS_APP_NAME
+
+WORKSPACE = "from tenants_app import bench\n"
+WARM_UP_TIMEOUT_S = 60.0
+SETTLE_MAX_S = 60.0
+SETTLE_STEADY_S = 5.0
+PROBE_GAP_S = 0.020
+HAND_OVER_TIMEOUT_S = 45.0  # the default lease (30 s) and some
+HAND_OVER_CONCURRENCY = 4
+
+
+@dataclass(kw_only=True)
+class PassResult:
+    workers: int
+    tenants: int
+    load_before: float
+    load_after: float = 0.0
+    seconds: float = 0.0
+    warm_up_s: float | None = None  # spawn to the first probe's start (tenant t0001)
+    connections: Connections | None = None
+    idle_cpu_pct: dict[str, float] = field(default_factory=dict)  # per worker, % of one core
+    memory: dict[str, Memory] = field(default_factory=dict)
+    wake_up: ProbeStats | None = None
+    fairness: ProbeStats | None = None
+    backlog_enqueue_error: str | None = None
+    backlog_done: int = 0  # backlog jobs completed by the end of the pass
+    hand_over: ProbeStats | None = None
+    hand_over_kill_to_last_start_s: float | None = None
+    ticks: list[Ticks] = field(default_factory=list)
+    logs: LogSummary | None = None
+    exits: dict[str, str] = field(default_factory=dict)  # workers that died by themselves
+    notes: list[str] = field(default_factory=list)
+
+
+async def run_pass(
+    server: Server, tenants: list[str], workers: int, args: argparse.Namespace, folder: Path
+) -> PassResult:
+    result = PassResult(workers=workers, tenants=len(tenants), load_before=load_average())
+    rng = random.Random(args.seed + workers)
+    workspace = folder / "workspace.py"
+    workspace.write_text(WORKSPACE, encoding="utf-8")
+    start_files = [folder / f"starts-p{workers}-w{i}.txt" for i in range(workers)]
+    for path in start_files:
+        path.unlink(missing_ok=True)
+    procs = [
+        WorkerProcess(
+            Command(
+                argv=[script("ket"), "worker", "--workspace", str(workspace)],
+                env={
+                    "KET_DATABASE_URL": server.template,
+                    "KET_REGISTRY_URL": server.registry,
+                    "PGAPPNAME": worker_app_name(i),
+                    STARTS_ENV: str(start_files[i]),
+                },
+            ),
+            folder,
+            folder / f"worker-p{workers}-w{i}.log",
+        )
+        for i in range(workers)
+    ]
+    pids: dict[int, int] = {}
+    sampler = Sampler(server, pids)  # connected before any worker takes a slot
+    starts = Starts(start_files)
+    prober = Prober(server, starts)
+    began = ended = time.time()
+    try:
+        for i, proc in enumerate(procs):
+            proc.start()
+            pids[i] = proc.pid
+        sampler.start()
+        await _warm_up(result, prober, tenants[0], began)
+        await _settle(sampler, workers)
+        await _idle(result, procs, args.idle_seconds)
+        result.wake_up = await _series(prober, tenants, args.probes, args, rng)
+        await _fairness(result, prober, tenants, args, rng)
+        remaining = args.min_seconds - (time.time() - began)
+        if remaining > 0:  # long enough for the schedules' ticks
+            await asyncio.sleep(remaining)
+        if workers >= 2:
+            await _hand_over(result, procs[0], pids, prober, tenants, args.phase_seconds)
+        for i, proc in enumerate(procs):
+            if i in pids:
+                result.memory[worker_app_name(i)].hwm_mb = peak_now(proc.pid)
+        ended = time.time()
+        result.exits = _exits(procs)
+    finally:
+        ended = ended if ended > began else time.time()
+        # a second Ctrl-C or SIGTERM must not orphan a worker: both are ignored meanwhile
+        # (not held: WorkerProcess.stop holds and releases them itself)
+        handlers = {n: signal.signal(n, signal.SIG_IGN) for n in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for proc in procs:
+                with contextlib.suppress(Exception):
+                    proc.stop()
+        finally:
+            for number, handler in handlers.items():
+                signal.signal(number, handler)
+        sampler.stop()
+    result.seconds = time.time() - began
+    result.connections = connections(sampler.samples, workers)
+    if sampler.failures:
+        result.notes.append(f"sampler: {sampler.failures[0]}")
+    result.backlog_done = _count_done(server, tenants[0])
+    result.ticks = read_ticks(server, tenants, began, ended)
+    result.logs = read_logs([proc.log for proc in procs])
+    result.load_after = load_average()
+    return result
+
+
+async def _warm_up(result: PassResult, prober: Prober, tenant: str, began: float) -> None:
+    """One probe into the first tenant shows the fleet is up (not counted as a wake-up)."""
+    deadline = began + WARM_UP_TIMEOUT_S
+    while time.time() < deadline:
+        probe = await prober.send(tenant)
+        if probe.error is None:
+            await prober.wait([probe], max(0.0, deadline - time.time()))
+            if probe.started is not None:
+                result.warm_up_s = probe.started - began
+            else:
+                result.notes.append(f"warm-up probe into {tenant} not started in time")
+            return
+        await asyncio.sleep(1)
+    result.notes.append(f"warm-up: could not enqueue into {tenant} within the time")
+
+
+async def _settle(sampler: Sampler, workers: int) -> None:
+    """Until the workers' connection count has not changed for 5 s (at most 60 s)."""
+    began = time.time()
+    while time.time() - began < SETTLE_MAX_S:
+        await asyncio.sleep(1)
+        recent = [s for s in sampler.samples if s.at > time.time() - SETTLE_STEADY_S and s.ok]
+        if len(recent) < SETTLE_STEADY_S / 0.5 - 2:
+            continue
+        totals = {sum(s.by_app.get(worker_app_name(i), 0) for i in range(workers)) for s in recent}
+        if len(totals) == 1:
+            return
+
+
+async def _idle(result: PassResult, procs: list[WorkerProcess], seconds: float) -> None:
+    before = {i: cpu_now(p.pid) for i, p in enumerate(procs)}
+    began = time.monotonic()
+    await asyncio.sleep(seconds)
+    elapsed = time.monotonic() - began
+    for i, proc in enumerate(procs):
+        name = worker_app_name(i)
+        result.idle_cpu_pct[name] = 100 * (cpu_now(proc.pid) - before[i]) / elapsed
+        result.memory[name] = Memory(rss_mb=memory_now(proc.pid), hwm_mb=float("nan"))
+
+
+async def _fairness(
+    result: PassResult,
+    prober: Prober,
+    tenants: list[str],
+    args: argparse.Namespace,
+    rng: random.Random,
+) -> None:
+    """A backlog in one tenant, then probes into the others while it drains."""
+    busy, others = tenants[0], tenants[1:] or tenants
+    try:
+        client = await prober.client(busy)
+        try:
+            for start in range(0, args.backlog, 5_000):
+                chunk = min(5_000, args.backlog - start)
+                await asyncio.wait_for(client.aenqueue_many([(BACKLOG, None)] * chunk), 60)
+        finally:
+            await client.aclose()
+    except Exception as error:
+        result.backlog_enqueue_error = f"{type(error).__name__}: {error}".splitlines()[0]
+    result.fairness = await _series(prober, others, args.fairness_probes, args, rng)
+
+
+async def _series(
+    prober: Prober,
+    tenants: list[str],
+    count: int,
+    args: argparse.Namespace,
+    rng: random.Random,
+) -> ProbeStats:
+    """`count` probes one after the other, each into a random tenant, 20 ms after the previous
+    one started (or was given up); those not sent within `--phase-seconds` are counted unsent."""
+    deadline = time.monotonic() + args.phase_seconds
+    probes = []
+    for _ in range(count):
+        if time.monotonic() > deadline:
+            break
+        probes.append(await prober.one(rng.choice(tenants), args.probe_timeout))
+        await asyncio.sleep(PROBE_GAP_S)
+    return probe_stats(probes, args.probe_timeout, unsent=count - len(probes))
+
+
+async def _hand_over(
+    result: PassResult,
+    victim: WorkerProcess,
+    pids: dict[int, int],
+    prober: Prober,
+    tenants: list[str],
+    phase_seconds: float,
+) -> None:
+    """kill -9 worker 0, then one probe into every tenant (4 at a time); each probe's latency,
+    and the time from the kill to the last start."""
+    result.memory[worker_app_name(0)].hwm_mb = peak_now(victim.pid)
+    pids.pop(0, None)
+    killed = time.time()
+    os.kill(victim.pid, signal.SIGKILL)
+    queue = list(tenants)
+    probes: list[Probe] = []
+
+    async def sender() -> None:
+        while queue and time.monotonic() < deadline:
+            probes.append(await prober.send(queue.pop()))
+
+    deadline = time.monotonic() + phase_seconds
+    await asyncio.gather(*(sender() for _ in range(HAND_OVER_CONCURRENCY)))
+    await prober.wait(probes, HAND_OVER_TIMEOUT_S)
+    result.hand_over = probe_stats(probes, HAND_OVER_TIMEOUT_S, unsent=len(queue))
+    last = max((p.started for p in probes if p.started is not None), default=None)
+    result.hand_over_kill_to_last_start_s = None if last is None else last - killed
+
+
+def _exits(procs: list[WorkerProcess]) -> dict[str, str]:
+    gone = {}
+    for i, proc in enumerate(procs):
+        if i == 0 and len(procs) >= 2:
+            continue  # killed on purpose
+        try:
+            proc.check_alive()
+        except RuntimeError as error:
+            # the status, then the last lines of its log (a crash says why there)
+            lines = [line for line in str(error).splitlines() if line.strip()]
+            gone[worker_app_name(i)] = " | ".join([lines[0].rstrip(":"), *lines[-3:]])[:600]
+    return gone
+
+
+def _count_done(server: Server, tenant: str) -> int:
+    import psycopg
+    from tenants_setup import PREFIX
+
+    try:
+        with psycopg.connect(server.url(PREFIX + tenant), autocommit=True) as connection:
+            row = connection.execute(
+                "SELECT count(*) FROM ket_jobs WHERE name = %s AND state = 'completed'",
+                (BACKLOG,),
+            ).fetchone()
+    except psycopg.Error:
+        return -1
+    return int(row[0]) if row else 0
+
+
+# --- the table --------------------------------------------------------------------------------
+
+
+def _f(value: float | None, digits: int = 1) -> str:
+    if value is None or value != value:  # None or NaN
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _rows(p: PassResult, backlog: int) -> list[tuple[str, str]]:
+    c = p.connections
+    rows = [
+        ("tenants / worker processes", f"{p.tenants} / {p.workers}"),
+        ("spawn to first probe started, s", _f(p.warm_up_s)),
+    ]
+    if c is not None:
+        worst = max(c.per_worker.values(), key=lambda s: s.max, default=None)
+        rows += [
+            ("connections, all workers: max / median", f"{c.total.max:.0f} / {c.total.median:.0f}"),
+            (
+                "connections, per worker: max / median",
+                "-" if worst is None else f"{worst.max:.0f} / {worst.median:.0f}",
+            ),
+            ("other clients on the server, max", str(c.others_max)),
+            ("server's client backends, max (of max_connections)", str(c.server_max)),
+        ]
+    rss = [m.rss_mb for m in p.memory.values()]
+    hwm = [m.hwm_mb for m in p.memory.values()]
+    cpu = list(p.idle_cpu_pct.values())
+    rows += [
+        ("idle worker VmRSS, MB (max over workers)", _f(max(rss, default=None), 0)),
+        ("worker VmHWM at the end, MB (max)", _f(max(hwm, default=None), 0)),
+        ("idle worker CPU, % of a core (max)", _f(max(cpu, default=None), 2)),
+    ]
+    if p.wake_up is not None:
+        rows.append(("wake-up p50 / p95 / p99, ms", p.wake_up.line()))
+    if p.fairness is not None and p.wake_up is not None:
+        rows.append(
+            (
+                f"others during a {backlog:,} backlog: p50 / p95 / p99, ms",
+                p.fairness.line()
+                if p.backlog_enqueue_error is None
+                else f"backlog failed: {p.backlog_enqueue_error[:60]}",
+            )
+        )
+        rows.append(
+            ("  backlog p50 / idle p50", f"{_f(p.fairness.p50_ms)} / {_f(p.wake_up.p50_ms)}")
+        )
+        rows.append(("  backlog jobs completed by the end", f"{p.backlog_done:,}"))
+    if p.hand_over is None:
+        rows.append(("hand-over after kill -9: probe max / p50, ms", "- (one worker)"))
+        rows.append(("  kill to the last probe's start, s", "-"))
+    else:
+        h = p.hand_over
+        rows.append(
+            (
+                "hand-over after kill -9: probe max / p50, ms",
+                f"{_f(h.max_ms)} / {_f(h.p50_ms)}" + h.trouble(),
+            )
+        )
+        rows.append(("  kill to the last probe's start, s", _f(p.hand_over_kill_to_last_start_s)))
+    for t in p.ticks:
+        rows.append(
+            (
+                f"ticks {t.schedule}: once / expected",
+                f"{t.fired_once} / {t.expected}; {t.missing} missing, {t.duplicates} dup, "
+                f"{t.skipped} skipped ({t.window})",
+            )
+        )
+        rows.append(
+            (
+                "  enqueued at +s in interval: p5 / p50 / p95; width",
+                f"{_f(t.offset_p5_s)} / {_f(t.offset_p50_s)} / {_f(t.offset_p95_s)}; "
+                f"{_f(t.sweep_width_median_s)}",
+            )
+        )
+    if p.logs is not None:
+        rows.append(("log lines WARNING / ERROR", f"{p.logs.warnings:,} / {p.logs.errors:,}"))
+    rows.append(("load average before / after", f"{p.load_before:.2f} / {p.load_after:.2f}"))
+    return rows
+
+
+def table(passes: list[PassResult], backlog: int) -> str:
+    columns = [dict(_rows(p, backlog)) for p in passes]
+    labels = [label for label, _ in _rows(passes[0], backlog)]
+    for extra in columns[1:]:
+        labels += [label for label in extra if label not in labels]
+    header = ["measure", *[f"{p.workers} worker{'s' if p.workers > 1 else ''}" for p in passes]]
+    body = [[label, *[col.get(label, "") for col in columns]] for label in labels]
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    lines = [" | ".join(cell.ljust(w) for cell, w in zip(header, widths, strict=True))]
+    lines.append("-|-".join("-" * w for w in widths))
+    lines += [" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in body]
+    for p in passes:
+        detail = []
+        if p.logs is not None and p.logs.first:
+            detail += ["  most frequent WARNING/ERROR kinds:", *[f"    {k}" for k in p.logs.first]]
+        for name, stats in (("wake-up", p.wake_up), ("fairness", p.fairness)):
+            if stats is not None and stats.errors:
+                detail += [
+                    f"  {name} enqueue errors:",
+                    *[f"    {n} x {e}" for e, n in stats.errors.items()],
+                ]
+        detail += [f"  worker {name} exited: {why}" for name, why in p.exits.items()]
+        detail += [f"  {note}" for note in p.notes]
+        if detail:
+            lines += ["", f"{p.workers} worker(s):", *detail]
+    return "\n".join(lines)
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tenants", type=int, default=100)
+    parser.add_argument("--workers", default="1,4", help="worker counts, one pass each (1,4)")
+    parser.add_argument("--probes", type=int, default=200, help="wake-up probes (200)")
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--backlog", type=int, default=20_000)
+    parser.add_argument("--fairness-probes", type=int, default=50)
+    parser.add_argument("--probe-timeout", type=float, default=10.0, help="lost after (10 s)")
+    parser.add_argument(
+        "--min-seconds",
+        type=float,
+        default=150.0,
+        help="a pass lasts at least this long, so that schedules tick (150)",
+    )
+    parser.add_argument(
+        "--phase-seconds",
+        type=float,
+        default=120.0,
+        help="probes of one measure not sent within this are counted unsent (120)",
+    )
+    parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument("--json", type=Path, metavar="PATH")
+    parser.add_argument(
+        "--keep-logs", action="store_true", help="keep the workers' logs (kept anyway if one died)"
+    )
+    parser.add_argument("--setup-only", action="store_true", help="make the databases, no pass")
+    parser.add_argument("--drop", action="store_true", help="drop every ketbench_* database")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    # SIGTERM (`timeout`, say) unwinds like Ctrl-C, so the workers are stopped on the way out
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    server = Server(admin=admin_url())
+    if args.drop:
+        dropped = drop_all(server)
+        print(f"dropped {len(dropped)} databases: {', '.join(dropped) or 'none'}")
+        return 0
+    # the harness's clients find the tenants where the workers do
+    os.environ["KET_DATABASE_URL"] = server.template
+    os.environ["KET_REGISTRY_URL"] = server.registry
+    counts = [int(n) for n in args.workers.split(",") if n.strip()]
+    tenants = tenant_names(args.tenants)
+    prepared: Prepared = prepare(server, args.tenants)
+    print(
+        f"set-up: {prepared.created} tenant databases created, {prepared.reused} reused "
+        f"({prepared.migrated} migrated), {prepared.seconds:.1f} s",
+        flush=True,
+    )
+    if args.setup_only:
+        return 0
+    passes: list[PassResult] = []
+    # the workspace, the start files and the workers' logs; kept when asked, or when a worker
+    # died by itself (its log says why)
+    folder = Path(tempfile.mkdtemp(prefix="ketbench-"))
+    try:
+        for i, workers in enumerate(counts):
+            if i:
+                reset_tenants(server, tenants)
+            print(f"pass: {args.tenants} tenants, {workers} worker(s) ...", flush=True)
+            passes.append(asyncio.run(run_pass(server, tenants, workers, args, folder)))
+            print(table(passes[-1:], args.backlog), flush=True)
+    finally:
+        if args.keep_logs or any(p.exits for p in passes):
+            print(f"workers' logs kept in {folder}", flush=True)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+    print()
+    print(table(passes, args.backlog))
+    if args.json is not None:
+        record = {
+            "tenants": args.tenants,
+            "setup": asdict(prepared),
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "passes": [asdict(p) for p in passes],
+        }
+        args.json.write_text(json.dumps(record, indent=2, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
+    sys.exit(130)
