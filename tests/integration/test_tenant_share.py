@@ -1,0 +1,292 @@
+"""Real `ket worker` processes sharing twelve PostgreSQL tenant databases: each tenant is served
+by exactly one worker (its connections, in `pg_stat_activity`, and the worker ids of its jobs),
+every job runs once, and a worker killed with SIGKILL has its tenants taken over within the
+time the lease gives (stale after three reports, plus one report and a claim).
+
+Each worker connects with an `application_name` of its own, so the test can tell from the
+server's side which worker holds connections to which tenant database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from ket.store import NewJob
+from ket.store.sql import SqlStore
+from ket.store.sql.registry import TenantRegistry
+
+LEASE_MS = 3_000  # a report every second; stale after three seconds without one
+INTERVAL_S = 1.0
+TENANTS = [f"t{n:02d}" for n in range(12)]
+WORKERS = 3
+APP = f"""
+from ket import define_deployment, define_job, define_module
+
+async def work(ctx, input):
+    pass
+
+app = define_module(name="app", jobs={{"work": define_job(idempotent=True, handler=work)}})
+main = define_deployment(name="main", modules=[app], worker={{
+    "queues": {{"default": 2}}, "poll_min_ms": 20, "poll_max_ms": 200,
+    "lease_ms": {LEASE_MS}, "shutdown_grace_ms": 300,
+}})
+"""
+SHARE_LINE = re.compile(r"this worker serves (\d+) of (\d+) tenants, shared among (\d+) worker")
+
+
+class Tenants:
+    """Twelve tenant databases made from one migrated template, and a registry listing them."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.prefix = f"ket_share_{uuid.uuid4().hex[:8]}"
+        self.created: list[str] = []
+
+    def url(self, database: str, **query: str) -> str:
+        options = "&".join(f"{k}={v}" for k, v in query.items())
+        return f"{self.server.rsplit('/', 1)[0]}/{database}" + (f"?{options}" if options else "")
+
+    def create(self) -> None:
+        seed = f"{self.prefix}_seed"
+        self._create_database(seed)
+        asyncio.run(_migrate(self.url(seed)))
+        for name in TENANTS:  # a copy of the migrated seed: quicker than migrating twelve
+            self._create_database(f"{self.prefix}_{name}", template=seed)
+        self._create_database(f"{self.prefix}_registry")
+        registry = TenantRegistry(self.url(f"{self.prefix}_registry"))
+        try:
+            for name in TENANTS:
+                registry.add(name, template=self.template())
+        finally:
+            registry.close()
+
+    def template(self, **query: str) -> str:
+        return self.url(f"{self.prefix}_{{tenant}}", **query)
+
+    def drop(self) -> None:
+        with psycopg.connect(self.server, autocommit=True) as admin:
+            for name in reversed(self.created):
+                admin.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
+
+    def holders(self) -> dict[str, set[str]]:
+        """Tenant -> the application names of the workers connected to its database."""
+        with psycopg.connect(self.server, autocommit=True) as admin:
+            rows = admin.execute(
+                "SELECT datname, application_name FROM pg_stat_activity "
+                "WHERE datname LIKE %s AND application_name LIKE 'ket-w%%'",
+                (f"{self.prefix}_t%",),
+            ).fetchall()
+        found: dict[str, set[str]] = {name: set() for name in TENANTS}
+        for database, application in rows:
+            found[database.removeprefix(f"{self.prefix}_")].add(application)
+        return found
+
+    def enqueue(self, tenants: list[str], count: int) -> None:
+        async def insert() -> None:
+            for name in tenants:
+                store = await SqlStore.open(self.url(f"{self.prefix}_{name}"))
+                try:
+                    await store.job_insert([NewJob(name="app.work") for _ in range(count)])
+                finally:
+                    await store.close()
+
+        asyncio.run(insert())
+
+    def jobs(self, name: str) -> list[tuple[str, str | None, int]]:
+        """(state, worker_id, attempt) of every job of tenant `name`."""
+        with psycopg.connect(self.url(f"{self.prefix}_{name}")) as connection:
+            rows = connection.execute("SELECT state, worker_id, attempt FROM ket_jobs").fetchall()
+        return [(str(state), worker, int(attempt)) for state, worker, attempt in rows]
+
+    def _create_database(self, name: str, template: str | None = None) -> None:
+        statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template is not None:
+            statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+        with psycopg.connect(self.server, autocommit=True) as admin:
+            admin.execute(statement)
+        self.created.append(name)
+
+
+async def _migrate(url: str) -> None:
+    store = await SqlStore.open(url, migrate=True)
+    await store.close()
+
+
+class Workers:
+    """The project folder and its `ket worker` processes, each with its own application_name."""
+
+    def __init__(self, root: Path, tenants: Tenants) -> None:
+        self.root = root
+        self.tenants = tenants
+        self.processes: list[subprocess.Popen[str]] = []
+        (root / "app").mkdir(parents=True)
+        (root / "app" / "__init__.py").write_text("")
+        (root / "app" / "workspace.py").write_text(textwrap.dedent(APP))
+        (root / "pyproject.toml").write_text('[tool.ket]\nworkspace = "app/workspace.py"\n')
+
+    def start(self) -> None:
+        number = len(self.processes)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KET_")}
+        env.update(
+            KET_DATABASE_URL=self.tenants.template(application_name=f"ket-w{number}"),
+            KET_REGISTRY_URL=self.tenants.url(f"{self.tenants.prefix}_registry"),
+            PYTHONUNBUFFERED="1",
+        )
+        with self.log(number).open("w") as output:
+            self.processes.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "ket.cli.main", "worker", "--log-level", "INFO"],
+                    cwd=self.root,
+                    env=env,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
+
+    def log(self, number: int) -> Path:
+        return self.root / f"worker-{number}.log"
+
+    def shares(self) -> list[tuple[int, int, int] | None]:
+        """Each worker's last share line: (tenants served, tenants, workers sharing them)."""
+        found: list[tuple[int, int, int] | None] = []
+        for number in range(len(self.processes)):
+            lines = SHARE_LINE.findall(self.log(number).read_text(errors="replace"))
+            if not lines:
+                found.append(None)
+                continue
+            served, tenants, workers = (int(n) for n in lines[-1])
+            found.append((served, tenants, workers))
+        return found
+
+    def report(self) -> str:
+        parts = []
+        for number, process in enumerate(self.processes):
+            text = self.log(number).read_text(errors="replace")
+            parts.append(f"--- worker {number} (exit {process.poll()}):\n{text[-4_000:]}")
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+@pytest.fixture
+def tenants(postgres_url: str) -> Iterator[Tenants]:
+    made = Tenants(postgres_url)
+    try:
+        made.create()
+        yield made
+    finally:
+        made.drop()
+
+
+def _until(condition: Callable[[], bool], timeout: float, what: str, workers: Workers) -> float:
+    """Wait for `condition`; the seconds it took, or AssertionError with the workers' logs."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        if condition():
+            return time.monotonic() - began
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}\n{workers.report()}")
+
+
+def test_three_workers_split_twelve_tenants_and_take_over_a_killed_worker_s_tenants(
+    tmp_path: Path, tenants: Tenants
+) -> None:
+    workers = Workers(tmp_path, tenants)
+    try:
+        for _ in range(WORKERS):
+            workers.start()
+
+        def settled() -> bool:
+            shares = workers.shares()
+            return all(s is not None and s[2] == WORKERS for s in shares) and sum(
+                s[0] for s in shares if s is not None
+            ) == len(TENANTS)
+
+        _until(settled, 20, "the three workers to share the tenants", workers)
+        # the connections follow: every tenant database is held by exactly one worker
+        _until(
+            lambda: all(len(h) == 1 for h in tenants.holders().values()),
+            10,
+            "one worker per tenant database",
+            workers,
+        )
+        holders = {name: next(iter(h)) for name, h in tenants.holders().items()}
+        served = [s[0] for s in workers.shares() if s is not None]
+        assert sorted(served) == sorted(
+            sum(1 for h in holders.values() if h == f"ket-w{n}") for n in range(WORKERS)
+        )
+
+        tenants.enqueue(TENANTS, 3)
+        _until(
+            lambda: all(
+                all(state == "completed" for state, _, _ in tenants.jobs(name)) for name in TENANTS
+            ),
+            10,
+            "every tenant's jobs to complete",
+            workers,
+        )
+        runners: dict[str, str] = {}
+        for name in TENANTS:
+            jobs = tenants.jobs(name)
+            assert [attempt for _, _, attempt in jobs] == [1, 1, 1]
+            [runners[name]] = {worker for _, worker, _ in jobs if worker is not None}
+        # one worker process per tenant, and the same one pg_stat_activity showed
+        assert len({(holders[n], runners[n]) for n in TENANTS}) == len(set(runners.values()))
+
+        # kill the worker serving the most tenants; new jobs of its tenants still run, in time
+        victim = max(range(WORKERS), key=lambda n: list(holders.values()).count(f"ket-w{n}"))
+        orphans = [n for n in TENANTS if holders[n] == f"ket-w{victim}"]
+        workers.processes[victim].send_signal(signal.SIGKILL)
+        workers.processes[victim].wait(timeout=10)
+        killed_at = time.monotonic()
+        tenants.enqueue(orphans, 2)
+        # stale after 3 reports missed; seen stale at a survivor's next report; then a claim
+        bound = LEASE_MS / 1000 + 2 * INTERVAL_S + 3.0
+        took = _until(
+            lambda: all(
+                [state for state, _, _ in tenants.jobs(n)].count("completed") == 5 for n in orphans
+            ),
+            bound,
+            f"the killed worker's tenants {orphans} to run their new jobs",
+            workers,
+        )
+        assert time.monotonic() - killed_at <= bound
+        survivors = {workers.processes[n].pid for n in range(WORKERS) if n != victim}
+        for name in orphans:
+            jobs = tenants.jobs(name)
+            assert all(attempt == 1 for _, _, attempt in jobs)
+            new = {w for _, w, _ in jobs if w is not None} - {runners[name]}
+            assert len(new) == 1 and int(next(iter(new)).split(":")[1]) in survivors
+        shares = [s for n, s in enumerate(workers.shares()) if n != victim]
+        assert all(s is not None and s[2] == WORKERS - 1 for s in shares), workers.report()
+        assert sum(s[0] for s in shares if s is not None) == len(TENANTS)
+        print(f"the killed worker's {len(orphans)} tenants ran new jobs within {took:.1f}s")
+    finally:
+        workers.stop()
+    assert [p.returncode for n, p in enumerate(workers.processes) if n != victim] == [0, 0]
