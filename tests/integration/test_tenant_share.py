@@ -1,7 +1,8 @@
 """Real `ket worker` processes sharing twelve PostgreSQL tenant databases: each tenant is served
 by exactly one worker (its connections, in `pg_stat_activity`, and the worker ids of its jobs),
-every job runs once, and a worker killed with SIGKILL has its tenants taken over within the
-time the lease gives (stale after three reports, plus one report and a claim).
+every job runs once, a worker killed with SIGKILL has its tenants taken over within the time the
+lease gives (stale after three reports, plus one report and a claim), and a worker stopped with
+SIGTERM hands its tenants over at once, while its running job still finishes.
 
 Each worker connects with an `application_name` of its own, so the test can tell from the
 server's side which worker holds connections to which tenant database.
@@ -10,6 +11,7 @@ server's side which worker holds connections to which tenant database.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -19,6 +21,7 @@ import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -31,18 +34,23 @@ from ket.store.sql.registry import TenantRegistry
 
 LEASE_MS = 3_000  # a report every second; stale after three seconds without one
 INTERVAL_S = 1.0
+GRACE_MS = 8_000  # a stopping worker's running job finishes well after its tenants moved
+SLOW_MS = 4_000
 TENANTS = [f"t{n:02d}" for n in range(12)]
 WORKERS = 3
 APP = f"""
+import asyncio
 from ket import define_deployment, define_job, define_module
 
 async def work(ctx, input):
-    pass
+    await asyncio.sleep(input.ms / 1000)
 
-app = define_module(name="app", jobs={{"work": define_job(idempotent=True, handler=work)}})
+app = define_module(name="app", jobs={{
+    "work": define_job(idempotent=True, input={{"ms": "int"}}, handler=work),
+}})
 main = define_deployment(name="main", modules=[app], worker={{
     "queues": {{"default": 2}}, "poll_min_ms": 20, "poll_max_ms": 200,
-    "lease_ms": {LEASE_MS}, "shutdown_grace_ms": 300,
+    "lease_ms": {LEASE_MS}, "shutdown_grace_ms": {GRACE_MS},
 }})
 """
 SHARE_LINE = re.compile(r"this worker serves (\d+) of (\d+) tenants, shared among (\d+) worker")
@@ -61,10 +69,10 @@ class Tenants:
         return f"{self.server.rsplit('/', 1)[0]}/{database}" + (f"?{options}" if options else "")
 
     def create(self) -> None:
-        seed = f"{self.prefix}_seed"
+        seed = f"{self.prefix}_{TENANTS[0]}"
         self._create_database(seed)
         asyncio.run(_migrate(self.url(seed)))
-        for name in TENANTS:  # a copy of the migrated seed: quicker than migrating twelve
+        for name in TENANTS[1:]:  # copies of the first, migrated: quicker than migrating each
             self._create_database(f"{self.prefix}_{name}", template=seed)
         self._create_database(f"{self.prefix}_registry")
         registry = TenantRegistry(self.url(f"{self.prefix}_registry"))
@@ -78,11 +86,16 @@ class Tenants:
         return self.url(f"{self.prefix}_{{tenant}}", **query)
 
     def drop(self) -> None:
-        with psycopg.connect(self.server, autocommit=True) as admin:
-            for name in reversed(self.created):
+        """Drop every database made, a few at once (each drop waits for a checkpoint)."""
+
+        def drop(name: str) -> None:
+            with psycopg.connect(self.server, autocommit=True) as admin:
                 admin.execute(
                     sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
                 )
+
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(drop, self.created))
 
     def holders(self) -> dict[str, set[str]]:
         """Tenant -> the application names of the workers connected to its database."""
@@ -97,12 +110,13 @@ class Tenants:
             found[database.removeprefix(f"{self.prefix}_")].add(application)
         return found
 
-    def enqueue(self, tenants: list[str], count: int) -> None:
+    def enqueue(self, tenants: list[str], count: int, ms: int = 0) -> None:
         async def insert() -> None:
+            job = NewJob(name="app.work", payload={"ms": ms})
             for name in tenants:
                 store = await SqlStore.open(self.url(f"{self.prefix}_{name}"))
                 try:
-                    await store.job_insert([NewJob(name="app.work") for _ in range(count)])
+                    await store.job_insert([job] * count)
                 finally:
                     await store.close()
 
@@ -174,6 +188,21 @@ class Workers:
             served, tenants, workers = (int(n) for n in lines[-1])
             found.append((served, tenants, workers))
         return found
+
+    def served(self, number: int) -> int:
+        """How many tenants worker `number` said it serves last."""
+        share = self.shares()[number]
+        return 0 if share is None else share[0]
+
+    def served_tenants(self, number: int) -> list[str]:
+        """The tenants worker `number` serves now, by its log's serving and stopping lines."""
+        serving: list[str] = []
+        for line in self.log(number).read_text(errors="replace").splitlines():
+            if match := re.search(r"serving tenant (\S+)$", line):
+                serving.append(match[1])
+            elif match := re.search(r"tenant (\S+) is now served by other workers", line):
+                serving.remove(match[1])
+        return serving
 
     def report(self) -> str:
         parts = []
@@ -287,6 +316,26 @@ def test_three_workers_split_twelve_tenants_and_take_over_a_killed_worker_s_tena
         assert all(s is not None and s[2] == WORKERS - 1 for s in shares), workers.report()
         assert sum(s[0] for s in shares if s is not None) == len(TENANTS)
         print(f"the killed worker's {len(orphans)} tenants ran new jobs within {took:.1f}s")
+
+        # SIGTERM a survivor running a slow job: its peer takes its tenants at its next report,
+        # long before the job (and the grace) is over; the job still completes, once
+        staying, leaving = sorted((n for n in range(WORKERS) if n != victim), key=workers.served)
+        [busy] = workers.served_tenants(leaving)[:1]
+        tenants.enqueue([busy], 1, ms=SLOW_MS)
+        _until(lambda: "executing" in json.dumps(tenants.jobs(busy)), 5, "the slow job", workers)
+        process = workers.processes[leaving]
+        process.send_signal(signal.SIGTERM)
+        took = _until(
+            lambda: workers.shares()[staying] == (len(TENANTS), len(TENANTS), 1),
+            2 * INTERVAL_S + 2.0,
+            "the stopping worker's tenants handed over",
+            workers,
+        )
+        assert process.poll() is None, "handed over only once the worker had exited"
+        assert process.wait(timeout=GRACE_MS / 1000 + 5) == 0
+        assert [(s, a) for s, _, a in tenants.jobs(busy) if s != "completed"] == []
+        assert max(a for _, _, a in tenants.jobs(busy)) == 1
+        print(f"a stopping worker's tenants were handed over within {took:.1f}s")
     finally:
         workers.stop()
     assert [p.returncode for n, p in enumerate(workers.processes) if n != victim] == [0, 0]

@@ -280,6 +280,18 @@ async def serve(
         pool,
     )
     log.info("ctx.storage keeps blobs in %r", blobs)
+    departing: list[asyncio.Task[None]] = []
+    if share is not None and service is not None:
+        # at the first signal the peers hear at once that this worker gives its tenants up, so
+        # they take them over while its running jobs finish, not only once its row goes (with
+        # one tenant, which every worker serves, nobody waits for it: the row stays as it was)
+        shared, departure = share, service.depart
+
+        def depart() -> None:
+            if shared.peers is not None:
+                departing.append(asyncio.ensure_future(departure()))
+
+        stopping.also(depart)
     served = None
     try:
         if metrics_settings is not None:
@@ -288,6 +300,8 @@ async def serve(
     finally:
         registry.close()
         await presence.stop()
+        for task in departing:
+            await task  # it logs its own failure
         budget.install(None)
         if service is not None:
             await service.leave()

@@ -11,6 +11,7 @@ and run, and the watchers keep what they last saw.
     presence = PresenceService(describe=..., locate=..., open_roster=..., interval=10.0)
     presence.watch(share.see)      # called with (this worker, every row) after each report
     await presence.tick()          # what the supervisor calls every `interval` seconds
+    await presence.depart()        # stopping: report serving no tenant, so peers take them
     await presence.leave()         # a clean shutdown: the row goes
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -81,6 +83,25 @@ class PresenceService:
         self._warn(self.info, seen)
         for watcher in self._watchers:
             watcher(self.info, seen)
+
+    async def depart(self) -> None:
+        """Report, within LEAVE_TIMEOUT_SECONDS, that this worker serves no tenant any more: it
+        is stopping, and its peers take its tenants at their next report while its running jobs
+        finish. The row stays (listed with no tenants) until `leave()`; the watchers hear
+        nothing more, so a stopping worker never chooses tenants again."""
+        if self.info is None:
+            return  # never reported: no peer counts on this worker
+        self._watchers.clear()
+        self.info = dataclasses.replace(self.info, tenants=())
+        try:
+            async with asyncio.timeout(LEAVE_TIMEOUT_SECONDS):
+                await self.tick()
+        except Exception as error:
+            log.warning(
+                "could not tell the other workers that this one is stopping (they take its "
+                "tenants once its row goes or turns stale): %s",
+                error,
+            )
 
     async def leave(self) -> None:
         """Remove this worker's row (a clean shutdown), within LEAVE_TIMEOUT_SECONDS; a control

@@ -54,6 +54,7 @@ class TenantShare:
         """The tenants of `tenants` this worker serves; reads the roster first if it never has
         (StoreError when that fails: the caller keeps the tenants it has)."""
         if len(tenants) <= 1:
+            self._used = self._peers  # chosen: the peers seen so far make no difference
             return frozenset(tenants)  # every worker owns a lone tenant: no roster needed
         if self._peers is None:
             await self._read()

@@ -231,3 +231,32 @@ def test_a_fleet_of_one_tenant_never_reads_the_roster() -> None:
                 del fleet.workers[name]
 
     asyncio.run(main())
+
+
+def test_a_fleet_of_one_tenant_refreshes_once_per_change_of_peers_not_in_a_loop() -> None:
+    async def main() -> None:
+        share, roster = _share("w2")
+        listed: list[int] = []
+
+        async def list_tenants() -> dict[str, str | None]:
+            listed.append(1)
+            await asyncio.sleep(0)  # as a registry read does: a refresh loop would spin, not hang
+            return {}  # the single tenant `default`
+
+        fleet = _fleet(share, [], [])
+        fleet._list = list_tenants  # counts the refreshes
+        stop = asyncio.Event()
+        running = asyncio.ensure_future(fleet.run(stop))
+        try:
+            await _until(lambda: set(fleet.workers) == {"default"}, "the lone tenant served")
+            await roster.report()  # the presence service's tick: peers seen the first time
+            await asyncio.sleep(0.2)
+            roster.rows = _rows("me", "w2", "w3")
+            await roster.report()
+            await asyncio.sleep(0.2)
+            assert 1 <= len(listed) <= 3  # the first refresh and one per change at most
+        finally:
+            stop.set()
+            await running
+
+    asyncio.run(main())
