@@ -1,4 +1,5 @@
-"""What a `ket worker` process reports about itself to the control database, and where that is.
+"""What a `ket worker` process reports about itself to the control database, where that is, and
+the share of the tenants that the reports decide.
 
 The manifest hash is the sha256 of the canonical YAML that `ket manifest` prints for the same
 declarations (so `ket manifest | sha256sum` gives it), computed once, in a thread, at the first
@@ -17,6 +18,8 @@ from datetime import UTC, datetime
 from ket.catalog import Catalog
 from ket.declare.deployment import DeploymentDecl
 from ket.runtime.presence import PresenceService, presence_interval
+from ket.runtime.share import TenantShare
+from ket.runtime.supervisor import bounded
 from ket.store.roster import WorkerInfo, WorkerRoster
 
 
@@ -79,6 +82,19 @@ def presence_service(
     return PresenceService(
         describe=describe, locate=locate, open_roster=open_roster, interval=interval
     )
+
+
+def tenant_share(service: PresenceService, *, timeout: float) -> TenantShare:
+    """The tenants shared with the other workers that `service`'s reports find; when the
+    roster was never read, reading it is one report, abandoned after `timeout` seconds like the
+    supervisor's."""
+
+    async def report() -> None:
+        await bounded(service.tick(), timeout, service.name)
+
+    share = TenantShare(read=report)
+    service.watch(share.see)
+    return share
 
 
 def open_roster(url: str) -> WorkerRoster:

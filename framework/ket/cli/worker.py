@@ -25,7 +25,7 @@ from ket.cli import concurrency, metrics
 from ket.cli.concurrency import HostConcurrency
 from ket.cli.options import add_log_options, deployment_of, log_format, log_third_party
 from ket.cli.output import configure_logging
-from ket.cli.presence import presence_service
+from ket.cli.presence import presence_service, tenant_share
 from ket.cli.runtime import open_store, registry_reader, run_service, tenant_urls, worker_id
 from ket.declare.deployment import DeploymentDecl
 from ket.errors import KetError
@@ -240,6 +240,24 @@ async def serve(
 
     identity = worker_id()
     blobs = blobs if blobs is not None else default_blobs()
+    # its own supervisor, stopped after the tenants: the row stays while running jobs finish.
+    # The first report comes within one interval, not at once: the worker takes its first jobs
+    # before it loads the manifest room to hash the manifest (and, on SQLite, the roster's
+    # engine); a first report that meets a busy database may take long, hence the timeout. With
+    # several tenants to share, the first tenant refresh asks for that report at once instead.
+    presence = Supervisor(tenant=None, stopping=asyncio.Event())
+    service = share = None
+    if deployment is not None:
+        service = presence_service(
+            deployment=deployment,
+            catalog=catalog,
+            worker_id=identity,
+            tenant=tenant,
+            database_url=database_url,
+        )
+        presence.every(service, timeout=PRESENCE_TIMEOUT_SECONDS)
+        if tenant is None:
+            share = tenant_share(service, timeout=PRESENCE_TIMEOUT_SECONDS)
     fleet = stopping.fleet = Fleet(
         catalog=catalog,
         template=database_template(database_url),
@@ -250,6 +268,7 @@ async def serve(
         blobs=blobs,
         only=tenant,
         control_dsn=_control_dsn(registry.url),
+        share=share,
     )
     log.info(
         "worker %s serving deployment %s with queues %s; up to %d PostgreSQL connections in "
@@ -261,21 +280,18 @@ async def serve(
         pool,
     )
     log.info("ctx.storage keeps blobs in %r", blobs)
-    # its own supervisor, stopped after the tenants: the row stays while running jobs finish.
-    # The first report comes within one interval, not at once: the worker takes its first jobs
-    # before it loads the manifest room to hash the manifest (and, on SQLite, the roster's
-    # engine); a first report that meets a busy database may take long, hence the timeout.
-    presence = Supervisor(tenant=None, stopping=asyncio.Event())
-    service = None
-    if deployment is not None:
-        service = presence_service(
-            deployment=deployment,
-            catalog=catalog,
-            worker_id=identity,
-            tenant=tenant,
-            database_url=database_url,
-        )
-        presence.every(service, timeout=PRESENCE_TIMEOUT_SECONDS)
+    departing: list[asyncio.Task[None]] = []
+    if share is not None and service is not None:
+        # at the first signal the peers hear at once that this worker gives its tenants up, so
+        # they take them over while its running jobs finish, not only once its row goes (with
+        # one tenant, which every worker serves, nobody waits for it: the row stays as it was)
+        shared, departure = share, service.depart
+
+        def depart() -> None:
+            if shared.peers is not None:
+                departing.append(asyncio.ensure_future(departure()))
+
+        stopping.also(depart)
     served = None
     try:
         if metrics_settings is not None:
@@ -284,6 +300,8 @@ async def serve(
     finally:
         registry.close()
         await presence.stop()
+        for task in departing:
+            await task  # it logs its own failure
         budget.install(None)
         if service is not None:
             await service.leave()

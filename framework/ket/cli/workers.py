@@ -114,7 +114,7 @@ def mismatch_line(counts: dict[str, int]) -> str:
 
 def _cells(worker: SeenWorker) -> tuple[str, ...]:
     info = worker.info
-    tenants = "all" if info.tenants is None else ",".join(info.tenants)
+    tenants = "all" if info.tenants is None else ",".join(info.tenants) or "-"  # none: stopping
     queues = ",".join(f"{queue}={n}" for queue, n in sorted(info.queues.items()))
     return (
         info.id,

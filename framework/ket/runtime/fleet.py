@@ -6,6 +6,11 @@ affects itself: it is logged (once a minute at most) and retried on the next ref
 others run. A registry that cannot be read keeps the current tenant list until it answers.
 Registered tenants that cannot be served (two that resolve to one database, a name outside the
 grammar) are refused, each logged once with the reason, and the others are served.
+
+When worker processes share the tenants (`share`, see `ket.runtime.share`), each serves only the
+tenants it owns: the refresh runs as soon as the peers change, and starts the tenants this worker
+gained before it stops (gracefully, all at once) the ones it gave up, so that a handover leaves a
+brief overlap rather than a gap.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from ket.catalog import Catalog
 from ket.runtime.contexts import Contexts, default_blobs, install_models
 from ket.runtime.events import Hooks
 from ket.runtime.events import hooks as default_hooks
+from ket.runtime.share import TenantShare
 from ket.runtime.supervisor import Repeats, Service, Supervisor
 from ket.runtime.tenancy import resolve_tenants
 from ket.runtime.worker import TenantWorker
@@ -60,6 +66,7 @@ class Fleet:
         hooks: Hooks | None = None,
         only: str | None = None,
         control_dsn: str | None = None,
+        share: TenantShare | None = None,  # None: serve every tenant, as a lone worker does
     ) -> None:
         self.catalog = catalog
         self._template = template
@@ -72,6 +79,9 @@ class Fleet:
         # wake-ups come through it, one LISTEN for all (ket.store.sql.control_channel)
         self._control_dsn = control_dsn
         self._several = False  # the registry lists tenants
+        self._share = share if only is None else None
+        self._refreshing = asyncio.Lock()  # the periodic refresh and a membership change
+        self._elsewhere: set[str] = set()  # registered tenants that other workers serve
         self._sender = sender
         # one backend for every tenant (an S3 client keeps its connections for all of them)
         self._blobs = blobs if blobs is not None else default_blobs()
@@ -85,6 +95,9 @@ class Fleet:
         stats that feed metrics, say)."""
         supervisor = Supervisor(tenant=None, stopping=asyncio.Event(), repeats=self._repeats)
         supervisor.every(TenantRefresh(self), at_once=True, timeout=60.0)
+        share = self._share
+        if share is not None:
+            supervisor.keep("tenant ownership", lambda: self._follow(share))
         for service in services:
             supervisor.every(service, timeout=max(60.0, service.interval))
         try:
@@ -98,18 +111,23 @@ class Fleet:
                 await close_senders()
 
     async def refresh(self) -> None:
-        """Start workers for new tenants and stop those of removed ones; raises (keeping the
-        current tenants) when the registry cannot be read."""
-        wanted = await self._wanted()
-        for name in sorted(set(self.workers) - set(wanted)):
-            if name in self._refused:
-                log.info("stopping the worker of tenant %s, which is no longer served", name)
-            else:
-                log.info("tenant %s was removed; stopping its worker", name)
-            await self._stop(name)
-        for name, url in sorted(wanted.items()):
-            if name not in self.workers:
-                await self._start(name, url)
+        """Start workers for new (or newly owned) tenants and stop those of removed (or given
+        up) ones; raises, keeping the current tenants, when the registry or the worker roster
+        cannot be read."""
+        async with self._refreshing:
+            wanted = await self._wanted()
+            for name, url in sorted(wanted.items()):
+                if name not in self.workers:
+                    await self._start(name, url)
+            gone = sorted(set(self.workers) - set(wanted))
+            for name in gone:
+                if name in self._refused:
+                    log.info("stopping the worker of tenant %s, which is no longer served", name)
+                elif name in self._elsewhere:
+                    log.info("tenant %s is now served by other workers; stopping its worker", name)
+                else:
+                    log.info("tenant %s was removed; stopping its worker", name)
+            await asyncio.gather(*[self._stop(name) for name in gone])
 
     def stores(self) -> dict[str, JobStore]:
         """The store of every tenant served now, by tenant."""
@@ -126,7 +144,17 @@ class Fleet:
                 log.error("not serving tenant %r: %s", name, reason)
         self._refused = tenancy.refused
         self._several = bool(tenancy.registered)
-        return tenancy.urls
+        if self._share is None:
+            return tenancy.urls
+        mine = await self._share.mine(tenancy.urls)
+        self._elsewhere = set(tenancy.urls) - mine
+        return {name: url for name, url in tenancy.urls.items() if name in mine}
+
+    async def _follow(self, share: TenantShare) -> None:
+        """Refresh as soon as the peers change (a worker started, stopped or went stale)."""
+        while True:
+            await share.changed()
+            await self.refresh()
 
     async def _start(self, name: str, url: str) -> None:
         where = f"opening the database of tenant {name}"

@@ -3,12 +3,15 @@
 `PresenceService` is a supervised service like the others: each tick it finds the control
 database (the registry's once there is one, else the single tenant's), records this worker as
 seen there, and reads every worker's row back. When another live worker runs a manifest whose
-hash differs from this one's, it logs one WARNING naming both, once per distinct hash. A
-control database that cannot be reached only fails the tick (the supervisor logs it, rate
-limited): jobs go on being claimed and run.
+hash differs from this one's, it logs one WARNING naming both, once per distinct hash, and hands
+the rows to its watchers (the tenant share, `ket.runtime.share`). A control database that cannot
+be reached only fails the tick (the supervisor logs it, rate limited): jobs go on being claimed
+and run, and the watchers keep what they last saw.
 
     presence = PresenceService(describe=..., locate=..., open_roster=..., interval=10.0)
+    presence.watch(share.see)      # called with (this worker, every row) after each report
     await presence.tick()          # what the supervisor calls every `interval` seconds
+    await presence.depart()        # stopping: report serving no tenant, so peers take them
     await presence.leave()         # a clean shutdown: the row goes
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -28,6 +32,8 @@ log = logging.getLogger("ket.worker")
 MIN_INTERVAL_SECONDS = 1.0
 MAX_INTERVAL_SECONDS = 60.0
 LEAVE_TIMEOUT_SECONDS = 5.0
+
+Watcher = Callable[[WorkerInfo, list[SeenWorker]], None]
 
 
 def presence_interval(lease_ms: int) -> float:
@@ -58,14 +64,44 @@ class PresenceService:
         self._url: str | None = None
         self._roster: WorkerRoster | None = None
         self._warned: set[str] = set()  # other manifest hashes already named in a warning
+        self._watchers: list[Watcher] = []
+        # the supervisor's tick and a first report the tenant share asks for never overlap
+        self._ticking = asyncio.Lock()
+
+    def watch(self, watcher: Watcher) -> None:
+        """Call `watcher(this worker, every row)` after each report."""
+        self._watchers.append(watcher)
 
     async def tick(self) -> None:
-        """Report this worker as seen; warn about a live worker with another manifest."""
-        if self.info is None:
-            self.info = await self._describe()
-        roster = await self._roster_at(await self._locate())
-        seen = await roster.worker_report(self.info)
+        """Report this worker as seen; warn about a live worker with another manifest; tell
+        the watchers."""
+        async with self._ticking:
+            if self.info is None:
+                self.info = await self._describe()
+            roster = await self._roster_at(await self._locate())
+            seen = await roster.worker_report(self.info)
         self._warn(self.info, seen)
+        for watcher in self._watchers:
+            watcher(self.info, seen)
+
+    async def depart(self) -> None:
+        """Report, within LEAVE_TIMEOUT_SECONDS, that this worker serves no tenant any more: it
+        is stopping, and its peers take its tenants at their next report while its running jobs
+        finish. The row stays (listed with no tenants) until `leave()`; the watchers hear
+        nothing more, so a stopping worker never chooses tenants again."""
+        if self.info is None:
+            return  # never reported: no peer counts on this worker
+        self._watchers.clear()
+        self.info = dataclasses.replace(self.info, tenants=())
+        try:
+            async with asyncio.timeout(LEAVE_TIMEOUT_SECONDS):
+                await self.tick()
+        except Exception as error:
+            log.warning(
+                "could not tell the other workers that this one is stopping (they take its "
+                "tenants once its row goes or turns stale): %s",
+                error,
+            )
 
     async def leave(self) -> None:
         """Remove this worker's row (a clean shutdown), within LEAVE_TIMEOUT_SECONDS; a control

@@ -3,7 +3,8 @@
 It only composes: each queue's claim loop (runtime/queue.py) launches claimed jobs through the
 per-job step (runtime/runner.py); outcomes go to the settler (runtime/settler.py); heartbeats and
 the lease guard (runtime/lease.py), rescue, schedule sweeps, pruning and vacuuming run beside them,
-and all of them run under one supervisor (runtime/supervisor.py), which owns the error policy.
+and all of them run under the supervisor (runtime/supervisor.py), which owns the error policy;
+the heartbeat and lease guard under a second one, stopped only once the running work is over.
 
 `stop()` stops claiming, lets running work finish within the grace period, then aborts it
 (reason `shutdown`) and hands unfinished jobs back at once. `hand_back_now()` is the second
@@ -86,6 +87,11 @@ class TenantWorker:
         )
         self._stopping = asyncio.Event()
         self.supervisor = Supervisor(tenant=tenant, stopping=self._stopping, repeats=repeats)
+        # The heartbeat and the lease guard run until the running work is over, not only until
+        # claiming stops: a job that finishes within the shutdown grace keeps its lease (else,
+        # with a grace longer than what is left of the lease, another worker rescues it and its
+        # outcome is refused), and one that does not is still aborted before its lease ends.
+        self._leases = Supervisor(tenant=tenant, stopping=asyncio.Event(), repeats=repeats)
         self.attempts = Attempts(lease_seconds=config.lease_ms / 1000)
         self.runner = JobRunner(
             catalog=catalog,
@@ -117,8 +123,8 @@ class TenantWorker:
             )
             sup.keep(loop.name, loop.run)
         heartbeat = HeartbeatService(store, attempts)
-        sup.every(heartbeat, timeout=heartbeat.interval)
-        sup.every(LeaseGuard(attempts, tenant=self.tenant))
+        self._leases.every(heartbeat, timeout=heartbeat.interval)
+        self._leases.every(LeaseGuard(attempts, tenant=self.tenant))
         sup.every(
             RescueService(store, self.hooks, tenant=self.tenant, interval=attempts.lease_seconds)
         )
@@ -146,6 +152,7 @@ class TenantWorker:
         await self._wait_running(1.0)
         await self.settler.close()
         await self.supervisor.stop()
+        await self._leases.stop()
         if self._own_executor:
             self._executor.shutdown(wait=False, cancel_futures=True)
 

@@ -128,3 +128,22 @@ def test_the_interval_is_a_third_of_the_lease_within_bounds() -> None:
     assert presence_interval(3_600_000) == 60.0
     with pytest.raises(ValueError, match="interval must be positive, got 0"):
         PresenceService(describe=None, locate=None, open_roster=None, interval=0)  # type: ignore[arg-type]
+
+
+def test_watchers_hear_each_report_until_the_worker_departs_and_lists_no_tenants() -> None:
+    roster = ListRoster([_seen(_info("other", MINE))])
+    service = _service({"db": roster}, ["db"])
+    heard: list[tuple[str, list[str]]] = []
+    service.watch(lambda me, seen: heard.append((me.id, sorted(w.info.id for w in seen))))
+
+    async def run() -> None:
+        await service.depart()  # never reported: nothing to tell, nothing reported
+        assert "me" not in roster.rows
+        await service.tick()
+        await service.tick()
+        await service.depart()
+        await service.tick()  # the supervisor's tick while running jobs finish
+
+    asyncio.run(run())
+    assert heard == [("me", ["me", "other"])] * 2
+    assert roster.rows["me"].info.tenants == ()  # still listed, serving no tenant

@@ -17,6 +17,7 @@ from ket.catalog import Catalog
 from ket.errors import JobRejected
 from ket.runtime.contexts import Contexts
 from ket.runtime.events import Event, Hooks
+from ket.runtime.rescue import RescueService
 from ket.runtime.worker import TenantWorker
 from ket.store import JobQuery, JobRecord, NewJob
 from ket.store.memory import MemoryStore
@@ -272,6 +273,28 @@ def test_stopping_hands_unfinished_work_back_without_using_an_attempt() -> None:
         assert record is not None
         assert (record.state, record.attempt, record.errors) == ("available", 0, ())
         assert calls == ["started", "aborted shutdown"]
+
+    run(scenario)
+
+
+def test_a_job_finishing_within_a_grace_longer_than_its_lease_keeps_its_lease() -> None:
+    global gate
+    gate = asyncio.Event()
+
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        assert gate is not None
+        job_id = await enqueue(store, "t.gated", {"n": 1})
+        await settled(store, job_id, ("executing",))
+        stopping = asyncio.ensure_future(worker.stop(grace_seconds=5.0))
+        await asyncio.sleep(2.5)  # past the 2 s lease: only heartbeats kept it
+        another = RescueService(store, Hooks(), tenant="default", interval=1.0)
+        await another.tick()  # what another worker's rescue does meanwhile
+        record = await store.job_get(job_id)
+        assert record is not None and record.state == "executing"
+        gate.set()
+        await stopping
+        record = await store.job_get(job_id)
+        assert record is not None and (record.state, record.attempt) == ("completed", 1)
 
     run(scenario)
 
