@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ket.catalog import Catalog
 from ket.cli import concurrency, metrics
@@ -38,6 +38,9 @@ from ket.storage import BlobStore
 from ket.store.contract import JobStore
 from ket.store.sql import budget
 from ket.store.sql.budget import DEFAULT_LIMIT, MIN_LIMIT, RESERVED
+
+if TYPE_CHECKING:
+    from ket.store.sql.control_channel import ControlChannels
 
 log = logging.getLogger("ket.worker")
 T = TypeVar("T")
@@ -267,7 +270,7 @@ async def serve(
         sender=default_sender(),
         blobs=blobs,
         only=tenant,
-        control_dsn=_control_dsn(registry.url),
+        channels=_control_channels(registry.url),
         share=share,
     )
     log.info(
@@ -318,11 +321,12 @@ async def serve(
     return 0
 
 
-def _control_dsn(registry: str) -> str | None:
-    """The registry's database as a libpq DSN when it is on PostgreSQL: the control channel's
-    (used once the registry lists tenants); None for SQLite."""
+def _control_channels(registry: str) -> ControlChannels | None:
+    """The control channel on the registry's database when it is on PostgreSQL (used once the
+    registry lists tenants); None for SQLite."""
     if not registry.startswith("postgres"):
         return None
     from ket.store.sql.address import libpq_dsn, parse_url
+    from ket.store.sql.control_channel import ControlChannels
 
-    return libpq_dsn(parse_url(registry))
+    return ControlChannels(libpq_dsn(parse_url(registry)))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 from ket.catalog import Catalog
 from ket.runtime.contexts import Contexts, default_blobs, install_models
@@ -34,6 +35,20 @@ from ket.transport import Sender
 log = logging.getLogger("ket.worker")
 
 OpenStore = Callable[..., Awaitable[JobStore]]  # (url, channel=...)
+
+
+class Channels(Protocol):
+    """The control channel of a deployment's tenants (ket.store.sql.control_channel)."""
+
+    def for_tenant(self, tenant: str) -> object:
+        """The tenant store's part in it, for `open_store(url, channel=...)`."""
+        ...
+
+    async def close(self) -> None:
+        """Send what is pending and let go of the hint connections."""
+        ...
+
+
 ListTenants = Callable[[], Awaitable[dict[str, str | None]]]
 
 
@@ -65,7 +80,7 @@ class Fleet:
         blobs: BlobStore | None = None,  # None: what KET_STORAGE_URL names
         hooks: Hooks | None = None,
         only: str | None = None,
-        control_dsn: str | None = None,
+        channels: Channels | None = None,
         share: TenantShare | None = None,  # None: serve every tenant, as a lone worker does
     ) -> None:
         self.catalog = catalog
@@ -75,9 +90,9 @@ class Fleet:
         self._worker_id = worker_id
         self.hooks = hooks or default_hooks
         self._only = only
-        # the control database (the registry's, on PostgreSQL): with several tenants, their
-        # wake-ups come through it, one LISTEN for all (ket.store.sql.control_channel)
-        self._control_dsn = control_dsn
+        # with several tenants on PostgreSQL, their wake-ups come through the control
+        # database, one LISTEN for all (ket.store.sql.control_channel)
+        self._channels = channels
         self._several = False  # the registry lists tenants
         self._share = share if only is None else None
         self._refreshing = asyncio.Lock()  # the periodic refresh and a membership change
@@ -105,10 +120,8 @@ class Fleet:
         finally:
             await supervisor.stop()
             await asyncio.gather(*[self._stop(name) for name in list(self.workers)])
-            if self._control_dsn is not None:
-                from ket.store.sql.control_channel import close_senders
-
-                await close_senders()
+            if self._channels is not None:
+                await self._channels.close()
 
     async def refresh(self) -> None:
         """Start workers for new (or newly owned) tenants and stop those of removed (or given
@@ -159,10 +172,8 @@ class Fleet:
     async def _start(self, name: str, url: str) -> None:
         where = f"opening the database of tenant {name}"
         try:
-            if self._several and self._control_dsn is not None and url.startswith("postgres"):
-                from ket.store.sql.control_channel import ControlChannel
-
-                store = await self._open(url, channel=ControlChannel(self._control_dsn, name))
+            if self._several and self._channels is not None and url.startswith("postgres"):
+                store = await self._open(url, channel=self._channels.for_tenant(name))
             else:
                 store = await self._open(url)
         except Exception as error:

@@ -229,6 +229,19 @@ class SyncHints:
                 return
 
 
+class ControlChannels:
+    """The control channel of one deployment's tenants, as `ket worker` gives it to its fleet."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def for_tenant(self, tenant: str) -> ControlChannel:
+        return ControlChannel(self.dsn, tenant)
+
+    async def close(self) -> None:
+        await close_senders()
+
+
 async def close_senders() -> None:
     """Send what is pending and close the hint connections of this event loop."""
     loop = id(asyncio.get_running_loop())
