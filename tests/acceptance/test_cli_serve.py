@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
+import httpx2 as httpx  # the dev extra installs httpx2 (as Starlette's TestClient does)
 import pytest
 
 from tests.acceptance.conftest import REPO, Project, run_ket

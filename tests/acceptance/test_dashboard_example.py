@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
+import httpx2 as httpx  # the dev extra installs httpx2 (as Starlette's TestClient does)
 
 from tests.acceptance.conftest import REPO, run_ket
 from tests.acceptance.test_cli_serve import Server, start  # noqa: F401 (the fixture)
