@@ -35,6 +35,7 @@ from sqlalchemy import create_engine, insert
 
 from ket import define_deployment, define_job, define_module, open_async_client, open_client
 from ket.catalog import Catalog
+from ket.cli.main import main
 from ket.errors import KetError, StoreError
 from ket.runtime.fleet import Fleet
 from ket.store.sql import SqlStore
@@ -206,9 +207,10 @@ def project(
         monkeypatch.setenv("KET_DATABASE_URL", template)
         monkeypatch.setenv("KET_REGISTRY_URL", registry)
     try:
-        assert made.ket("tenants", "add", "beta").code == 0
-        migrated = made.ket("migrate", "--tenant", "beta")
-        assert migrated.code == 0, migrated.err
+        # the setting up, in this process (the environment and folder are the project's): the
+        # tests run the CLI as a process for what they attack, not for this
+        assert main(["tenants", "add", "beta"]) == 0
+        assert main(["migrate", "--tenant", "beta"]) == 0
         with open_client(APP, tenant="beta") as client:
             client.enqueue("app.ping", {"n": 1})
         assert len(made.jobs("beta")) == 1

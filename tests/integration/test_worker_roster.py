@@ -19,6 +19,7 @@ import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ from psycopg import sql
 
 from ket.store.sql.registry import TenantRegistry
 
+# how often the workers report themselves (KET_PRESENCE_INTERVAL_S): stale after three of them
+REPORT_SECONDS = 0.5
 APP = """
 from ket import define_deployment, define_job, define_module
 
@@ -54,6 +57,7 @@ class Project:
         (root / "app" / "workspace.py").write_text(textwrap.dedent(APP.format(attempts=attempts)))
         (root / "pyproject.toml").write_text('[tool.ket]\nworkspace = "app/workspace.py"\n')
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("KET_")} | env
+        self.env["KET_PRESENCE_INTERVAL_S"] = str(REPORT_SECONDS)
         self.log = root / "worker.log"
         self.process: subprocess.Popen[str] | None = None
 
@@ -103,6 +107,24 @@ def _until(condition: Callable[[], bool], what: str, seconds: float = WAIT_SECON
         time.sleep(0.2)
 
 
+def _rows_until(
+    project: Project, wanted: Callable[[dict[int, dict[str, Any]]], bool], what: str
+) -> dict[int, dict[str, Any]]:
+    """The first `ket workers list` whose rows are `wanted` (each listing costs a process)."""
+    found: list[dict[int, dict[str, Any]]] = []
+
+    def listed() -> bool:
+        found[:] = [project.workers()]
+        return wanted(found[0])
+
+    _until(listed, what)
+    return found[0]
+
+
+def _seen(row: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(row["last_seen_at"])
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def databases(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
     """The environment both copies share: their tenant database (and, on PostgreSQL, a
@@ -138,23 +160,17 @@ def test_two_workers_of_different_manifests_are_listed_warned_about_and_leave_or
     assert first != second
     try:
         p1, p2 = one.start(), two.start()
-        _until(
-            lambda: {p for p, w in one.workers().items() if not w["stale"]} == {p1.pid, p2.pid},
+        _until(lambda: bool(one.warnings() and two.warnings()), "each worker's warning")
+        # read after both warnings: the reports that warned are in these rows
+        rows = _rows_until(
+            one,
+            lambda rows: {p for p, w in rows.items() if not w["stale"]} == {p1.pid, p2.pid},
             "both workers listed as live",
         )
-        rows = one.workers()
         assert (rows[p1.pid]["manifest_hash"], rows[p2.pid]["manifest_hash"]) == (first, second)
         assert rows[p1.pid]["tenants"] == "all"
         assert rows[p1.pid]["queues"] == {"default": 10}
-
-        _until(lambda: bool(one.warnings() and two.warnings()), "each worker's warning")
-        time.sleep(2.5)  # more reports: the warning is not repeated
-        [said] = one.warnings()
-        assert f"runs manifest {second[:12]}, but this worker" in said
-        assert f"runs manifest {first[:12]}:" in said
-        [said] = two.warnings()
-        assert f"runs manifest {first[:12]}, but this worker" in said
-        assert f"runs manifest {second[:12]}:" in said
+        assert rows[p1.pid]["interval_seconds"] == REPORT_SECONDS
 
         stats = one.ket("jobs", "stats", "--format", "json")
         assert stats.returncode == 0, stats.stderr
@@ -165,10 +181,28 @@ def test_two_workers_of_different_manifests_are_listed_warned_about_and_leave_or
         assert "live workers run 2 different manifests" in text
         assert first[:12] in text and second[:12] in text
 
+        # both have reported again since they warned, each seeing the other live: the warning is
+        # not repeated
+        _rows_until(
+            one,
+            lambda later: all(
+                _seen(later[p]) > _seen(rows[p]) and not later[p]["stale"] for p in (p1.pid, p2.pid)
+            ),
+            "a report from each worker after its warning",
+        )
+        [said] = one.warnings()
+        assert f"runs manifest {second[:12]}, but this worker" in said
+        assert f"runs manifest {first[:12]}:" in said
+        [said] = two.warnings()
+        assert f"runs manifest {first[:12]}, but this worker" in said
+        assert f"runs manifest {second[:12]}:" in said
+
         p2.send_signal(signal.SIGKILL)
         p2.wait(timeout=10)
-        _until(lambda: one.workers()[p2.pid]["stale"], "the killed worker's row to turn stale")
-        assert one.workers()[p1.pid]["stale"] is False
+        rows = _rows_until(
+            one, lambda rows: rows[p2.pid]["stale"], "the killed worker's row to turn stale"
+        )
+        assert rows[p1.pid]["stale"] is False
 
         p1.send_signal(signal.SIGTERM)
         assert p1.wait(timeout=30) == 0

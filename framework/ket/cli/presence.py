@@ -13,11 +13,13 @@ import asyncio
 import hashlib
 import os
 import socket
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from ket.catalog import Catalog
 from ket.declare.deployment import DeploymentDecl
-from ket.runtime.presence import PresenceService, presence_interval
+from ket.errors import KetError
+from ket.runtime.presence import MAX_INTERVAL_SECONDS, PresenceService, presence_interval
 from ket.runtime.share import TenantShare
 from ket.runtime.supervisor import bounded
 from ket.store.roster import WorkerInfo, WorkerRoster
@@ -42,6 +44,25 @@ def ket_version() -> str:
         return "unknown"
 
 
+def report_interval(catalog: Catalog, environ: Mapping[str, str]) -> float:
+    """How often this worker reports itself: KET_PRESENCE_INTERVAL_S when set (above 0, at most
+    a minute), else a third of the lease within 1 s and 60 s. The tests of the roster set it
+    small so that a killed worker turns stale in a second, not in three."""
+    text = environ.get("KET_PRESENCE_INTERVAL_S")
+    if not text:
+        return presence_interval(catalog.worker.lease_ms)
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds <= MAX_INTERVAL_SECONDS:
+        raise KetError(
+            f"KET_PRESENCE_INTERVAL_S must be seconds above 0 and at most "
+            f"{MAX_INTERVAL_SECONDS:g}, got {text!r}"
+        )
+    return seconds
+
+
 def presence_service(
     *,
     deployment: DeploymentDecl,
@@ -49,12 +70,13 @@ def presence_service(
     worker_id: str,
     tenant: str | None,
     database_url: str | None,
+    environ: Mapping[str, str],
 ) -> PresenceService:
     """The service that keeps this worker's row in the control database; `catalog` carries the
     concurrency this host runs, `tenant` the one tenant served (None: all), `database_url` the
-    --database-url option."""
+    --database-url option; `environ` may set the interval (`report_interval`)."""
     started = datetime.now(UTC)
-    interval = presence_interval(catalog.worker.lease_ms)
+    interval = report_interval(catalog, environ)
 
     async def describe() -> WorkerInfo:
         digest, version = await asyncio.to_thread(

@@ -25,7 +25,7 @@ from ket.cli import concurrency, metrics
 from ket.cli.concurrency import HostConcurrency
 from ket.cli.options import add_log_options, deployment_of, log_format, log_third_party
 from ket.cli.output import configure_logging
-from ket.cli.presence import presence_service, tenant_share
+from ket.cli.presence import presence_service, report_interval, tenant_share
 from ket.cli.runtime import open_store, registry_reader, run_service, tenant_urls, worker_id
 from ket.declare.deployment import DeploymentDecl
 from ket.errors import KetError
@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
     catalog = settings.apply(Catalog.build(deployment))
     pool_settings(catalog, os.environ)  # refuse a pool too small before serving anything
     limit = connection_budget(args.max_connections, os.environ)
+    report_interval(catalog, os.environ)  # and a bad KET_PRESENCE_INTERVAL_S
     tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker
     blobs = default_blobs()  # a bad KET_STORAGE_URL stops the start, naming it
     return run_service(
@@ -257,6 +258,7 @@ async def serve(
             worker_id=identity,
             tenant=tenant,
             database_url=database_url,
+            environ=os.environ,
         )
         presence.every(service, timeout=PRESENCE_TIMEOUT_SECONDS)
         if tenant is None:

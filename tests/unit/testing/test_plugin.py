@@ -38,6 +38,26 @@ app = define_deployment(name="app", modules=[mail], worker={"queues": {"default"
 """
 
 
+# The app's suite runs in a pytest process of its own, which loads every installed plugin: the
+# other plugins of ket's dev environment (hypothesis's and schemathesis's above all) cost each
+# run about 2.5 s of CPU before the first test, and none of them is what these tests are about.
+# ket's own plugin still loads the way an app gets it, through its entry point.
+OTHER_PLUGINS = (
+    "hypothesispytest",
+    "schemathesis",
+    "xdist",
+    "xdist.looponfail",
+    "anyio",
+    "benchmark",
+)
+
+
+def run(project: pytest.Pytester) -> pytest.RunResult:
+    """The app's tests, in a pytest process of their own."""
+    blocked = [arg for name in OTHER_PLUGINS for arg in ("-p", f"no:{name}")]
+    return project.runpytest_subprocess("-p", "no:cacheprovider", *blocked)
+
+
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
     """An app with `[tool.ket]`, as a user's repository has it."""
@@ -71,7 +91,7 @@ def test_the_fixtures_give_each_test_a_fresh_deployment_of_the_project(
             """
         )
     )
-    project.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    run(project).assert_outcomes(passed=2)
 
 
 def test_a_failed_assert_enqueued_names_what_it_wanted_and_lists_what_it_found(
@@ -90,7 +110,7 @@ def test_a_failed_assert_enqueued_names_what_it_wanted_and_lists_what_it_found(
             """
         )
     )
-    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    result = run(project)
     result.assert_outcomes(failed=2)
     text = result.stdout.str()
     wanted = 'expected a job mail.send with input={"to": "bob"} to be enqueued;'
@@ -127,7 +147,7 @@ def test_perform_job_runs_one_attempt_and_reports_its_outcome_to_hooks(
             """
         )
     )
-    project.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    run(project).assert_outcomes(passed=1)
 
 
 def test_with_a_postgres_server_each_test_gets_its_own_database_dropped_after(
@@ -149,7 +169,7 @@ def test_with_a_postgres_server_each_test_gets_its_own_database_dropped_after(
             """
         )
     )
-    project.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    run(project).assert_outcomes(passed=2)
     urls = seen.read_text().split()
     assert len(set(urls)) == 2 and all(url.startswith("postgresql://") for url in urls)
     names = [url.rsplit("/", 1)[1] for url in urls]
@@ -167,8 +187,8 @@ def test_the_ini_option_picks_a_deployment_and_a_bad_one_is_named(
         test_app="def test_it(ket_e2e):\n    assert ket_e2e.catalog.deployment == 'app'\n"
     )
     project.makeini("[pytest]\nket_deployment = app:app\n")
-    project.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    run(project).assert_outcomes(passed=1)
     project.makeini("[pytest]\nket_deployment = app:mail\n")
-    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    result = run(project)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*ket_deployment 'app:mail' is not a deployment*ModuleDecl*"])
