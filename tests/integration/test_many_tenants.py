@@ -172,6 +172,10 @@ def server(tmp_path_factory: pytest.TempPathFactory, postgres_url: str) -> Itera
                         "GRANT ALL ON ALL TABLES IN SCHEMA public TO {}",
                         "GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {}",
                         "GRANT CREATE ON SCHEMA public TO {}",
+                        # and the tables a worker of the other test creates later (the
+                        # control database's ket_workers, say)
+                        "ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON TABLES TO {}",
+                        "ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON SEQUENCES TO {}",
                     ):
                         database.execute(sql.SQL(grant).format(role))
             for number in range(TENANTS):
