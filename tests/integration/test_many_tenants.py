@@ -107,15 +107,17 @@ class Server:
             found[tenant] = [(row[0], row[1]) for row in rows]
         return found
 
-    def worker_connections(self) -> list[tuple[str, str]]:
-        """(database, query) of every connection to this test's databases but the test's."""
+    def worker_connections(self) -> list[tuple[str, str, str]]:
+        """(database, query, application name) of every connection to this test's databases but
+        the test's."""
         with psycopg.connect(self.admin, autocommit=True) as connection:
             rows = connection.execute(
-                "SELECT datname, query FROM pg_stat_activity WHERE datname LIKE %s "
-                "AND backend_type = 'client backend' AND application_name <> %s",
+                "SELECT datname, query, application_name FROM pg_stat_activity "
+                "WHERE datname LIKE %s AND backend_type = 'client backend' "
+                "AND application_name <> %s",
                 (self.prefix + "%", TEST_APP),
             ).fetchall()
-        return [(row[0], row[1]) for row in rows]
+        return [(row[0], row[1], row[2]) for row in rows]
 
     def transactions(self) -> int:
         """Transactions committed so far in this test's tenant databases."""
@@ -217,6 +219,7 @@ class Sampler:
         self._server = server
         self.counts: list[int] = []
         self.listens: list[int] = []
+        self.names: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -232,7 +235,8 @@ class Sampler:
         while not self._stop.is_set():
             seen = self._server.worker_connections()
             self.counts.append(len(seen))
-            self.listens.append(sum(1 for _, query in seen if query.startswith("LISTEN")))
+            self.listens.append(sum(1 for _, query, _ in seen if query.startswith("LISTEN")))
+            self.names.update(name for _, _, name in seen)
             time.sleep(0.05)
 
 
@@ -302,6 +306,9 @@ def test_one_worker_serves_thirty_tenants_within_its_budget_woken_through_one_ch
     assert code == 0, text
     assert max(sampler.counts) <= BUDGET, (max(sampler.counts), text[-3000:])
     assert set(sampler.listens[-20:]) == {1}
+    # an operator sees whose connections they are: the worker's id, as `ket workers list` shows
+    [name] = sampler.names
+    assert name.startswith("ket worker ") and name.removeprefix("ket worker ") in text
     assert server.finished() == dict.fromkeys(server.tenants, 1)
     # paced: each idle queue claims once in about 30 s (not every poll_max), a rescue comes
     # once a lease; the per-tenant polling this replaces cost about 0.7 per tenant per second

@@ -37,6 +37,7 @@ from ket.runtime.worker import SERVICE_CONNECTIONS, connections_needed, loop_con
 from ket.storage import BlobStore
 from ket.store.contract import JobStore
 from ket.store.sql import budget
+from ket.store.sql.address import name_connections
 from ket.store.sql.budget import DEFAULT_LIMIT, MIN_LIMIT, RESERVED
 
 if TYPE_CHECKING:
@@ -243,6 +244,7 @@ async def serve(
         )
 
     identity = worker_id()
+    name_connections(f"ket worker {identity}")  # so pg_stat_activity shows whose they are
     blobs = blobs if blobs is not None else default_blobs()
     # its own supervisor, stopped after the tenants: the row stays while running jobs finish.
     # The first report comes within one interval, not at once: the worker takes its first jobs
@@ -308,6 +310,7 @@ async def serve(
         for task in departing:
             await task  # it logs its own failure
         budget.install(None)
+        name_connections(None)
         if service is not None:
             await service.leave()
         if served is not None:

@@ -7,6 +7,7 @@ engines on the same answers.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,16 @@ POSTGRES_CONNECT_ARGS: dict[str, Any] = {
     "keepalives_count": 3,
     "tcp_user_timeout": 30_000,
 }
+
+
+def name_connections(name: str | None) -> None:
+    """Name the PostgreSQL connections this process opens from now on: `application_name`,
+    which `pg_stat_activity` shows (`ket worker vm:4242:a1b2c3`); None stops naming them. A
+    URL's own `?application_name=` wins, and so does PGAPPNAME in the environment."""
+    if name is None or os.environ.get("PGAPPNAME"):
+        POSTGRES_CONNECT_ARGS.pop("application_name", None)
+        return
+    POSTGRES_CONNECT_ARGS["application_name"] = name[:63]  # PostgreSQL keeps 63 bytes
 
 
 def parse_url(url: UrlLike) -> DatabaseUrl:
