@@ -30,6 +30,7 @@ from ket import define_deployment, define_job, define_module
 from ket.client import open_async_client
 from ket.store.sql import SqlStore
 from ket.store.sql.registry import TenantRegistry
+from tests.faults.fleet import until
 
 TENANTS = 30
 BUDGET = 6
@@ -240,15 +241,6 @@ class Sampler:
             time.sleep(0.05)
 
 
-def _wait_for(condition: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def test_one_worker_serves_thirty_tenants_within_its_budget_woken_through_one_channel(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -269,13 +261,13 @@ def test_one_worker_serves_thirty_tenants_within_its_budget_woken_through_one_ch
         )
     try:
         with Sampler(server) as sampler:
-            _wait_for(
+            until(
                 lambda: log.read_text().count("serving tenant t") == TENANTS,
                 60,
                 "the worker to serve every tenant",
             )
             # it listens once, on the control database, for every tenant
-            _wait_for(lambda: sampler.listens[-1:] == [1], 30, "one LISTEN")
+            until(lambda: sampler.listens[-1:] == [1], 30, "one LISTEN")
 
             async def enqueue_everywhere() -> None:
                 for tenant in server.tenants:
@@ -290,7 +282,7 @@ def test_one_worker_serves_thirty_tenants_within_its_budget_woken_through_one_ch
             asyncio.run(enqueue_everywhere())
             # each poll waits 30 s: within 20 s only the control channel's hints can have
             # woken every tenant's queue
-            _wait_for(
+            until(
                 lambda: all(n == 1 for n in server.finished().values()),
                 20,
                 "every tenant's job to finish",
@@ -361,7 +353,7 @@ def test_a_worker_the_server_refuses_connections_waits_and_runs_every_job_once(
                     await client.aclose()
 
         asyncio.run(enqueue_everywhere())
-        _wait_for(
+        until(
             lambda: all(
                 [state for state, _ in jobs] == ["completed"] * 3
                 for jobs in server.states().values()

@@ -91,14 +91,15 @@ def run(args: argparse.Namespace) -> int:
     )
     catalog = Catalog.build(deployment_of(args))
     check_servable(catalog, "ket serve")
-    if metrics.settings(args, os.environ) is not None:
+    chosen = metrics.settings(args, os.environ)
+    if chosen is not None:
         metrics.require()  # say what to install before anything starts
     tenant_urls(args)  # an unknown --tenant or an unreadable registry stops the start here
     from ket.runtime.contexts import default_blobs
 
     blobs = default_blobs()  # a bad KET_STORAGE_URL stops the start, naming it
     sock = listen_for(args)
-    return run_service(serve_http(catalog, args, sock, blobs))
+    return run_service(serve_http(catalog, args, sock, blobs, chosen))
 
 
 def check_servable(catalog: Catalog, command: str) -> None:
@@ -131,9 +132,11 @@ def http_server(
     args: argparse.Namespace,
     sock: socket.socket,
     blobs: BlobStore | None = None,
+    chosen: metrics.MetricsSettings | None = None,
 ) -> HttpServer:
     """The server of `catalog`'s functions on `sock`, for the command line's tenants; `blobs`
-    is where ctx.storage keeps blobs (None: what KET_STORAGE_URL names)."""
+    is where ctx.storage keeps blobs (None: what KET_STORAGE_URL names); with `chosen`, its
+    metrics are served too."""
     from ket.cli.workers import read_workers
     from ket.runtime.tenancy import database_template
     from ket.serve.app import create_app
@@ -147,8 +150,6 @@ def http_server(
     async def list_workers() -> list[SeenWorker]:
         return await asyncio.to_thread(lambda: read_workers(args.database_url)[1])
 
-    # `ket dev --all` has no metrics options: its server counts nothing
-    chosen = metrics.settings(args, os.environ) if hasattr(args, "metrics_port") else None
     served: list[metrics.ServeMetrics] = []
 
     def services(parts: Parts) -> list[Service]:
@@ -180,11 +181,12 @@ async def serve_http(
     args: argparse.Namespace,
     sock: socket.socket,
     blobs: BlobStore | None = None,
+    chosen: metrics.MetricsSettings | None = None,
 ) -> int:
     """Serve until a signal; the exit code."""
     from ket.serve.server import address
 
-    server = http_server(catalog, args, sock, blobs)
+    server = http_server(catalog, args, sock, blobs, chosen)
     signals = 0
 
     def on_signal(number: int) -> None:

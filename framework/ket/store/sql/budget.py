@@ -170,7 +170,7 @@ class ConnectionBudget:
             "PostgreSQL refused a connection for want of room (%s) while this process holds %d: "
             "working within %d until it takes more (tried again every %g s). Work waits, it "
             "does not fail; lower --max-connections (now %d) to what the server allows",
-            _first_line(error),
+            _last_line(error),
             self.open_count(),
             self._ceiling,
             CEILING_RETRY_SECONDS,
@@ -296,7 +296,8 @@ def _no_room(error: Exception) -> bool:
     return any(words in text for words in _NO_ROOM)
 
 
-def _first_line(error: Exception) -> str:
+def _last_line(error: Exception) -> str:
+    """The last line of the error's text: for a refused connection, the server's FATAL line."""
     text = str(error).strip().splitlines()
     return text[-1].strip() if text else type(error).__name__
 

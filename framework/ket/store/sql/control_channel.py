@@ -77,6 +77,29 @@ class Router(Wakeups):
                 wakeups.notify_all()
 
 
+class _Dropped:
+    """Hints that could not be sent: said once a minute at most, with how many were dropped."""
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._said_at = -SAY_EVERY_SECONDS
+        self._count = 0
+
+    def said(self, error: Exception, count: int) -> None:
+        self._count += count
+        now = time.monotonic()
+        if now - self._said_at < SAY_EVERY_SECONDS:
+            return
+        log.warning(
+            "could not send %d wake-up hint(s) to the control database %s: %s; the workers "
+            "find those jobs at their next poll",
+            self._count,
+            listening.describe(self._dsn),
+            listening.error_text(error),
+        )
+        self._said_at, self._count = now, 0
+
+
 class _Sender:
     """Gathers the hints of one control database and sends them on a connection of its own."""
 
@@ -85,8 +108,7 @@ class _Sender:
         self._pending: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._connection: psycopg.AsyncConnection[Any] | None = None
-        self._said_at = -SAY_EVERY_SECONDS
-        self._dropped = 0
+        self._dropped = _Dropped(dsn)
 
     def send(self, hints: Iterable[str]) -> None:
         self._pending.update(hints)
@@ -101,7 +123,7 @@ class _Sender:
                 await connection.execute(SEND, (batch,))
             except Exception as error:  # a hint is not worth more than a log line
                 await self._drop()
-                self._failed(error, len(batch))
+                self._dropped.said(error, len(batch))
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         connection = self._connection
@@ -119,20 +141,6 @@ class _Sender:
                 await connection.close()
             except Exception:
                 return
-
-    def _failed(self, error: Exception, count: int) -> None:
-        self._dropped += count
-        now = time.monotonic()
-        if now - self._said_at < SAY_EVERY_SECONDS:
-            return
-        log.warning(
-            "could not send %d wake-up hint(s) to the control database %s: %s; the workers "
-            "find those jobs at their next poll",
-            self._dropped,
-            listening.describe(self._dsn),
-            " ".join(str(error).split()) or type(error).__name__,
-        )
-        self._said_at, self._dropped = now, 0
 
     async def close(self) -> None:
         if self._task is not None:
@@ -196,7 +204,7 @@ class SyncHints:
         self.dsn = dsn
         self.tenant = tenant
         self._connection: psycopg.Connection[Any] | None = None
-        self._said_at = -SAY_EVERY_SECONDS
+        self._dropped = _Dropped(dsn)
 
     def sent(self, queues: Collection[str]) -> None:
         """As ControlChannel.sent, in the caller's thread; a failure is logged, not raised."""
@@ -210,15 +218,7 @@ class SyncHints:
             connection.execute(SEND, ([hint(self.tenant, queue) for queue in sorted(queues)],))
         except Exception as error:
             self.close()
-            now = time.monotonic()
-            if now - self._said_at >= SAY_EVERY_SECONDS:
-                self._said_at = now
-                log.warning(
-                    "could not send a wake-up hint to the control database %s: %s; the "
-                    "workers find the jobs at their next poll",
-                    listening.describe(self.dsn),
-                    " ".join(str(error).split()) or type(error).__name__,
-                )
+            self._dropped.said(error, len(queues))
 
     def close(self) -> None:
         connection, self._connection = self._connection, None

@@ -266,7 +266,7 @@ class Listener:
                 self._repeats.log(
                     logging.WARNING if expected else logging.ERROR,
                     f"{type(error).__name__}:{str(error)[:200]}",
-                    f"{_text(error)}; reconnecting in {delay:.2g} s",
+                    f"{error_text(error)}; reconnecting in {delay:.2g} s",
                     exc_info=not expected,
                 )
                 await asyncio.sleep(delay)
@@ -340,7 +340,7 @@ class Listener:
             self._repeats.log(
                 logging.WARNING,
                 f"probe:{type(error).__name__}",
-                f"could not send the NOTIFY probe: {_text(error)}",
+                f"could not send the NOTIFY probe: {error_text(error)}",
             )
         elif not self._deaf:
             self._deaf = True
@@ -352,7 +352,8 @@ class Listener:
             )
 
 
-def _text(error: BaseException) -> str:
+def error_text(error: BaseException) -> str:
+    """An error's text on one line (psycopg's messages span lines), else its type's name."""
     text = " ".join(str(error).split())  # psycopg's messages span lines
     return text or type(error).__name__
 
