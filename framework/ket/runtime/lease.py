@@ -52,6 +52,9 @@ class Attempts:
     running: dict[JobId, Attempt] = field(default_factory=dict)
     # cleared while heartbeats fail and attempts were given up: queue loops wait on it
     reachable: asyncio.Event = field(default_factory=asyncio.Event)
+    # set while there are attempts, or the database is to be probed: the heartbeat, the lease
+    # guard and the vacuumer tick only then, so that an idle tenant costs no timers at all
+    watched: asyncio.Event = field(default_factory=asyncio.Event)
     started: int = 0  # attempts ever added: claims made here (the vacuumer counts them)
 
     def __post_init__(self) -> None:
@@ -61,10 +64,25 @@ class Attempts:
         attempt = Attempt(job=job, signal=AbortSignal(), held_until=sent + self.lease_seconds)
         self.running[job.id] = attempt
         self.started += 1
+        self.watched.set()
         return attempt
 
     def remove(self, job_id: JobId) -> None:
         self.running.pop(job_id, None)
+        if not self.running and self.reachable.is_set():
+            self.watched.clear()
+
+    def fence_off(self) -> None:
+        """Heartbeats failed and attempts were given up: claiming pauses until the database
+        answers (the heartbeat probes it meanwhile)."""
+        self.reachable.clear()
+        self.watched.set()
+
+    def answered(self) -> None:
+        """The database answers again: claiming resumes."""
+        self.reachable.set()
+        if not self.running:
+            self.watched.clear()
 
     def __iter__(self) -> Iterator[Attempt]:
         return iter(list(self.running.values()))
@@ -92,7 +110,7 @@ class HeartbeatService:
         if not attempts.reachable.is_set():
             await self._store.now()  # raises while the database is still away
             log.warning("the database answers again; claiming resumes")
-            attempts.reachable.set()
+            attempts.answered()
         held = [a for a in attempts if a.signal.reason != "lease lost"]
         if not held:
             return
@@ -132,7 +150,7 @@ class LeaseGuard:
         for attempt in overdue:
             attempt.given_up = True
             attempt.signal.abort("lease lost")
-        attempts.reachable.clear()
+        attempts.fence_off()
         log.error(
             "tenant %s: heartbeats are failing; aborted %d running attempt%s (%s) before their "
             "leases run out, and paused claiming until the database answers",

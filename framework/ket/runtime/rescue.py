@@ -6,6 +6,25 @@ from ket.runtime.events import Event, Hooks
 from ket.store.contract import JobStore
 
 
+async def rescue(store: JobStore, hooks: Hooks, *, tenant: str) -> int:
+    """Move the executing jobs whose lease expired on; returns how many."""
+    rescued = await store.job_rescue()
+    if hooks.wanted("rescued"):
+        for job in rescued:
+            hooks.emit(
+                Event(
+                    kind="rescued",
+                    tenant=tenant,
+                    job_id=job.id,
+                    name=job.name,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    detail=f"now {job.state}; lease of {job.worker_id} expired",
+                )
+            )
+    return len(rescued)
+
+
 class RescueService:
     """Moves executing jobs whose lease expired to retryable, discarded or cancelled."""
 
@@ -18,16 +37,4 @@ class RescueService:
         self.interval = interval
 
     async def tick(self) -> None:
-        for rescued in await self._store.job_rescue():
-            if self._hooks.wanted("rescued"):
-                self._hooks.emit(
-                    Event(
-                        kind="rescued",
-                        tenant=self._tenant,
-                        job_id=rescued.id,
-                        name=rescued.name,
-                        queue=rescued.queue,
-                        attempt=rescued.attempt,
-                        detail=f"now {rescued.state}; lease of {rescued.worker_id} expired",
-                    )
-                )
+        await rescue(self._store, self._hooks, tenant=self._tenant)

@@ -1,9 +1,12 @@
 """The one supervisor every background loop of a worker runs under.
 
 A service is a small object with a `name`, an `interval` and an async `tick()` (a test calls
-`tick()` directly, with the manual clock); a long-running loop (a queue's claim loop, the settler)
-is an async function that should never return while the worker runs. The supervisor owns the
-error policy, so no service has one of its own:
+`tick()` directly, with the manual clock); a tick that knows when it is next due (a schedule's
+next tick) returns the seconds until then instead of None. A service with nothing to do while a
+gate is down (the heartbeat while nothing runs) waits for the gate without a timer. A
+long-running loop (a queue's claim loop, the settler) is an async function that should never
+return while the worker runs. The supervisor owns the error policy, so no service has one of its
+own:
 
 - any `Exception` is caught and logged with the service and tenant; the same failure repeated
   within a minute is counted, not logged, and a summary line ("N more in the last minute") follows;
@@ -39,8 +42,9 @@ class Service(Protocol):
     name: str
     interval: float
 
-    async def tick(self) -> None:
-        """Do one round of the service's work; raise on failure (the supervisor handles it)."""
+    async def tick(self) -> float | None:
+        """Do one round of the service's work; raise on failure (the supervisor handles it).
+        Returns None to tick again after `interval`, or the seconds until it is due again."""
         ...
 
 
@@ -121,13 +125,19 @@ class Supervisor:
         return name if self.tenant is None else f"{name} (tenant {self.tenant})"
 
     def every(
-        self, service: Service, *, at_once: bool = False, timeout: float | None = None
+        self,
+        service: Service,
+        *,
+        at_once: bool = False,
+        timeout: float | None = None,
+        gate: asyncio.Event | None = None,
     ) -> None:
         """Tick `service` every `service.interval` seconds (the first time at once, or after a
         random part of one interval; after a first tick at once, the second comes after a
-        random part of one: so replicas and tenants spread out)."""
+        random part of one: so replicas and tenants spread out), or when its tick says. With a
+        `gate`, only while the gate is set: once it opens, the first tick is an interval later."""
         bound = timeout if timeout is not None else max(service.interval, 5.0)
-        self._spawn(service.name, self._periodic(service, at_once, bound))
+        self._spawn(service.name, self._periodic(service, at_once, bound, gate))
 
     def keep(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
         """Run `loop()` for as long as the worker runs, restarting it if it ends."""
@@ -150,7 +160,9 @@ class Supervisor:
 
     # -- the policy -------------------------------------------------------------------------
 
-    async def _periodic(self, service: Service, at_once: bool, timeout: float) -> None:
+    async def _periodic(
+        self, service: Service, at_once: bool, timeout: float, gate: asyncio.Event | None
+    ) -> None:
         where = self.where(service.name)
         if not at_once:
             await self.sleep(service.interval * random.uniform(0.5, 1.0))
@@ -159,8 +171,15 @@ class Supervisor:
         spread = at_once
         failures = 0
         while not self._stopping.is_set():
+            if gate is not None and not gate.is_set():
+                await self._until(gate)
+                await self.sleep(service.interval)
+                if self._stopping.is_set():
+                    return
+                # then it ticks, even if the gate closed meanwhile: a gate that flickers (short
+                # jobs, one at a time) must not keep the service from ever ticking
             try:
-                await bounded(service.tick(), timeout, service.name)
+                due = await bounded(service.tick(), timeout, service.name)
             except Exception as error:
                 failures += 1
                 self.repeats.failure(where, error)
@@ -169,8 +188,20 @@ class Supervisor:
             if failures:
                 failures = 0
                 self.repeats.recovered(where)
-            await self.sleep(service.interval * (random.uniform(0.5, 1.0) if spread else 1.0))
+            if due is None:
+                due = service.interval * (random.uniform(0.5, 1.0) if spread else 1.0)
+            await self.sleep(due)
             spread = False
+
+    async def _until(self, gate: asyncio.Event) -> None:
+        """Wait until `gate` is set or the supervisor stops."""
+        opened = asyncio.ensure_future(gate.wait())
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait([opened, stopping], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            opened.cancel()
+            stopping.cancel()
 
     async def _kept(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
         where = self.where(name)
@@ -213,9 +244,10 @@ class Supervisor:
         )
 
 
-async def bounded(work: Awaitable[None], timeout: float, name: str) -> None:
-    """Await `work` for at most `timeout` seconds; past that, cancel it without waiting for it
-    (a call stuck on a dead connection may not even finish cancelling) and raise TickTimeout."""
+async def bounded(work: Awaitable[float | None], timeout: float, name: str) -> float | None:
+    """Await `work` for at most `timeout` seconds and return its result; past that, cancel it
+    without waiting for it (a call stuck on a dead connection may not even finish cancelling)
+    and raise TickTimeout."""
     task = asyncio.ensure_future(work)
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout)
@@ -227,7 +259,7 @@ async def bounded(work: Awaitable[None], timeout: float, name: str) -> None:
         task.cancel()
         task.add_done_callback(_quiet)
         raise TickTimeout(f"{name} did not finish within {timeout:g}s; abandoned it")
-    task.result()
+    return task.result()
 
 
 def backoff(interval: float, failures: int) -> float:
@@ -238,7 +270,7 @@ def backoff(interval: float, failures: int) -> float:
     return min(interval * 2.0**exponent, ceiling) * random.uniform(0.5, 1.0)
 
 
-def _quiet(task: asyncio.Task[None]) -> None:
+def _quiet(task: asyncio.Task[float | None]) -> None:
     if not task.cancelled():
         task.exception()  # retrieved: an abandoned tick's late error is not news
 

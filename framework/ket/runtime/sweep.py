@@ -1,7 +1,13 @@
-"""Schedule sweeps: every replica sweeps, the store's compare-and-set makes each tick fire once."""
+"""Schedule sweeps: every replica sweeps, the store's compare-and-set makes each tick fire once.
+
+A worker sweeps a tenant's schedules when it starts, at each schedule's next tick (known from
+the catalog and the states it just read: no polling for it), and at least every
+`schedule_sweep_ms`, so that a resumed or changed schedule is seen.
+"""
 
 from __future__ import annotations
 
+import random
 from datetime import datetime
 
 from ket.catalog import Catalog, JobSpec
@@ -13,14 +19,29 @@ from ket.store.types import Inserted, ScheduleState, TickClaim
 
 async def sweep(store: JobStore, catalog: Catalog, *, tenant: str, hooks: Hooks) -> int:
     """Claim the current tick of every due schedule once; returns how many ticks fired here."""
+    fired, _ = await sweep_until(store, catalog, tenant=tenant, hooks=hooks)
+    return fired
+
+
+async def sweep_until(
+    store: JobStore, catalog: Catalog, *, tenant: str, hooks: Hooks
+) -> tuple[int, float | None]:
+    """`sweep`, and the seconds from now until the next tick of a schedule that is not paused
+    (None: there is none)."""
     scheduled = [spec for spec in catalog.jobs.values() if spec.schedule is not None]
     if not scheduled:
-        return 0
+        return 0, None
     now = await store.now()
     states = await store.schedule_get([spec.name for spec in scheduled])
     fired = 0
+    due: datetime | None = None
     for spec in scheduled:
-        claim = _claim(catalog, spec, states.get(spec.name), now)
+        state = states.get(spec.name)
+        if state is None or not state.paused:  # after this sweep its last tick is now's
+            assert spec.schedule is not None
+            following = spec.schedule.next_tick(now)
+            due = following if due is None else min(due, following)
+        claim = _claim(catalog, spec, state, now)
         if claim is None:
             continue
         result = await store.schedule_claim_tick(claim)
@@ -38,7 +59,7 @@ async def sweep(store: JobStore, catalog: Catalog, *, tenant: str, hooks: Hooks)
                         detail=f"tick={claim.tick.isoformat()}",
                     )
                 )
-    return fired
+    return fired, None if due is None else (due - now).total_seconds()
 
 
 def _claim(
@@ -81,8 +102,13 @@ async def run_now(store: JobStore, catalog: Catalog, name: str) -> Inserted:
     return await store.schedule_run_now(spec.name, spec.schedule.fingerprint, job)
 
 
+# How long after its tick a sweep comes: enough for the database's clock to have passed it.
+AFTER_TICK_SECONDS = 0.01
+
+
 class SweepService:
-    """Sweeps the deployment's schedules for one tenant every `schedule_sweep_ms`."""
+    """Sweeps the deployment's schedules for one tenant at each tick, and at least every
+    `schedule_sweep_ms` (at a random part of it, so that tenants spread out)."""
 
     name = "schedule sweep"
 
@@ -93,5 +119,10 @@ class SweepService:
         self._tenant = tenant
         self.interval = catalog.worker.schedule_sweep_ms / 1000
 
-    async def tick(self) -> None:
-        await sweep(self._store, self._catalog, tenant=self._tenant, hooks=self._hooks)
+    async def tick(self) -> float:
+        _, due = await sweep_until(
+            self._store, self._catalog, tenant=self._tenant, hooks=self._hooks
+        )
+        if due is not None and due <= self.interval:
+            return due + AFTER_TICK_SECONDS
+        return self.interval * random.uniform(0.5, 1.0)

@@ -2,9 +2,11 @@
 
 It only composes: each queue's claim loop (runtime/queue.py) launches claimed jobs through the
 per-job step (runtime/runner.py); outcomes go to the settler (runtime/settler.py); heartbeats and
-the lease guard (runtime/lease.py), rescue, schedule sweeps, pruning and vacuuming run beside them,
-and all of them run under the supervisor (runtime/supervisor.py), which owns the error policy;
-the heartbeat and lease guard under a second one, stopped only once the running work is over.
+the lease guard (runtime/lease.py), rescue (or, for a tenant woken by hints, the safety visit of
+runtime/visit.py), schedule sweeps, pruning and vacuuming run beside them, and all of them run
+under the supervisor (runtime/supervisor.py), which owns the error policy; the heartbeat and lease
+guard under a second one, stopped only once the running work is over. The heartbeat, the lease
+guard and the vacuumer tick only while attempts run, so an idle tenant sets no timers for them.
 
 `stop()` stops claiming, lets running work finish within the grace period, then aborts it
 (reason `shutdown`) and hands unfinished jobs back at once. `hand_back_now()` is the second
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 
 from ket.catalog import Catalog
@@ -32,7 +35,8 @@ from ket.runtime.settler import Settler
 from ket.runtime.supervisor import Repeats, Supervisor
 from ket.runtime.sweep import SweepService
 from ket.runtime.vacuum import VacuumService
-from ket.store.contract import JobStore, VacuumStore
+from ket.runtime.visit import VisitService, visit_every
+from ket.store.contract import JobStore, PacedStore, VacuumStore
 from ket.store.types import ErrorInfo, Settle
 
 log = logging.getLogger("ket.worker")
@@ -72,7 +76,10 @@ class TenantWorker:
         executor: Executor | None = None,
         hooks: Hooks | None = None,
         repeats: Repeats | None = None,
+        pace: Callable[[], float] | None = None,
     ) -> None:
+        """`pace`: the seconds between two safety visits of a tenant woken by hints (the
+        fleet's, from how many tenants it serves); None: as for a lone tenant."""
         self.store = store
         self.catalog = catalog
         self.tenant = tenant
@@ -102,6 +109,7 @@ class TenantWorker:
         )
         self.settler = Settler(store, self.runner.report, self.supervisor)
         self._queues = {q: QueueSlots(q, n) for q, n in config.queues.items()}
+        self._pace = pace or (lambda: visit_every(1))
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -122,17 +130,28 @@ class TenantWorker:
                 stopping=self._stopping,
             )
             sup.keep(loop.name, loop.run)
+        watched = attempts.watched  # while attempts run, or the database is to be probed
         heartbeat = HeartbeatService(store, attempts)
-        self._leases.every(heartbeat, timeout=heartbeat.interval)
-        self._leases.every(LeaseGuard(attempts, tenant=self.tenant))
-        sup.every(
-            RescueService(store, self.hooks, tenant=self.tenant, interval=attempts.lease_seconds)
-        )
+        self._leases.every(heartbeat, timeout=heartbeat.interval, gate=watched)
+        self._leases.every(LeaseGuard(attempts, tenant=self.tenant), gate=watched)
+        if isinstance(store, PacedStore) and store.paced:
+            visit = VisitService(
+                store, self.hooks, tenant=self.tenant, queues=self._queues, pace=self._pace
+            )
+            # at once: a tenant taken over from a worker that died has its jobs rescued when
+            # their leases end, not a whole visit interval later
+            sup.every(visit, at_once=True, timeout=max(attempts.lease_seconds, 5.0))
+        else:
+            sup.every(
+                RescueService(
+                    store, self.hooks, tenant=self.tenant, interval=attempts.lease_seconds
+                )
+            )
         sup.every(SweepService(store, self.catalog, self.hooks, tenant=self.tenant), at_once=True)
         sup.every(PruneService(store, retention_ms=self._config.retention_ms), timeout=120.0)
         if isinstance(store, VacuumStore):
             vacuum = VacuumService(store, attempts, tenant=self.tenant)
-            sup.every(vacuum, timeout=VACUUM_TIMEOUT_SECONDS)
+            sup.every(vacuum, timeout=VACUUM_TIMEOUT_SECONDS, gate=watched)
 
     async def stop(self, grace_seconds: float | None = None) -> None:
         """Stop claiming; wait for running work up to the grace, then abort and hand it back."""

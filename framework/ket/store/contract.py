@@ -123,8 +123,14 @@ class PushStore(Protocol):
 @runtime_checkable
 class PacedStore(Protocol):
     """Capability: the store paces idle queues, so that many idle tenants cost little: how long
-    a queue with nothing to do may wait before it claims again, and a wake-up when its next job
-    is due."""
+    a queue with nothing to do may wait before it claims again, a wake-up when its next job is
+    due, and what the worker's safety visit needs (runtime/visit.py)."""
+
+    @property
+    def paced(self) -> bool:
+        """Whether wake-ups reach this store's worker as hints only (a control channel), so
+        that it visits the tenant on a slow safety sweep rather than polling."""
+        ...
 
     def idle_poll(self, poll_max: float) -> float:
         """The longest idle wait for a queue (at least `poll_max`)."""
@@ -132,6 +138,14 @@ class PacedStore(Protocol):
 
     async def wake_when_due(self, queue: str) -> None:
         """Wake `queue`'s waiters when its next runnable job is due."""
+        ...
+
+    def wake(self, queues: Collection[str]) -> None:
+        """Wake these queues' waiters in this process now."""
+        ...
+
+    async def lease_end(self) -> float | None:
+        """Seconds until the earliest lease of an executing job ends; None when none runs."""
         ...
 
 

@@ -241,3 +241,24 @@ def test_a_heartbeat_with_a_working_store_resumes_claiming(
 def test_lease_guard_ticks_often_enough_to_catch_the_margin() -> None:
     assert LeaseGuard(Attempts(lease_seconds=30.0), tenant="acme").interval == 1.0
     assert LeaseGuard(Attempts(lease_seconds=2.0), tenant="acme").interval == 0.2
+
+
+def test_the_lease_services_are_watched_only_while_attempts_run_or_claiming_is_paused() -> None:
+    async def scenario(s: Setup) -> None:
+        watched = s.attempts.watched
+        assert not watched.is_set()  # an idle tenant: no heartbeat, guard or vacuum timers
+        [job] = await s.start()
+        assert watched.is_set()
+        s.attempts.remove(job.id)
+        assert not watched.is_set()
+        [job] = await s.start()
+        s.store.away = True
+        s.clock.now = 22.5
+        await s.guard.tick()  # gives the attempt up and pauses claiming
+        s.attempts.remove(job.id)
+        assert watched.is_set()  # the heartbeat must go on probing the database
+        s.store.away = False
+        await s.heartbeat.tick()
+        assert s.attempts.reachable.is_set() and not watched.is_set()
+
+    run(scenario)

@@ -167,6 +167,61 @@ def test_a_paused_schedule_fires_nothing_and_once_resumed_counts_its_ticks_as_sk
     run(scenario)
 
 
+def test_the_sweep_comes_back_at_the_next_tick_not_a_sweep_interval_later() -> None:
+    fast = Catalog.build(
+        define_deployment(
+            name="t",
+            modules=[
+                define_module(
+                    name="t",
+                    jobs={
+                        "tick": define_job(
+                            idempotent=True, schedule={"every": "10s"}, handler=noop
+                        ),
+                        "hourly": define_job(
+                            idempotent=True, schedule={"every": "1h"}, handler=noop
+                        ),
+                    },
+                )
+            ],
+        )
+    )
+
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        service = SweepService(store, fast, hooks_of(events), tenant="acme")
+        clock.advance(seconds=3)  # 12:00:33: the next 10 s tick is 7 s away
+        due = await service.tick()
+        assert due == pytest.approx(7.0, abs=0.05)
+        clock.advance(seconds=due)
+        await service.tick()  # at the tick: it fires
+        assert [e.name for e in events] == ["t.tick"]
+        # with only schedules whose ticks are far off, it still sweeps within its interval
+        assert await store.schedule_pause("t.tick", True)
+        due = await service.tick()
+        assert service.interval / 2 <= due <= service.interval
+
+    run(scenario)
+
+
+def test_a_tenant_with_no_schedule_is_swept_without_a_database_call() -> None:
+    plain = Catalog.build(
+        define_deployment(
+            name="t",
+            modules=[
+                define_module(name="t", jobs={"work": define_job(idempotent=True, handler=noop)})
+            ],
+        )
+    )
+
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        await store.close()  # any call would fail now
+        service = SweepService(store, plain, hooks_of(events), tenant="acme")
+        due = await service.tick()
+        assert service.interval / 2 <= due <= service.interval
+
+    run(scenario)
+
+
 def test_run_now_fires_the_schedule_s_job_at_once_and_leaves_its_ticks_alone() -> None:
     async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
         service = SweepService(store, CATALOG, hooks_of(events), tenant="acme")

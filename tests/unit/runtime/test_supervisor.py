@@ -226,6 +226,55 @@ def test_where_names_the_service_and_tenant() -> None:
     assert Supervisor(tenant=None, stopping=stopping).where("tenant refresh") == "tenant refresh"
 
 
+class Due(Service):
+    """A service whose tick says it is due again after `due` seconds."""
+
+    def __init__(self, due: float) -> None:
+        super().__init__("sweep", self._nothing, interval=3_600.0)
+        self.due = due
+
+    async def _nothing(self, count: int) -> None:
+        return None
+
+    async def tick(self) -> float | None:  # type: ignore[override]
+        await super().tick()
+        return self.due
+
+
+def test_a_service_whose_tick_says_when_it_is_due_is_ticked_then_not_after_its_interval() -> None:
+    service = Due(0.005)
+
+    async def scenario(sup: Supervisor) -> None:
+        sup.every(service, at_once=True)
+        await asyncio.sleep(0.2)
+
+    run(scenario)
+    assert service.ticks > 5  # an hour's interval would have allowed one
+
+
+def test_a_gated_service_ticks_only_while_its_gate_is_open() -> None:
+    async def nothing(count: int) -> None:
+        return None
+
+    service = Service("heartbeat", nothing)
+    gate = asyncio.Event()
+
+    async def scenario(sup: Supervisor) -> None:
+        sup.every(service, at_once=True, gate=gate)
+        await asyncio.sleep(0.05)
+        assert service.ticks == 0
+        gate.set()
+        await asyncio.sleep(0.05)
+        assert service.ticks > 3
+        gate.clear()
+        await asyncio.sleep(0.01)
+        closed_at = service.ticks
+        await asyncio.sleep(0.05)
+        assert service.ticks == closed_at
+
+    run(scenario)
+
+
 def test_a_service_whose_tick_raises_keeps_being_ticked_and_is_logged_once(
     logs: pytest.LogCaptureFixture,
 ) -> None:

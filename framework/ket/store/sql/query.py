@@ -101,6 +101,7 @@ class Statements:
     clock: Any  # the database's now (or the test clock's, passed as `now`)
     notify: Any  # None where the database has no NOTIFY (SQLite)
     next_due: Any  # the database's now and the earliest run_at of a queue's runnable jobs
+    lease_end: Any  # the database's now and the earliest lease end of the executing jobs
 
 
 @cache
@@ -249,6 +250,10 @@ def statements(dialect: str) -> Statements:
             .where(jobs.c.queue == bindparam("p_queue"), RUNNABLE)
             .scalar_subquery()
             .label("due"),
+        ),
+        lease_end=select(
+            now.label("now"),
+            select(func.min(jobs.c.lease_until)).where(EXECUTING).scalar_subquery().label("ends"),
         ),
     )
 

@@ -81,8 +81,9 @@ _KEY_RACES = 3  # times a bulk batch runs when a racing insert takes a unique ke
 # `ket jobs stats` names the transactions open on the tenant database for longer than this
 LONG_TRANSACTION_SECONDS = 60.0
 # how long an idle queue of a tenant woken through the control channel waits before it claims
-# again when nothing woke it (a hint lost, a job enqueued in an application's own transaction)
-SAFETY_POLL_SECONDS = 30.0
+# again when nothing woke it: a backstop, since the worker's safety visit (runtime/visit.py)
+# wakes it sooner
+BACKSTOP_POLL_SECONDS = 600.0
 # outcomes that, with no delay, make the job claimable at once: its queue's waiters are woken
 _RUNNABLE_AGAIN = frozenset({"retryable", "snoozed"})
 
@@ -706,16 +707,35 @@ class SqlStore:
                     self._inbox = sqlite_wakeup.listening(self._wakeups, self._inbox)
             return await self._wakeups.wait(queues, timeout)
 
+    @property
+    def paced(self) -> bool:
+        """Whether this tenant's wake-ups come through the control channel (several tenants
+        on PostgreSQL, see control_channel): the worker then visits it on a slow safety sweep
+        rather than having each queue poll."""
+        return self._channel is not None
+
     def idle_poll(self, poll_max: float) -> float:
         """How long a queue with no due job may wait for a wake-up before it claims again:
-        `poll_max`; with the control channel listening (several tenants, see control_channel),
-        the slower safety poll, SAFETY_POLL_SECONDS give or take a fifth, so that a thousand
-        idle tenants do not each claim every `poll_max` (`wake_when_due` and the hints wake a
-        queue when it has work)."""
+        `poll_max`; with the control channel listening, BACKSTOP_POLL_SECONDS give or take a
+        fifth, so that a thousand idle tenants do not each claim every `poll_max` (the hints,
+        `wake_when_due` and the worker's safety visit wake a queue when it has work)."""
         listener = self._listener
         if self._channel is None or listener is None or not listener.healthy:
             return poll_max
-        return max(poll_max, SAFETY_POLL_SECONDS * random.uniform(0.8, 1.2))
+        return max(poll_max, BACKSTOP_POLL_SECONDS * random.uniform(0.8, 1.2))
+
+    def wake(self, queues: Collection[str]) -> None:
+        """Wake these queues' waiters in this process now (they claim)."""
+        self._wakeups.notify(queues)
+
+    async def lease_end(self) -> float | None:
+        """Seconds until the earliest lease of an executing job ends; None when none runs."""
+        params = time_params(self._now())
+        rows = await self._hot(lambda conn: conn.rows(stmt.LEASE_END, params), single=True)
+        if not rows or rows[0].ends is None:
+            return None
+        left: float = (rows[0].ends - rows[0].now).total_seconds()
+        return max(left, 0.0)
 
     async def wake_when_due(self, queue: str) -> None:
         """Wake `queue` when its next runnable job is due (a job enqueued to run later, a

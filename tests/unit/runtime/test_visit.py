@@ -1,0 +1,75 @@
+"""The safety visit of a tenant woken by hints: it rescues, has every queue claim, and comes
+back when a running job's lease ends if that is sooner than its pace."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection
+
+import pytest
+
+from ket.runtime.events import Event, Hooks
+from ket.runtime.visit import VISIT_AT_LEAST_SECONDS, VISITS_PER_SECOND, VisitService, visit_every
+from ket.store import JobClaim, JobQuery, JobStore, NewJob
+from ket.store.clock import ManualClock
+from ket.store.memory import MemoryStore
+
+
+class Visited(MemoryStore):
+    """The memory store with what a visit asks of a paced store."""
+
+    paced = True
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock=clock)
+        self.woken: list[tuple[str, ...]] = []
+
+    def idle_poll(self, poll_max: float) -> float:
+        return poll_max
+
+    async def wake_when_due(self, queue: str) -> None:
+        return None
+
+    def wake(self, queues: Collection[str]) -> None:
+        self.woken.append(tuple(queues))
+
+    async def lease_end(self) -> float | None:
+        now = await self.now()
+        running = await self.job_list(JobQuery(state="executing", limit=1_000))
+        ends = [job.lease_until for job in running if job.lease_until is not None]
+        return None if not ends else max((min(ends) - now).total_seconds(), 0.0)
+
+
+def test_a_visit_rescues_then_wakes_every_queue_and_paces_itself() -> None:
+    async def main() -> None:
+        clock = ManualClock()
+        store = Visited(clock)
+        events: list[Event] = []
+        hooks = Hooks()
+        hooks.subscribe(events.append)
+        visit = VisitService(
+            store, hooks, tenant="acme", queues=["default", "mail"], pace=lambda: 100.0
+        )
+        assert 80.0 <= await visit.tick() <= 120.0  # nothing runs: its pace
+        assert store.woken == [("default", "mail")]
+        await store.job_insert([NewJob(name="t.work")])
+        [job] = await store.job_claim(
+            JobClaim(queue="default", limit=1, worker_id="gone", lease_seconds=30)
+        )
+        assert await visit.tick() == pytest.approx(31.0)  # back when that lease ends
+        clock.advance(seconds=31)
+        await visit.tick()
+        assert [(e.kind, e.job_id) for e in events] == [("rescued", job.id)]
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_the_pace_keeps_a_process_near_its_visits_per_second() -> None:
+    assert visit_every(1) == VISIT_AT_LEAST_SECONDS
+    assert visit_every(100) == VISIT_AT_LEAST_SECONDS
+    assert visit_every(1_000) == pytest.approx(1_000 / VISITS_PER_SECOND)
+
+
+def test_the_memory_store_stands_in_for_a_job_store() -> None:
+    assert isinstance(Visited(ManualClock()), JobStore)
