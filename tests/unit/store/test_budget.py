@@ -29,7 +29,6 @@ class Pool:
         self.budget = budget
         self.kind = kind
         self.idle: list[tuple[Connection, float]] = []
-        budget.join(self)
 
     async def take(self) -> Connection:
         if self.idle:
@@ -42,7 +41,7 @@ class Pool:
 
     def give_back(self, connection: Connection) -> None:
         self.idle.append((connection, time.monotonic()))
-        self.budget.released()
+        self.budget.released(self)
 
     def idle_since(self) -> float | None:
         return self.idle[0][1] if self.idle else None
@@ -217,3 +216,27 @@ def test_a_server_with_less_room_than_the_budget_is_worked_within_and_said_once(
     assert len(refused) == 1, [r.getMessage() for r in records]
     assert 'too many connections for role "ket"' in refused[0]
     assert "working within 2" in refused[0]
+
+
+def test_a_spent_budget_asks_only_the_holders_with_an_idle_connection() -> None:
+    """A worker serving a thousand tenants has a thousand lanes: finding an idle connection to
+    close must not ask each of them."""
+
+    class Counted(Pool):
+        asked = 0
+
+        def idle_since(self) -> float | None:
+            Counted.asked += 1
+            return super().idle_since()
+
+    async def scenario() -> int:
+        budget = ConnectionBudget(4)
+        busy = [Counted(budget) for _ in range(1_000)]  # never idle: never to be asked
+        idle = Pool(budget)
+        held = [await idle.take() for _ in range(4)]
+        idle.give_back(held.pop())
+        Counted.asked = 0
+        await asyncio.wait_for(busy[0].take(), 5)  # takes the room of the idle one
+        return Counted.asked
+
+    assert asyncio.run(scenario()) == 0

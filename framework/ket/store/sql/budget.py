@@ -10,8 +10,10 @@ budget keeps the live ones in a weak set and asks each whether it is closed, so 
 closes a connection (SQLAlchemy's pool, a broken socket, a lane's reaper) can leak a permit.
 
 When the budget is spent, a caller first takes a connection that sits idle elsewhere: the
-holder idle longest (a tenant's lane, an engine's pool) closes it. With none idle, the caller
-waits, for as long as it takes: work waits for a connection, it never fails for want of one.
+holder idle longest (a tenant's lane, an engine's pool) closes it. Holders say when a connection
+goes idle (`released(holder)`), so the budget looks only at those, never at every tenant's. With
+none idle, the caller waits, for as long as it takes: work waits for a connection, it never fails
+for want of one.
 The wait is said once a minute at most, with the numbers. Idle connections close by themselves
 after `idle_seconds`, so an idle tenant holds none.
 
@@ -81,7 +83,9 @@ class ConnectionBudget:
             "other": weakref.WeakSet(),
         }
         self._opening: dict[Kind, int] = dict.fromkeys(self._live, 0)
-        self._holders: weakref.WeakSet[Any] = weakref.WeakSet()
+        # the holders that said a connection of theirs went idle (some may have taken it back
+        # since): at most about `limit` of them, however many tenants the process serves
+        self._idle: dict[int, weakref.ref[Any]] = {}
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._said_at = -SAY_EVERY_SECONDS
         self._refusal_said_at = -SAY_EVERY_SECONDS
@@ -102,12 +106,11 @@ class ConnectionBudget:
             self._opening[k] + sum(1 for c in self._live[k] if not _closed(c)) for k in kinds
         )
 
-    def join(self, holder: Holder) -> None:
-        """`holder` keeps idle connections the budget may ask it to close."""
-        self._holders.add(holder)
-
-    def released(self) -> None:
-        """A connection closed (or went idle): let a waiter look again."""
+    def released(self, holder: Holder | None = None) -> None:
+        """A connection closed, or went idle in `holder` (which the budget may then ask to
+        close it): let a waiter look again."""
+        if holder is not None:
+            self._idle[id(holder)] = weakref.ref(holder)
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
@@ -216,7 +219,7 @@ class ConnectionBudget:
     async def _shed_one(self, kind: Kind) -> bool:
         """Close the connection idle longest anywhere (an engine's, for an engine that is at
         its cap); whether one closed."""
-        holders = [h for h in list(self._holders) if h.idle_since() is not None]
+        holders = self._idle_holders()
         if kind == "engine" and self.open_count("engine") >= max(1, self.ceiling() - RESERVED):
             holders = [h for h in holders if getattr(h, "kind", None) == "engine"]
         holders.sort(key=lambda h: h.idle_since() or 0.0)
@@ -262,9 +265,20 @@ class ConnectionBudget:
         self._reaping.add(task)
         task.add_done_callback(self._reaped)
 
+    def _idle_holders(self) -> list[Holder]:
+        """The holders with an idle connection now (forgetting those without one)."""
+        found: list[Holder] = []
+        for key, ref in list(self._idle.items()):
+            holder = ref()
+            if holder is None or holder.idle_since() is None:
+                del self._idle[key]
+            else:
+                found.append(holder)
+        return found
+
     async def _reap_idle(self) -> None:
         before = time.monotonic() - self.idle_seconds
-        for holder in list(self._holders):
+        for holder in self._idle_holders():
             since = holder.idle_since()
             if since is not None and since <= before:
                 await holder.shed(older_than=before)
@@ -277,7 +291,7 @@ class ConnectionBudget:
             if now - self._said_at >= SAY_EVERY_SECONDS:
                 self._said_at = now
                 log.error("closing idle connections failed: %r; trying again later", error)
-        if self.open_count() or self._holders:
+        if self.open_count() or self._idle:
             self._start_reaper()
 
 

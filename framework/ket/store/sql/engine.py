@@ -90,7 +90,7 @@ def create_engine(
         options["async_creator"] = _budgeted_creator(spent, parse_url(url), connect_args)
     engine = create_async_engine(target, pool_size=pool_size, connect_args=connect_args, **options)
     if spent is not None:
-        spent.join(PoolHolder(engine))
+        PoolHolder(engine, spent)  # kept alive by the engine's events it listens to
     return engine
 
 
@@ -118,8 +118,9 @@ class PoolHolder:
 
     kind = "engine"
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, spent: budget.ConnectionBudget) -> None:
         self._engine = weakref.ref(engine)
+        self._budget = spent
         self._idle_at: float | None = None
         event.listen(engine.sync_engine, "checkin", self._checked_in)
         event.listen(engine.sync_engine, "checkout", self._checked_out)
@@ -128,6 +129,7 @@ class PoolHolder:
         engine = self._engine()
         if engine is not None and engine.sync_engine.pool.checkedout() == 0:  # type: ignore[attr-defined]
             self._idle_at = time.monotonic()
+            self._budget.released(self)
 
     def _checked_out(self, *_: Any) -> None:
         self._idle_at = None

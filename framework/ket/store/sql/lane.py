@@ -103,8 +103,6 @@ class Lane:
         # the process's connection budget (budget.py), if any: each connection takes part of
         # it, and idle ones close after its idle time, or sooner when others need the room
         self._budget = budget.current()
-        if self._budget is not None:
-            self._budget.join(self)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[LaneConnection]:
@@ -229,7 +227,7 @@ class Lane:
                 return
         self._idle.append((raw, time.monotonic()))
         if self._budget is not None:
-            self._budget.released()  # one idle here: a caller short of room may take it
+            self._budget.released(self)  # one idle here: a caller short of room may take it
 
     def _wake_one(self) -> None:
         """A slot came free: let the first waiter open a connection of its own."""
