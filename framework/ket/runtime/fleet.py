@@ -27,7 +27,6 @@ from ket.runtime.events import hooks as default_hooks
 from ket.runtime.share import TenantShare
 from ket.runtime.supervisor import Repeats, Service, Supervisor
 from ket.runtime.tenancy import resolve_tenants
-from ket.runtime.visit import visit_every
 from ket.runtime.worker import TenantWorker
 from ket.storage import BlobStore
 from ket.store.contract import JobStore
@@ -203,15 +202,11 @@ class Fleet:
             hooks=self.hooks,
             contexts=contexts,
             repeats=self._repeats,
-            pace=self._visit_every,
+            served=lambda: len(self.workers),
         )
         worker.start()
         self.workers[name] = worker
         log.info("serving tenant %s", name)
-
-    def _visit_every(self) -> float:
-        """The safety visits' pace: the whole process makes about VISITS_PER_SECOND of them."""
-        return visit_every(len(self.workers))
 
     async def _stop(self, name: str) -> None:
         worker = self.workers[name]  # listed until stopped: a second signal hands its jobs back

@@ -2,12 +2,17 @@
 
 A worker sweeps a tenant's schedules when it starts, at each schedule's next tick (known from
 the catalog and the states it just read: no polling for it), and at least every
-`schedule_sweep_ms`, so that a resumed or changed schedule is seen.
+`schedule_sweep_ms`, so that a resumed or changed schedule is seen. A process serving many
+tenants spreads their sweeps after each tick rather than sweeping them all at its instant: each
+tenant sweeps at its own fixed offset within `tenants / SWEEPS_PER_SECOND` seconds, and never
+later than half the shortest schedule's period after the tick.
 """
 
 from __future__ import annotations
 
 import random
+import zlib
+from collections.abc import Callable
 from datetime import datetime
 
 from ket.catalog import Catalog, JobSpec
@@ -19,28 +24,31 @@ from ket.store.types import Inserted, ScheduleState, TickClaim
 
 async def sweep(store: JobStore, catalog: Catalog, *, tenant: str, hooks: Hooks) -> int:
     """Claim the current tick of every due schedule once; returns how many ticks fired here."""
-    fired, _ = await sweep_until(store, catalog, tenant=tenant, hooks=hooks)
+    fired, _, _ = await sweep_until(store, catalog, tenant=tenant, hooks=hooks)
     return fired
 
 
 async def sweep_until(
     store: JobStore, catalog: Catalog, *, tenant: str, hooks: Hooks
-) -> tuple[int, float | None]:
-    """`sweep`, and the seconds from now until the next tick of a schedule that is not paused
-    (None: there is none)."""
+) -> tuple[int, float | None, float | None]:
+    """`sweep`, the seconds from now until the next tick of a schedule that is not paused
+    (None: there is none), and the shortest period between two ticks of those."""
     scheduled = [spec for spec in catalog.jobs.values() if spec.schedule is not None]
     if not scheduled:
-        return 0, None
+        return 0, None, None
     now = await store.now()
     states = await store.schedule_get([spec.name for spec in scheduled])
     fired = 0
     due: datetime | None = None
+    period: float | None = None
     for spec in scheduled:
         state = states.get(spec.name)
         if state is None or not state.paused:  # after this sweep its last tick is now's
             assert spec.schedule is not None
             following = spec.schedule.next_tick(now)
             due = following if due is None else min(due, following)
+            gap = (following - spec.schedule.tick_at(now)).total_seconds()
+            period = gap if period is None else min(period, gap)
         claim = _claim(catalog, spec, state, now)
         if claim is None:
             continue
@@ -59,7 +67,7 @@ async def sweep_until(
                         detail=f"tick={claim.tick.isoformat()}",
                     )
                 )
-    return fired, None if due is None else (due - now).total_seconds()
+    return fired, None if due is None else (due - now).total_seconds(), period
 
 
 def _claim(
@@ -102,8 +110,18 @@ async def run_now(store: JobStore, catalog: Catalog, name: str) -> Inserted:
     return await store.schedule_run_now(spec.name, spec.schedule.fingerprint, job)
 
 
-# How long after its tick a sweep comes: enough for the database's clock to have passed it.
+# How long after its tick a sweep comes at the earliest: enough for the database's clock to
+# have passed it.
 AFTER_TICK_SECONDS = 0.01
+# How many tenants a process sweeps a second, at most, after a tick they share.
+SWEEPS_PER_SECOND = 50.0
+
+
+def sweep_offset(tenant: str, tenants: int) -> float:
+    """The tenant's own offset after each tick, when the process serves `tenants` (before the
+    cap at half a period): fixed for the tenant, spread evenly over the tenants."""
+    share = zlib.crc32(tenant.encode()) / 2**32
+    return share * tenants / SWEEPS_PER_SECOND
 
 
 class SweepService:
@@ -112,17 +130,27 @@ class SweepService:
 
     name = "schedule sweep"
 
-    def __init__(self, store: JobStore, catalog: Catalog, hooks: Hooks, *, tenant: str) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        catalog: Catalog,
+        hooks: Hooks,
+        *,
+        tenant: str,
+        served: Callable[[], int] = lambda: 1,
+    ) -> None:
         self._store = store
         self._catalog = catalog
         self._hooks = hooks
         self._tenant = tenant
+        self._served = served  # how many tenants the process serves
         self.interval = catalog.worker.schedule_sweep_ms / 1000
 
     async def tick(self) -> float:
-        _, due = await sweep_until(
+        _, due, period = await sweep_until(
             self._store, self._catalog, tenant=self._tenant, hooks=self._hooks
         )
-        if due is not None and due <= self.interval:
-            return due + AFTER_TICK_SECONDS
-        return self.interval * random.uniform(0.5, 1.0)
+        if due is None or period is None or due > self.interval:
+            return self.interval * random.uniform(0.5, 1.0)
+        offset = min(sweep_offset(self._tenant, self._served()), period / 2)
+        return due + max(offset, AFTER_TICK_SECONDS)

@@ -4,9 +4,9 @@ With several tenants on PostgreSQL, a worker hears of new jobs through the contr
 (ket.store.sql.control_channel) and of due ones from its own timers, so no queue polls. What a
 hint cannot tell is covered by one visit per tenant, on one connection: rescue the jobs whose
 lease expired, then have every queue claim (a job enqueued with no hint, a hint lost). Visits
-come every `pace()` seconds, give or take a fifth; the fleet sets the pace from the number of
-tenants it serves (`visit_every`), so that the whole process makes about VISITS_PER_SECOND
-visits however many tenants it serves. A visit that finds a running job comes back when its
+come every `visit_every(served())` seconds, give or take a fifth, `served()` being how many
+tenants the process serves: so the whole process makes about VISITS_PER_SECOND visits however
+many tenants it serves. A visit that finds a running job comes back when its
 lease ends, so a job whose worker died is rescued about when its lease expires.
 """
 
@@ -49,20 +49,20 @@ class VisitService:
         *,
         tenant: str,
         queues: Collection[str],
-        pace: Callable[[], float],
+        served: Callable[[], int],
     ) -> None:
         self._store = store
         self._hooks = hooks
         self._tenant = tenant
         self._queues = tuple(queues)
-        self._pace = pace
-        self.interval = pace()
+        self._served = served
+        self.interval = visit_every(served())
 
     async def tick(self) -> float:
         store = self._store
         await rescue(store, self._hooks, tenant=self._tenant)
         store.wake(self._queues)  # they claim on the connection the rescue just used
         ends = await store.lease_end()
-        self.interval = self._pace()
+        self.interval = visit_every(self._served())
         delay = self.interval * random.uniform(0.8, 1.2)
         return delay if ends is None else min(delay, ends + AFTER_LEASE_SECONDS)

@@ -35,7 +35,7 @@ from ket.runtime.settler import Settler
 from ket.runtime.supervisor import Repeats, Supervisor
 from ket.runtime.sweep import SweepService
 from ket.runtime.vacuum import VacuumService
-from ket.runtime.visit import VisitService, visit_every
+from ket.runtime.visit import VisitService
 from ket.store.contract import JobStore, PacedStore, VacuumStore
 from ket.store.types import ErrorInfo, Settle
 
@@ -76,10 +76,10 @@ class TenantWorker:
         executor: Executor | None = None,
         hooks: Hooks | None = None,
         repeats: Repeats | None = None,
-        pace: Callable[[], float] | None = None,
+        served: Callable[[], int] | None = None,
     ) -> None:
-        """`pace`: the seconds between two safety visits of a tenant woken by hints (the
-        fleet's, from how many tenants it serves); None: as for a lone tenant."""
+        """`served`: how many tenants the process serves now (the fleet's), which paces the
+        safety visits and spreads the schedule sweeps; None: this one."""
         self.store = store
         self.catalog = catalog
         self.tenant = tenant
@@ -109,7 +109,7 @@ class TenantWorker:
         )
         self.settler = Settler(store, self.runner.report, self.supervisor)
         self._queues = {q: QueueSlots(q, n) for q, n in config.queues.items()}
-        self._pace = pace or (lambda: visit_every(1))
+        self._served = served or (lambda: 1)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -136,7 +136,7 @@ class TenantWorker:
         self._leases.every(LeaseGuard(attempts, tenant=self.tenant), gate=watched)
         if isinstance(store, PacedStore) and store.paced:
             visit = VisitService(
-                store, self.hooks, tenant=self.tenant, queues=self._queues, pace=self._pace
+                store, self.hooks, tenant=self.tenant, queues=self._queues, served=self._served
             )
             # at once: a tenant taken over from a worker that died has its jobs rescued when
             # their leases end, not a whole visit interval later
@@ -147,7 +147,10 @@ class TenantWorker:
                     store, self.hooks, tenant=self.tenant, interval=attempts.lease_seconds
                 )
             )
-        sup.every(SweepService(store, self.catalog, self.hooks, tenant=self.tenant), at_once=True)
+        sweep = SweepService(
+            store, self.catalog, self.hooks, tenant=self.tenant, served=self._served
+        )
+        sup.every(sweep, at_once=True)
         sup.every(PruneService(store, retention_ms=self._config.retention_ms), timeout=120.0)
         if isinstance(store, VacuumStore):
             vacuum = VacuumService(store, attempts, tenant=self.tenant)

@@ -203,6 +203,26 @@ def test_the_sweep_comes_back_at_the_next_tick_not_a_sweep_interval_later() -> N
     run(scenario)
 
 
+def test_many_tenants_sweep_at_their_own_offsets_after_a_tick_within_half_its_period() -> None:
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        clock.advance(seconds=10)  # 12:00:40: the next 1m tick is 20 s away
+        offsets = []
+        for tenant in [f"t{n:04}" for n in range(200)]:
+            service = SweepService(
+                store, CATALOG, hooks_of(events), tenant=tenant, served=lambda: 1_000
+            )
+            offsets.append(await service.tick() - 20.0)
+            again = SweepService(
+                store, CATALOG, hooks_of(events), tenant=tenant, served=lambda: 1_000
+            )
+            assert await again.tick() - 20.0 == pytest.approx(offsets[-1])  # its own, fixed
+        # a thousand tenants at 50 sweeps a second: over 20 s, within half the 1m period
+        assert max(offsets) <= 20.0 and min(offsets) >= 0.0
+        assert max(offsets) - min(offsets) > 15.0  # spread, not at one instant
+
+    run(scenario)
+
+
 def test_a_tenant_with_no_schedule_is_swept_without_a_database_call() -> None:
     plain = Catalog.build(
         define_deployment(

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from ket.errors import StoreError
+from ket.store.sql import budget as ket_budget
 from ket.store.sql.budget import RESERVED, ConnectionBudget
 
 
@@ -240,3 +241,34 @@ def test_a_spent_budget_asks_only_the_holders_with_an_idle_connection() -> None:
         return Counted.asked
 
     assert asyncio.run(scenario()) == 0
+
+
+def test_an_urgent_wait_goes_before_the_others() -> None:
+    """Heartbeats and settlements keep leases: a herd of sweeps must not hold them back."""
+
+    async def scenario() -> list[str]:
+        budget = ConnectionBudget(3)
+        pool = Pool(budget)
+        held = [await pool.take() for _ in range(3)]
+        served: list[str] = []
+
+        async def wait(name: str, urgent: bool) -> None:
+            if urgent:
+                with ket_budget.urgent():
+                    await pool.take()
+            else:
+                await pool.take()
+            served.append(name)
+
+        sweeps = [asyncio.ensure_future(wait(f"sweep {n}", False)) for n in range(5)]
+        await asyncio.sleep(0.01)
+        heartbeat = asyncio.ensure_future(wait("heartbeat", True))
+        await asyncio.sleep(0.01)
+        held[0].close()
+        budget.released()
+        await asyncio.wait_for(heartbeat, 5)
+        for task in sweeps:
+            task.cancel()
+        return served
+
+    assert asyncio.run(scenario()) == ["heartbeat"]

@@ -17,6 +17,9 @@ for want of one.
 The wait is said once a minute at most, with the numbers. Idle connections close by themselves
 after `idle_seconds`, so an idle tenant holds none.
 
+Statements that keep leases (heartbeats, settlements) are `urgent()`: when callers wait, they go
+first, so that a herd of schedule sweeps or claims cannot hold them back until leases expire.
+
 Connections held across a handler's own code (an engine's: `ctx.db`, `ctx.tx`) may take at most
 `limit - RESERVED` of the budget: the worker's own statements (claims, settlements, heartbeats,
 which never wait on anything while they hold one) always find room, so a fleet of handlers each
@@ -30,8 +33,9 @@ import logging
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from typing import Any, Literal, Protocol, TypeVar
 
 from ket.errors import StoreError
@@ -44,7 +48,8 @@ DEFAULT_LIMIT = 20
 DEFAULT_IDLE_SECONDS = 10.0
 # of the budget, what only the worker's own short statements may take (see the module's text)
 RESERVED = 2
-RECHECK_SECONDS = 0.5  # a waiter looks again this often (a close the budget was not told of)
+# while callers wait, the first looks again this often (a close the budget was not told of)
+RECHECK_SECONDS = 0.5
 SAY_EVERY_SECONDS = 60.0  # the longest silence between two "budget spent" lines
 CEILING_RETRY_SECONDS = 30.0  # while the server refuses more, one more is tried this often
 MIN_LIMIT = RESERVED + 1
@@ -86,11 +91,12 @@ class ConnectionBudget:
         # the holders that said a connection of theirs went idle (some may have taken it back
         # since): at most about `limit` of them, however many tenants the process serves
         self._idle: dict[int, weakref.ref[Any]] = {}
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._waiters: deque[tuple[Kind, asyncio.Future[None]]] = deque()
         self._said_at = -SAY_EVERY_SECONDS
         self._refusal_said_at = -SAY_EVERY_SECONDS
         self._unsaid = 0  # waits since the last line
         self._reaper: asyncio.TimerHandle | None = None
+        self._recheck: asyncio.TimerHandle | None = None
         self._reaping: set[asyncio.Task[None]] = set()
         self.peak = 0  # the most ever open at once
         # below the limit while the server refuses more (see `connect`), and since when
@@ -108,14 +114,22 @@ class ConnectionBudget:
 
     def released(self, holder: Holder | None = None) -> None:
         """A connection closed, or went idle in `holder` (which the budget may then ask to
-        close it): let a waiter look again."""
+        close it): the first waiter that may take the room looks again (an engine's waits while
+        engines hold their share, so a lane's behind it goes first)."""
         if holder is not None:
             self._idle[id(holder)] = weakref.ref(holder)
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+        engines_full: bool | None = None
+        for index, (kind, waiter) in enumerate(self._waiters):
+            if waiter.done():
+                continue
+            if kind == "engine":
+                if engines_full is None:
+                    engines_full = self.open_count("engine") >= max(1, self.ceiling() - RESERVED)
+                if engines_full:
+                    continue
+            del self._waiters[index]
+            waiter.set_result(None)
+            return
 
     # -- taking one -------------------------------------------------------------------------
 
@@ -206,15 +220,34 @@ class ConnectionBudget:
             if waited_since is None:
                 waited_since = time.monotonic()
                 self._say_spent(kind)
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+            entry = (kind, waiter)
+            if _URGENT.get():
+                self._waiters.appendleft(entry)
+            else:
+                self._waiters.append(entry)
+            if self._recheck is None:
+                self._recheck = loop.call_later(RECHECK_SECONDS, self._look_again)
             try:
-                await asyncio.wait_for(asyncio.shield(waiter), RECHECK_SECONDS)
-            except TimeoutError:
-                pass
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
+                await waiter  # woken: it looks again above, and waits anew if it finds no room
+            except BaseException:
+                if entry in self._waiters:
+                    self._waiters.remove(entry)
+                elif waiter.done() and not waiter.cancelled():
+                    self.released()  # woken as it gave up: the next one looks instead
+                raise
+
+    def _look_again(self) -> None:
+        """While callers wait, the first one looks again every RECHECK_SECONDS: a connection
+        may have closed without the budget being told (one timer, however many wait)."""
+        self._recheck = None
+        if self._waiters:
+            self.released()
+            if self._waiters:
+                self._recheck = asyncio.get_running_loop().call_later(
+                    RECHECK_SECONDS, self._look_again
+                )
 
     async def _shed_one(self, kind: Kind) -> bool:
         """Close the connection idle longest anywhere (an engine's, for an engine that is at
@@ -322,6 +355,17 @@ def _closed(connection: Any) -> bool:
 
 
 _PROCESS: ConnectionBudget | None = None
+_URGENT: ContextVar[bool] = ContextVar("ket_budget_urgent", default=False)
+
+
+@contextmanager
+def urgent() -> Iterator[None]:
+    """Within the block, a wait for room goes before the others (see the module's text)."""
+    token = _URGENT.set(True)
+    try:
+        yield
+    finally:
+        _URGENT.reset(token)
 
 
 def install(budget: ConnectionBudget | None) -> None:

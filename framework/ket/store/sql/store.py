@@ -21,7 +21,7 @@ from ket.errors import StoreError
 from ket.store import validate
 from ket.store.clock import Clock
 from ket.store.failure import Translate, translated
-from ket.store.sql import bulk, command, schedule, stats
+from ket.store.sql import budget, bulk, command, schedule, stats
 from ket.store.sql import listener as listening
 from ket.store.sql import statement as stmt
 from ket.store.sql.address import SYNCHRONOUS, libpq_dsn, parse_url, postgres_connect_args
@@ -406,7 +406,8 @@ class SqlStore:
             await command.wake(conn, woken)
             return applied
 
-        applied = await self._hot(body, single=not others)
+        with budget.urgent():  # a settlement ends a lease: it goes before other waits
+            applied = await self._hot(body, single=not others)
         self._wakeups.notify(woken)
         for queue, delay in later:
             self._wake_at(queue, delay)
@@ -424,7 +425,8 @@ class SqlStore:
         params = time_params(self._now(), lease=heartbeat.lease_seconds)
         pairs = [(lease.id, lease.fence) for lease in heartbeat.leases]
         params.update(stmt.pairs(self.dialect, pairs))
-        rows = await self._hot(lambda conn: conn.rows(stmt.HEARTBEAT, params), single=True)
+        with budget.urgent():  # a heartbeat keeps leases: it goes before other waits
+            rows = await self._hot(lambda conn: conn.rows(stmt.HEARTBEAT, params), single=True)
         extended = {row.id for row in rows}
         ids = [lease.id for lease in heartbeat.leases]
         return HeartbeatResult(
