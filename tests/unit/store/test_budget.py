@@ -272,3 +272,28 @@ def test_an_urgent_wait_goes_before_the_others() -> None:
         return served
 
     assert asyncio.run(scenario()) == ["heartbeat"]
+
+
+def test_a_connection_just_gone_idle_is_kept_a_moment_for_its_own_holder() -> None:
+    """A tenant's claim right after its sweep reuses the sweep's connection rather than losing
+    it to another tenant's wait and opening a new one."""
+
+    async def scenario() -> tuple[bool, bool, float]:
+        budget = ConnectionBudget(3)
+        mine, other = Pool(budget), Pool(budget)
+        held = [await mine.take() for _ in range(3)]
+        waiting = asyncio.ensure_future(other.take())
+        await asyncio.sleep(0.01)
+        mine.give_back(held[0])
+        await asyncio.sleep(0.01)  # within KEEP_FOR_OWNER_SECONDS: still its own
+        again = await mine.take()
+        kept = again is held[0] and not waiting.done()
+        mine.give_back(again)
+        gave_at = time.monotonic()
+        await asyncio.wait_for(waiting, 5)  # then the other tenant gets the room
+        return kept, again.closed, time.monotonic() - gave_at
+
+    kept, closed, after = asyncio.run(scenario())
+    assert kept
+    assert closed  # closed to make room for the other holder
+    assert ket_budget.KEEP_FOR_OWNER_SECONDS * 0.9 <= after < 1.0

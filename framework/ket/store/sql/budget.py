@@ -10,7 +10,8 @@ budget keeps the live ones in a weak set and asks each whether it is closed, so 
 closes a connection (SQLAlchemy's pool, a broken socket, a lane's reaper) can leak a permit.
 
 When the budget is spent, a caller first takes a connection that sits idle elsewhere: the
-holder idle longest (a tenant's lane, an engine's pool) closes it. Holders say when a connection
+holder idle longest (a tenant's lane, an engine's pool) closes it, once it has sat idle for
+KEEP_FOR_OWNER_SECONDS. Holders say when a connection
 goes idle (`released(holder)`), so the budget looks only at those, never at every tenant's. With
 none idle, the caller waits, for as long as it takes: work waits for a connection, it never fails
 for want of one.
@@ -50,6 +51,10 @@ DEFAULT_IDLE_SECONDS = 10.0
 RESERVED = 2
 # while callers wait, the first looks again this often (a close the budget was not told of)
 RECHECK_SECONDS = 0.5
+# A connection that went idle is kept this long for its own holder's next statement (the claim
+# after a sweep fired a tick, the settlement after a job) before a waiter may close it for room:
+# with a thousand tenants, taking it at once would make every step of a job open a connection.
+KEEP_FOR_OWNER_SECONDS = 0.1
 SAY_EVERY_SECONDS = 60.0  # the longest silence between two "budget spent" lines
 CEILING_RETRY_SECONDS = 30.0  # while the server refuses more, one more is tried this often
 MIN_LIMIT = RESERVED + 1
@@ -97,6 +102,7 @@ class ConnectionBudget:
         self._unsaid = 0  # waits since the last line
         self._reaper: asyncio.TimerHandle | None = None
         self._recheck: asyncio.TimerHandle | None = None
+        self._recheck_at = 0.0
         self._reaping: set[asyncio.Task[None]] = set()
         self.peak = 0  # the most ever open at once
         # below the limit while the server refuses more (see `connect`), and since when
@@ -116,8 +122,11 @@ class ConnectionBudget:
         """A connection closed, or went idle in `holder` (which the budget may then ask to
         close it): the first waiter that may take the room looks again (an engine's waits while
         engines hold their share, so a lane's behind it goes first)."""
-        if holder is not None:
+        if holder is not None:  # waiters may take it once its owner had a moment to reuse it
             self._idle[id(holder)] = weakref.ref(holder)
+            if self._waiters:
+                self._look_again_in(KEEP_FOR_OWNER_SECONDS)
+            return
         engines_full: bool | None = None
         for index, (kind, waiter) in enumerate(self._waiters):
             if waiter.done():
@@ -206,6 +215,7 @@ class ConnectionBudget:
 
     async def _room(self, kind: Kind) -> None:
         waited_since: float | None = None
+        woken = False
         while True:
             ceiling = self.ceiling()
             cap = max(1, ceiling - RESERVED) if kind == "engine" else ceiling
@@ -215,22 +225,22 @@ class ConnectionBudget:
                 if waited_since is not None:
                     self._waited(time.monotonic() - waited_since)
                 return
-            if await self._shed_one(kind):
+            closed, ripe_in = await self._shed_one(kind)
+            if closed:
                 continue
             if waited_since is None:
                 waited_since = time.monotonic()
                 self._say_spent(kind)
-            loop = asyncio.get_running_loop()
-            waiter = loop.create_future()
+            waiter = asyncio.get_running_loop().create_future()
             entry = (kind, waiter)
-            if _URGENT.get():
+            if _URGENT.get() or woken:  # one woken that found no room stays first
                 self._waiters.appendleft(entry)
             else:
                 self._waiters.append(entry)
-            if self._recheck is None:
-                self._recheck = loop.call_later(RECHECK_SECONDS, self._look_again)
+            self._look_again_in(RECHECK_SECONDS if ripe_in is None else ripe_in)
             try:
                 await waiter  # woken: it looks again above, and waits anew if it finds no room
+                woken = True
             except BaseException:
                 if entry in self._waiters:
                     self._waiters.remove(entry)
@@ -238,28 +248,43 @@ class ConnectionBudget:
                     self.released()  # woken as it gave up: the next one looks instead
                 raise
 
+    def _look_again_in(self, seconds: float) -> None:
+        """Have the first waiter look again within `seconds` (one timer, however many wait)."""
+        loop = asyncio.get_running_loop()
+        at = loop.time() + seconds
+        if self._recheck is not None:
+            if self._recheck_at <= at:
+                return
+            self._recheck.cancel()
+        self._recheck, self._recheck_at = loop.call_at(at, self._look_again), at
+
     def _look_again(self) -> None:
-        """While callers wait, the first one looks again every RECHECK_SECONDS: a connection
-        may have closed without the budget being told (one timer, however many wait)."""
+        """While callers wait, the first one looks again at least every RECHECK_SECONDS (a
+        connection may have closed without the budget being told), and when an idle one may
+        be taken."""
         self._recheck = None
         if self._waiters:
             self.released()
             if self._waiters:
-                self._recheck = asyncio.get_running_loop().call_later(
-                    RECHECK_SECONDS, self._look_again
-                )
+                self._look_again_in(RECHECK_SECONDS)
 
-    async def _shed_one(self, kind: Kind) -> bool:
+    async def _shed_one(self, kind: Kind) -> tuple[bool, float | None]:
         """Close the connection idle longest anywhere (an engine's, for an engine that is at
-        its cap); whether one closed."""
+        its cap), if it sat idle for KEEP_FOR_OWNER_SECONDS; whether one closed, and if not,
+        in how long one idle now may be taken (None: none is idle)."""
         holders = self._idle_holders()
         if kind == "engine" and self.open_count("engine") >= max(1, self.ceiling() - RESERVED):
             holders = [h for h in holders if getattr(h, "kind", None) == "engine"]
-        holders.sort(key=lambda h: h.idle_since() or 0.0)
-        for holder in holders:
+        if not holders:
+            return False, None
+        ripe = time.monotonic() - KEEP_FOR_OWNER_SECONDS
+        aged = sorted(((h.idle_since() or 0.0, h) for h in holders), key=lambda pair: pair[0])
+        for since, holder in aged:
+            if since > ripe:
+                return False, since - ripe
             if await holder.shed():
-                return True
-        return False
+                return True, None
+        return False, None
 
     def _say_spent(self, kind: Kind) -> None:
         now = time.monotonic()
