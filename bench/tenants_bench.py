@@ -108,6 +108,9 @@ class PassResult:
     warm_up_s: float | None = None  # spawn to the first probe's start (tenant t0001)
     connections: Connections | None = None
     idle_cpu_pct: dict[str, float] = field(default_factory=dict)  # per worker, % of one core
+    # connections the server accepted per second into the tenants' and the registry's databases
+    # during the idle window (pg_stat_database.sessions): how often workers reconnect
+    idle_sessions_per_s: float | None = None
     memory: dict[str, Memory] = field(default_factory=dict)
     wake_up: ProbeStats | None = None
     fairness: ProbeStats | None = None
@@ -159,7 +162,7 @@ async def run_pass(
         sampler.start()
         await _warm_up(result, prober, tenants[0], began)
         await _settle(sampler, workers)
-        await _idle(result, procs, args.idle_seconds)
+        await _idle(result, procs, args.idle_seconds, server)
         result.wake_up = await _series(prober, tenants, args.probes, args, rng)
         await _fairness(result, prober, tenants, args, rng)
         remaining = args.min_seconds - (time.time() - began)
@@ -225,11 +228,16 @@ async def _settle(sampler: Sampler, workers: int) -> None:
             return
 
 
-async def _idle(result: PassResult, procs: list[WorkerProcess], seconds: float) -> None:
+async def _idle(
+    result: PassResult, procs: list[WorkerProcess], seconds: float, server: Server
+) -> None:
     before = {i: cpu_now(p.pid) for i, p in enumerate(procs)}
+    sessions = _sessions(server)
     began = time.monotonic()
     await asyncio.sleep(seconds)
     elapsed = time.monotonic() - began
+    if sessions is not None and (now := _sessions(server)) is not None:
+        result.idle_sessions_per_s = (now - sessions) / elapsed
     for i, proc in enumerate(procs):
         name = worker_app_name(i)
         result.idle_cpu_pct[name] = 100 * (cpu_now(proc.pid) - before[i]) / elapsed
@@ -320,6 +328,22 @@ def _exits(procs: list[WorkerProcess]) -> dict[str, str]:
     return gone
 
 
+def _sessions(server: Server) -> int | None:
+    """Sessions the server has started into the bench's databases (PostgreSQL 14 and later
+    count them; None before)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(server.admin, autocommit=True) as admin:
+            row = admin.execute(
+                "SELECT sum(sessions)::bigint FROM pg_stat_database WHERE datname LIKE %s",
+                ("ketbench\\_%",),
+            ).fetchone()
+    except psycopg.Error:
+        return None
+    return None if row is None or row[0] is None else int(row[0])
+
+
 def _count_done(server: Server, tenant: str) -> int:
     import psycopg
     from tenants_setup import PREFIX
@@ -368,6 +392,7 @@ def _rows(p: PassResult, backlog: int) -> list[tuple[str, str]]:
         ("idle worker VmRSS, MB (max over workers)", _f(max(rss, default=None), 0)),
         ("worker VmHWM at the end, MB (max)", _f(max(hwm, default=None), 0)),
         ("idle worker CPU, % of a core (max)", _f(max(cpu, default=None), 2)),
+        ("  connections opened per second meanwhile, all workers", _f(p.idle_sessions_per_s)),
     ]
     if p.wake_up is not None:
         rows.append(("wake-up p50 / p95 / p99, ms", p.wake_up.line()))
