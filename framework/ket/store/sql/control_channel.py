@@ -12,6 +12,10 @@ database, and the trigger's NOTIFY there is the channel, as before.
     channel.sent({"default"})                      # after a commit: a hint, batched and sent
     listener = channel.listen(wakeups)             # the process's LISTEN on the control database
 
+A worker's own enqueues (a schedule's tick, `ctx.jobs`, a retry due now) wake its queue in the
+process at once; the hint it sends for other workers then comes back to it too. That echo is
+dropped for the waiters already woken (within ECHO_SECONDS), so one job is not claimed for twice.
+
 Hints stay hints: one lost (the control database down, a worker restarting) delays a job until
 the queue's next poll; it never loses it. Sending never blocks the enqueue that caused it: hints
 are gathered and sent by one task per control database, a few per statement, and a send that
@@ -23,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Collection, Iterable
 from typing import Any
 
@@ -37,6 +42,7 @@ log = logging.getLogger("ket.store.listener")
 
 SEPARATOR = ":"  # never in a tenant name (ket.store.tenant), so `tenant:queue` splits at the first
 SAY_EVERY_SECONDS = 60.0
+ECHO_SECONDS = 5.0  # a hint of this process's own heard later than this is not taken as its echo
 SEND = f"SELECT pg_notify('{CHANNEL}', hint) FROM unnest(%s::text[]) AS hint"
 
 
@@ -52,6 +58,24 @@ class Router(Wakeups):
     def __init__(self) -> None:
         super().__init__()
         self._routes: dict[str, list[Wakeups]] = {}
+        # hints this process sent, each with when and the waiters it woke itself, oldest first
+        self._echoes: dict[str, deque[tuple[float, frozenset[Wakeups]]]] = {}
+
+    def expect(self, payload: str, woken: frozenset[Wakeups]) -> None:
+        """This process sent `payload` after waking `woken` itself: its echo skips them."""
+        self._echoes.setdefault(payload, deque()).append((time.monotonic(), woken))
+
+    def _woken_already(self, payload: str) -> frozenset[Wakeups]:
+        echoes = self._echoes.get(payload)
+        if not echoes:
+            return frozenset()
+        now = time.monotonic()
+        while echoes and now - echoes[0][0] > ECHO_SECONDS:
+            echoes.popleft()  # its echo never came (the listener was away)
+        woken = echoes.popleft()[1] if echoes else frozenset()
+        if not echoes:
+            del self._echoes[payload]
+        return woken
 
     def add(self, tenant: str, wakeups: Wakeups) -> None:
         self._routes.setdefault(tenant, []).append(wakeups)
@@ -67,11 +91,14 @@ class Router(Wakeups):
         for payload in payloads:
             tenant, separator, queue = payload.partition(SEPARATOR)
             if separator:
+                woken = self._woken_already(payload)
                 for wakeups in self._routes.get(tenant, ()):
-                    wakeups.notify([queue])
+                    if wakeups not in woken:
+                        wakeups.notify([queue])
 
     def notify_all(self) -> None:
         """After a reconnect, when hints may have been missed: every tenant looks."""
+        self._echoes.clear()
         for routes in list(self._routes.values()):
             for wakeups in routes:
                 wakeups.notify_all()
@@ -103,27 +130,40 @@ class _Dropped:
 class _Sender:
     """Gathers the hints of one control database and sends them on a connection of its own."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, key: tuple[str, int]) -> None:
         self._dsn = dsn
-        self._pending: set[str] = set()
+        self._key = key
+        # hint -> the waiters of this process that woke for it already
+        self._pending: dict[str, set[Wakeups]] = {}
         self._task: asyncio.Task[None] | None = None
         self._connection: psycopg.AsyncConnection[Any] | None = None
         self._dropped = _Dropped(dsn)
 
-    def send(self, hints: Iterable[str]) -> None:
-        self._pending.update(hints)
+    def send(self, hints: Iterable[str], woken: Wakeups | None = None) -> None:
+        """Send `hints` soon; `woken`: this process's waiters that woke for them already."""
+        for one in hints:
+            already = self._pending.setdefault(one, set())
+            if woken is not None:
+                already.add(woken)
         if self._pending and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._flush(), name="ket-hints")
 
     async def _flush(self) -> None:
         while self._pending:
-            batch, self._pending = sorted(self._pending), set()
+            pending, self._pending = self._pending, {}
+            batch = sorted(pending)
             try:
                 connection = await self._connect()
                 await connection.execute(SEND, (batch,))
             except Exception as error:  # a hint is not worth more than a log line
                 await self._drop()
                 self._dropped.said(error, len(batch))
+                continue
+            router = _ROUTERS.get(self._key)
+            if router is not None:  # one NOTIFY per distinct hint: one echo each
+                for one in batch:
+                    if pending[one]:
+                        router.expect(one, frozenset(pending[one]))
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         connection = self._connection
@@ -162,15 +202,21 @@ class ControlChannel:
         self._listener: listening.Listener | None = None
         self._wakeups: Wakeups | None = None
 
-    def sent(self, queues: Collection[str]) -> None:
-        """Jobs were committed that `queues` may run now: hint the workers (never blocks)."""
+    def sent(self, queues: Collection[str], woken: Collection[str] = ()) -> None:
+        """Jobs were committed that `queues` may run now (or later): hint the workers (never
+        blocks). `woken`: those of them this store woke in the process already."""
         if not queues:
             return
         key = (self.dsn, id(asyncio.get_running_loop()))
         sender = _SENDERS.get(key)
         if sender is None:
-            sender = _SENDERS[key] = _Sender(self.dsn)
-        sender.send(hint(self.tenant, queue) for queue in queues)
+            sender = _SENDERS[key] = _Sender(self.dsn, key)
+        mine = self._wakeups if self._listener is not None else None  # routed here: an echo
+        if mine is None or not woken:
+            sender.send(hint(self.tenant, queue) for queue in queues)
+            return
+        sender.send((hint(self.tenant, q) for q in queues if q in woken), mine)
+        sender.send(hint(self.tenant, q) for q in queues if q not in woken)
 
     def listen(self, wakeups: Wakeups) -> listening.Listener:
         """The process's LISTEN on the control database, routing this tenant's hints to

@@ -321,10 +321,11 @@ class SqlStore:
             return await run_plan(EngineRows(connection), plan)
 
     def _woken(self, batch: Sequence[NewJob], now: datetime | None) -> None:
-        self._wakeups.notify(wake_queues(batch, now))
+        woken = wake_queues(batch, now)
+        self._wakeups.notify(woken)
         if self._channel is not None:
             # a job due later wakes its queue too: the worker then learns when it is due
-            self._channel.sent({job.queue for job in batch})
+            self._channel.sent({job.queue for job in batch}, woken=woken)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlTransaction]:
