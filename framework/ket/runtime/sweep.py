@@ -1,8 +1,8 @@
 """Schedule sweeps: every replica sweeps, the store's compare-and-set makes each tick fire once.
 
 A worker sweeps a tenant's schedules when it starts, at each schedule's next tick (known from
-the catalog and the states it just read: no polling for it), and at least every
-`schedule_sweep_ms`, so that a resumed or changed schedule is seen. A process serving many
+the catalog and the states it just read: no polling for it), and every `schedule_sweep_ms`
+while no tick is due sooner, so that a resumed schedule is seen. A process serving many
 tenants spreads their sweeps after each tick rather than sweeping them all at its instant: each
 tenant sweeps at its own fixed offset within `tenants / SWEEPS_PER_SECOND` seconds, and never
 later than half the shortest schedule's period after the tick.
@@ -125,8 +125,9 @@ def sweep_offset(tenant: str, tenants: int) -> float:
 
 
 class SweepService:
-    """Sweeps the deployment's schedules for one tenant at each tick, and at least every
-    `schedule_sweep_ms` (at a random part of it, so that tenants spread out)."""
+    """Sweeps the deployment's schedules for one tenant at each tick, and every
+    `schedule_sweep_ms` while no tick is due sooner (at a random part of it, so that tenants
+    spread out)."""
 
     name = "schedule sweep"
 

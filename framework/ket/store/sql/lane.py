@@ -4,7 +4,9 @@ Through SQLAlchemy's async engine every operation costs about 0.3-0.4 ms of CPU 
 sees it (greenlet hops to check a connection out, to run the statement, to hand it back), which
 is more than the statement itself costs the database. The lane runs the *same* statements, built
 once as SQLAlchemy Core in query.py and insert.py and compiled here once to PostgreSQL text, on
-plain psycopg connections, prepared on the server: about 0.08 ms per operation.
+plain psycopg connections, prepared on the server from a statement's second run on a connection:
+about 0.08 ms per operation. (Not from the first: with many tenants a connection often serves a
+tenant for a few statements only, and preparing costs a round trip of its own.)
 
 The statements' PostgreSQL text is generated ahead of time (postgres_text.py, see statement.py),
 so the lane imports no SQLAlchemy: a worker whose handlers use neither `ctx.db` nor `ctx.tx`
@@ -39,6 +41,9 @@ from ket.store.sql.statement import Compiled, Statement
 from ket.store.url import DatabaseUrl
 
 T = TypeVar("T")
+# A statement is prepared on a connection once it ran there this many times before (psycopg's
+# prepare_threshold): the second run prepares it, the later ones use it.
+PREPARE_AFTER = 1
 
 
 def text_of(statement: Statement) -> Compiled:
@@ -47,7 +52,8 @@ def text_of(statement: Statement) -> Compiled:
 
 
 class LaneConnection:
-    """One checked-out lane connection: statements run prepared, rows come back as named tuples."""
+    """One checked-out lane connection: statements run prepared once they ran before on it
+    (PREPARE_AFTER), rows come back as named tuples."""
 
     dialect = "postgresql"
 
@@ -58,14 +64,14 @@ class LaneConnection:
         """Every row `statement` returns (none for a statement without RETURNING)."""
         sql = text_of(statement)
         async with self.raw.cursor(row_factory=namedtuple_row) as cursor:
-            await cursor.execute(sql.text, sql.params(params), prepare=True)
+            await cursor.execute(sql.text, sql.params(params))
             return await cursor.fetchall() if cursor.description is not None else []
 
     async def tuples(self, statement: Statement, params: dict[str, Any] | None = None) -> list[Any]:
         """Every row as a plain tuple, in the statement's column order (the claim's hot path)."""
         sql = text_of(statement)
         async with self.raw.cursor() as cursor:
-            await cursor.execute(sql.text, sql.params(params), prepare=True)
+            await cursor.execute(sql.text, sql.params(params))
             return await cursor.fetchall()
 
     async def many(self, statement: Statement, params: Sequence[dict[str, Any]]) -> list[Any]:
@@ -248,7 +254,9 @@ class Lane:
         return raw
 
     async def _open_one(self) -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(autocommit=True, **self._connect_args)
+        return await psycopg.AsyncConnection.connect(
+            autocommit=True, prepare_threshold=PREPARE_AFTER, **self._connect_args
+        )
 
 
 async def _close_quietly(raw: psycopg.AsyncConnection[Any]) -> None:
