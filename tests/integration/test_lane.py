@@ -71,9 +71,31 @@ def test_the_lane_never_opens_more_connections_than_its_size_and_serves_every_wa
         assert results == list(range(30))
         assert most == 3
         assert await asyncio.to_thread(_open_backends, postgres_url, tag) == 3
-        await lane.close()
-        await asyncio.sleep(0.2)
+        await lane.close()  # returns once the server processes are gone
         assert await asyncio.to_thread(_open_backends, postgres_url, tag) == 0
+
+    _run(body)
+
+
+def test_a_shed_connection_is_gone_from_the_server_when_shed_returns(postgres_url: str) -> None:
+    # the budget takes the room of a shed connection at once: had its server process not yet
+    # exited, the server would count one connection more than the budget allows
+    tag = f"ket-lane-{uuid.uuid4().hex[:8]}"
+
+    async def body() -> None:
+        lane = _lane(postgres_url, tag, size=1)
+        seen = []
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+            for _ in range(20):
+                async with lane.connection() as connection:
+                    await connection.raw.execute("SELECT 1")
+                assert await lane.shed() == 1
+                cursor = await admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (tag,)
+                )
+                seen.append((await cursor.fetchone() or (None,))[0])
+        assert seen == [0] * 20
+        await lane.close()
 
     _run(body)
 

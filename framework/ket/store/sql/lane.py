@@ -23,6 +23,9 @@ free one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -44,6 +47,8 @@ T = TypeVar("T")
 # A statement is prepared on a connection once it ran there this many times before (psycopg's
 # prepare_threshold): the second run prepares it, the later ones use it.
 PREPARE_AFTER = 1
+# How long closing a connection waits for its server process to hang up (see _close_quietly).
+SERVER_GONE_SECONDS = 1.0
 
 
 def text_of(statement: Statement) -> Compiled:
@@ -143,8 +148,7 @@ class Lane:
                 waiter.set_result(None)
         idle, self._idle = [raw for raw, _ in self._idle], deque()
         self._open -= len(idle)
-        for raw in idle:
-            await raw.close()
+        await asyncio.gather(*(_close_quietly(raw) for raw in idle))
         if idle and self._budget is not None:
             self._budget.released()
 
@@ -260,7 +264,25 @@ class Lane:
 
 
 async def _close_quietly(raw: psycopg.AsyncConnection[Any]) -> None:
+    """Close `raw`, and return once its server process is gone (within SERVER_GONE_SECONDS):
+    closing only sends the server a goodbye, and a budget that opened the next connection at
+    once would have the server count one more than the budget while the old one exits."""
+    peer: socket.socket | None = None
     try:
+        if not raw.closed:  # a second handle on the socket, to hear the server hang up
+            peer = socket.socket(fileno=os.dup(raw.pgconn.socket))
+            peer.setblocking(False)
+    except (OSError, psycopg.Error):
+        peer = None
+    with contextlib.suppress(Exception):  # a broken connection is gone either way
         await raw.close()
-    except Exception:  # a broken connection may fail to close: it is gone either way
+    if peer is None:
         return
+    try:
+        loop = asyncio.get_running_loop()
+        while await asyncio.wait_for(loop.sock_recv(peer, 4096), SERVER_GONE_SECONDS):
+            pass  # whatever the server still sends, until it hangs up
+    except (OSError, TimeoutError):
+        pass  # it did not hang up in time: the connection is closed on our side anyway
+    finally:
+        peer.close()
