@@ -212,6 +212,9 @@ class ProbeStats:
     max_ms: float | None
     unsent: int = 0  # not sent: the measure's time limit (--phase-seconds) came first
     errors: dict[str, int] = field(default_factory=dict)  # distinct enqueue errors
+    # the slowest probes that started: (tenant, when it was sent as UTC HH:MM:SS.mmm, ms),
+    # so a tail can be set beside what else happened then (a tick at :00 or :30, say)
+    slowest: list[tuple[str, str, float]] = field(default_factory=list)
 
     def line(self) -> str:
         def ms(value: float | None) -> str:
@@ -248,7 +251,22 @@ def probe_stats(probes: Sequence[Probe], timeout: float, *, unsent: int = 0) -> 
         max_ms=delays[-1] * 1000 if delays else None,
         unsent=unsent,
         errors=dict(Counter(_shape(p.error) for p in failed if p.error).most_common(5)),
+        slowest=[
+            (p.tenant, _clock(p.sent), round(latency * 1000, 1))
+            for p, latency in sorted(
+                ((p, p.latency) for p in probes if p.latency is not None),
+                key=lambda pair: pair[1],
+                reverse=True,
+            )[:SLOWEST]
+        ],
     )
+
+
+SLOWEST = 5
+
+
+def _clock(instant: float) -> str:
+    return datetime.fromtimestamp(instant, UTC).strftime("%H:%M:%S.%f")[:-3]
 
 
 class Prober:
