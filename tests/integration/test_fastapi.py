@@ -63,3 +63,12 @@ def test_an_endpoint_keeps_the_order_and_its_job_when_it_returns_and_neither_whe
     assert _rows(database, "SELECT id, number FROM orders") == [(order_id, "1001")]
     jobs = _rows(database, "SELECT name, state, payload FROM ket_jobs")
     assert jobs == [("shop.confirm", "available", {"order_id": str(order_id)})]
+
+
+def test_the_docs_show_this_example_as_it_is_tested() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "jobs.md").read_text()
+    example = (Path(__file__).parents[1] / "fastapi_project" / "app.py").read_text()
+    body = example[example.index("from collections.abc import AsyncIterator") :]
+    section = docs[docs.index("#### From FastAPI") :]
+    block = section[section.index("```python\n") + len("```python\n") :]
+    assert block.startswith(body), "docs/jobs.md, From FastAPI: copy tests/fastapi_project/app.py"
