@@ -2,16 +2,19 @@
 SQLAlchemy connection on SQLite and PostgreSQL, for one job and for a batch (one statement of
 arrays on PostgreSQL, numbered rows on SQLite); a psycopg 3 connection, sync and async, in a
 transaction or in autocommit mode (the jobs then commit at once, all or none); an AsyncSession;
-and a refusal, naming it, of any other kind. Django's connection: test_django.py."""
+whose commit (never a savepoint's, never a rollback) sends the control channel's hint; and a
+refusal, naming it, of any other kind. Django's connection: test_django.py."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.pq import TransactionStatus
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
@@ -19,8 +22,10 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from ket.errors import ConnectionRejected, StoreError
 from ket.store import JobQuery, NewJob
 from ket.store.sql import SqlStore
+from ket.store.sql.address import libpq_dsn, parse_url
+from ket.store.sql.control_channel import ControlChannel, close_senders
 from ket.store.sql.engine import async_url, sync_url
-from ket.store.sql.insert import NUMBERED_FROM
+from ket.store.sql.insert import CHANNEL, NUMBERED_FROM
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -211,3 +216,56 @@ def test_a_connection_of_the_wrong_kind_is_refused_naming_it_and_what_is_taken(
 
     asyncio.run(scenario())
     assert asyncio.run(_names(url, args)) == []
+
+
+def test_an_async_session_hints_the_control_channel_after_its_commit_and_never_before(
+    postgres: tuple[str, dict[str, str]], postgres_url: str
+) -> None:
+    url, args = postgres
+    name = f"ket_control_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    control = f"{postgres_url.rsplit('/', 1)[0]}/{name}"
+    heard: list[str] = []
+
+    async def scenario() -> None:
+        listener = await psycopg.AsyncConnection.connect(control, autocommit=True)
+        await listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+        channel = ControlChannel(libpq_dsn(parse_url(control)), "t1")
+        store = await SqlStore.open(url, connect_args=args, channel=channel)
+        engine = create_async_engine(async_url(url), connect_args=args)
+        sessions = async_sessionmaker(engine)
+
+        async def hear(wait: float) -> None:
+            heard.extend([n.payload async for n in listener.notifies(timeout=wait)])
+
+        try:
+            with pytest.raises(RuntimeError):
+                async with sessions() as session, session.begin():
+                    await store.job_insert_on(session, [NewJob(name="app.lost", queue="lost")])
+                    raise RuntimeError("rolled back")
+            async with sessions() as session:
+                async with session.begin():
+                    await store.job_insert_on(session, [NewJob(name="app.kept", queue="kept")])
+                    async with session.begin_nested():  # a savepoint released is no commit
+                        await store.job_insert_on(session, [NewJob(name="app.kept", queue="also")])
+                    await hear(0.5)
+                    assert heard == []
+                deadline = asyncio.get_running_loop().time() + 10
+                while len(heard) < 2 and asyncio.get_running_loop().time() < deadline:
+                    await hear(0.1)
+        finally:
+            await close_senders()
+            await engine.dispose()
+            await store.close()
+            await listener.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+    assert sorted(heard) == ["t1:also", "t1:kept"]
+    assert asyncio.run(_names(url, args)) == ["app.kept", "app.kept"]

@@ -36,6 +36,7 @@ from ket.store.sql.statement import Statement
 if TYPE_CHECKING:
     from sqlalchemy import Connection
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+    from sqlalchemy.orm import Session
 
 SYNC_TAKES = (
     "a SQLAlchemy Connection, a psycopg 3 Connection, or Django's connection "
@@ -64,6 +65,8 @@ class AsyncAppConnection:
     rows: Rows
     failure: Callable[[Exception], StoreError]
     transaction: Callable[[], AbstractAsyncContextManager[Any]]
+    # runs a callable once the application's transaction commits (an AsyncSession's), or None
+    on_commit: Callable[[Callable[[], None]], None] | None = None
 
 
 class PsycopgRows:
@@ -116,6 +119,7 @@ async def async_app_connection(connection: object) -> AsyncAppConnection:
     """`connection` (see ASYNC_TAKES) as the insert plan runs on it; an AsyncSession gives the
     connection of its current transaction (beginning one, as its next statement would)."""
     session = _loaded("sqlalchemy.ext.asyncio", "AsyncSession")
+    on_commit = None
     if session is not None and isinstance(connection, session):
         held = cast("AsyncSession", connection)
         # a session bound to a connection rather than an engine: that connection's engine
@@ -124,12 +128,13 @@ async def async_app_connection(connection: object) -> AsyncAppConnection:
             connection = await held.connection()
         except Exception as error:
             raise (database_error(error, bind) if bind is not None else error) from error
+        on_commit = _after_commit(held.sync_session)
     engine_connection = _loaded("sqlalchemy.ext.asyncio", "AsyncConnection")
     if engine_connection is not None and isinstance(connection, engine_connection):
         app = cast("AsyncConnection", connection)
         engine = app.engine
         return AsyncAppConnection(
-            EngineRows(app), lambda error: database_error(error, engine), nullcontext
+            EngineRows(app), lambda error: database_error(error, engine), nullcontext, on_commit
         )
     if isinstance(connection, psycopg.AsyncConnection):
         raw = connection
@@ -190,6 +195,44 @@ def _django(connection: Any) -> AppConnection:
             connection.on_commit(run, robust=True)
 
     return _psycopg(raw, hook)
+
+
+def _after_commit(session: Session) -> Callable[[Callable[[], None]], None]:
+    """A hook running callables once `session` commits its outermost transaction; its rollback
+    drops them. One pair of listeners per session, whatever the number of enqueues."""
+
+    def hook(run: Callable[[], None]) -> None:
+        pending = session.info.get(_PENDING)
+        if pending is None:
+            from sqlalchemy import event
+
+            pending = session.info[_PENDING] = []
+            event.listen(session, "after_commit", _committed)
+            event.listen(session, "after_rollback", _rolled_back)
+        pending.append(run)
+
+    return hook
+
+
+# the Session.info key of the callables waiting for the session's commit
+_PENDING = "ket.after_commit"
+
+
+def _committed(session: Session) -> None:
+    # a savepoint's release fires after_commit too, with the outer transaction still open
+    if session.in_nested_transaction():
+        return
+    pending: list[Callable[[], None]] = session.info.get(_PENDING, [])
+    runs, pending[:] = list(pending), []
+    for run in runs:
+        run()
+
+
+def _rolled_back(session: Session) -> None:
+    # a savepoint's rollback keeps them: the jobs enqueued outside it may still commit (and a
+    # hint for a job that is gone costs a worker one empty claim)
+    if not session.in_nested_transaction():
+        session.info.get(_PENDING, [])[:] = []
 
 
 def _loaded(module: str, name: str) -> type | None:

@@ -331,7 +331,12 @@ class SqlStore:
         plan = insert_plan(dialect, now, batch, payloads, write_locked=False)
         with translated(app.failure):
             async with app.transaction():
-                return await run_plan(app.rows, plan)
+                inserted = await run_plan(app.rows, plan)
+        if app.on_commit is not None:
+            # an AsyncSession: the wake-ups once it commits; on another connection ket cannot
+            # see the commit (PostgreSQL's trigger still NOTIFYs at commit, one tenant)
+            app.on_commit(lambda: self._woken(batch, now))
+        return inserted
 
     def _woken(self, batch: Sequence[NewJob], now: datetime | None) -> None:
         woken = wake_queues(batch, now)
