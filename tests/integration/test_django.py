@@ -1,7 +1,8 @@
 """Enqueue on Django's connection (tests/django_project): inside `transaction.atomic()` an order
 and its job commit or roll back together; a real `ket worker` runs the job as soon as it
 commits; with several tenants, Django's on_commit sends the control channel's hint after the
-commit, never before; outside atomic() the job commits at once; Django's SQLite connection, and
+commit, never before, and that hint wakes a real worker; outside atomic() the job commits at
+once; Django's SQLite connection, and
 anything else that is no connection ket takes, is refused naming it.
 
 Django is configured once per test process (tests/django_project/settings.py), and each test
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,15 +155,13 @@ def test_a_rolled_back_atomic_block_leaves_neither_the_order_nor_its_job(shop: S
     assert shop.jobs() == []
 
 
-def test_a_committed_atomic_block_keeps_both_and_a_worker_runs_the_job_at_once(
-    shop: Shop, postgres_url: str
-) -> None:
-    from django.db import connection, transaction
-
+@contextmanager
+def _worker(shop: Shop, database_url: str, tenant: str) -> Iterator[None]:
+    """A real `ket worker` serving the shop, until the block ends; it must stop cleanly."""
     log = shop.root / "worker.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KET_")}
     env.update(
-        KET_DATABASE_URL=shop.url,
+        KET_DATABASE_URL=database_url,
         KET_REGISTRY_URL=os.environ["KET_REGISTRY_URL"],
         KET_TEST_SHOP_URL=shop.url,
     )
@@ -174,7 +174,28 @@ def test_a_committed_atomic_block_keeps_both_and_a_worker_runs_the_job_at_once(
             stderr=subprocess.STDOUT,
         )
     try:
-        until(lambda: "serving tenant default" in log.read_text(), 60, "the worker to serve")
+        until(lambda: f"serving tenant {tenant}" in log.read_text(), 60, "the worker to serve")
+        yield
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(timeout=60)
+    assert code == 0, log.read_text()
+
+
+def _completed(shop: Shop, job_id: int, within: float) -> None:
+    until(
+        lambda: shop.rows(f"SELECT state FROM ket_jobs WHERE id = {job_id}") == [("completed",)],
+        within,
+        f"the worker to run job {job_id}",
+    )
+
+
+def test_a_committed_atomic_block_keeps_both_and_a_worker_runs_the_job_at_once(
+    shop: Shop,
+) -> None:
+    from django.db import connection, transaction
+
+    with _worker(shop, shop.url, "default"):
         with transaction.atomic():
             order = _order("1002")
             inserted = shop.client.enqueue(
@@ -184,20 +205,34 @@ def test_a_committed_atomic_block_keeps_both_and_a_worker_runs_the_job_at_once(
             assert shop.rows("SELECT count(*) FROM ket_jobs") == [(0,)]
         assert shop.rows("SELECT number FROM shop_order") == [("1002",)]
         # the worker polls every 30 s: within 20 s only the commit's NOTIFY can have woken it
-        until(
-            lambda: (
-                shop.rows(f"SELECT state FROM ket_jobs WHERE id = {inserted.id}")
-                == [("completed",)]
-            ),
-            20,
-            "the worker to run the job",
-        )
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        code = worker.wait(timeout=60)
-    assert code == 0, log.read_text()
+        _completed(shop, inserted.id, 20)
     # the handler found the committed order and confirmed it
     assert shop.rows("SELECT status FROM shop_order") == [("confirmed",)]
+
+
+def test_with_tenants_the_on_commit_hint_wakes_a_worker_that_listens_on_the_control_database(
+    tenant_shop: Shop,
+) -> None:
+    from django.db import connection, transaction
+
+    template = f"{tenant_shop.url.rsplit('_', 1)[0]}_{{tenant}}"
+    with _worker(tenant_shop, template, "t1"):
+        # a first job, enqueued alone, shows the worker listening (and its first visit of the
+        # tenant is over: the next comes 24 s or more later)
+        first = _order("2002")
+        _completed(
+            tenant_shop,
+            tenant_shop.client.enqueue("shop.confirm", {"order_id": str(first.pk)}).id,
+            20,
+        )
+        with transaction.atomic():
+            order = _order("2003")
+            inserted = tenant_shop.client.enqueue(
+                "shop.confirm", {"order_id": str(order.pk)}, connection=connection
+            )
+        # no poll, and the tenant's NOTIFY reaches no listener: only the hint can wake it
+        _completed(tenant_shop, inserted.id, 15)
+    assert tenant_shop.rows("SELECT status FROM shop_order") == [("confirmed",), ("confirmed",)]
 
 
 def test_outside_atomic_the_job_commits_at_once_with_unique_keys_coalescing(shop: Shop) -> None:
