@@ -6,13 +6,19 @@ or Django's connection (the postgresql backend on psycopg 3). Each becomes here 
 insert plan runs on (insert.py), so the insert exists once: on SQLAlchemy the plan's statements
 are built for the connection's dialect; on psycopg, and on Django's connection through the
 psycopg connection under it, they run as the generated PostgreSQL text the worker's lane runs
-(statement.py), with server-side parameters whatever cursor the connection makes by default.
+(statement.py; synchronously on psycopg's own server-side cursor, whichever cursor class the
+connection makes by default: Django's make client-side ones).
 
 A psycopg connection in autocommit mode and outside a transaction (Django's outside `atomic()`)
 gets a transaction of its own for the plan's statements: the jobs commit at once, all or none.
 
-Nothing here imports Django or SQLAlchemy: a connection of theirs is recognised once the
-application has loaded them.
+Where ket can see the application's commit it hands the caller a hook that runs a callable
+after it (`on_commit`), for the wake-ups: Django's `on_commit` on the connection's alias, an
+AsyncSession's `after_commit` event. A SQLAlchemy or psycopg connection has none that fires
+after the commit, so it gets no hook.
+
+Nothing here imports Django, nor SQLAlchemy unless the application hands it a session: a
+connection of theirs is recognised once the application has loaded them.
 """
 
 from __future__ import annotations
