@@ -167,7 +167,10 @@ class Client:
         tags: list[str] | tuple[str, ...] | None = None,
         connection: object | None = None,
     ) -> Inserted:
-        """Enqueue one job; returns its id and whether it coalesced with an active one."""
+        """Enqueue one job; returns its id and whether it coalesced with an active one.
+
+        `connection`: the application's own SQLAlchemy `Connection`, psycopg 3 `Connection` or
+        Django connection, whose transaction the job joins."""
         job = self._catalog.new_job(
             name,
             input,
@@ -249,7 +252,10 @@ class AsyncClient:
         tags: list[str] | tuple[str, ...] | None = None,
         connection: object | None = None,
     ) -> Inserted:
-        """Enqueue one job; returns its id and whether it coalesced with an active one."""
+        """Enqueue one job; returns its id and whether it coalesced with an active one.
+
+        `connection`: the application's own SQLAlchemy `AsyncConnection` or `AsyncSession`, or
+        psycopg 3 `AsyncConnection`, whose transaction the job joins."""
         job = self._catalog.new_job(
             name,
             input,
