@@ -6,9 +6,18 @@
         conn.execute(orders.update().where(...).values(status="confirmed"))
         client.enqueue("sales.send_confirmation", {"order_id": "o1"}, connection=conn)
 
-A job enqueued with `connection=` exists if and only if that transaction commits. Input is
-validated against the job's declaration (pydantic ValidationError naming the field); an unknown
-job is refused; nothing is written in either case.
+A job enqueued with `connection=` exists if and only if that transaction commits. The
+connection may be a SQLAlchemy `Connection`, a psycopg 3 `Connection` or Django's connection
+(`aenqueue`: a SQLAlchemy `AsyncConnection` or `AsyncSession`, a psycopg 3 `AsyncConnection`):
+
+    with transaction.atomic():                         # Django
+        order = Order.objects.create(number="1001")
+        client.enqueue("sales.send_confirmation", {"order_id": str(order.pk)},
+                       connection=django.db.connection)
+
+Input is validated against the job's declaration (pydantic ValidationError naming the field);
+an unknown job is refused, and so is a `connection=` of another kind (ConnectionRejected, a
+TypeError, naming it); nothing is written in any of these cases.
 """
 
 from __future__ import annotations
@@ -20,9 +29,7 @@ from types import TracebackType
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import Connection
 from sqlalchemy.engine import Engine
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ket.catalog import Catalog
 from ket.declare.deployment import DeploymentDecl
@@ -40,6 +47,7 @@ from ket.store.database_url import PLACEHOLDER, parse_database_url
 from ket.store.failure import translated
 from ket.store.sql import SqlStore, insert_on
 from ket.store.sql.address import libpq_dsn, parse_url
+from ket.store.sql.app_connection import app_connection, async_app_connection
 from ket.store.sql.control_channel import ControlChannel, SyncHints
 from ket.store.sql.engine import create_sync_engine
 from ket.store.sql.failure import database_error
@@ -157,9 +165,12 @@ class Client:
         unique_key: str | None = None,
         company: str | None = None,
         tags: list[str] | tuple[str, ...] | None = None,
-        connection: Connection | None = None,
+        connection: object | None = None,
     ) -> Inserted:
-        """Enqueue one job; returns its id and whether it coalesced with an active one."""
+        """Enqueue one job; returns its id and whether it coalesced with an active one.
+
+        `connection`: the application's own SQLAlchemy `Connection`, psycopg 3 `Connection` or
+        Django connection, whose transaction the job joins."""
         job = self._catalog.new_job(
             name,
             input,
@@ -173,15 +184,25 @@ class Client:
         return inserted
 
     def enqueue_many(
-        self, items: Sequence[Item], *, connection: Connection | None = None
+        self, items: Sequence[Item], *, connection: object | None = None
     ) -> list[Inserted]:
         """Enqueue many jobs in one transaction: `(name, input)` or `(name, input, options)`."""
         return self._insert(_jobs(self._catalog, items), connection)
 
-    def _insert(self, jobs: list[NewJob], connection: Connection | None) -> list[Inserted]:
+    def _insert(self, jobs: list[NewJob], connection: object | None) -> list[Inserted]:
+        if connection is not None:
+            # refused before the payload-free block, which would make it a plain JobRejected
+            app = app_connection(connection)
+            with _PayloadFree(jobs):
+                inserted = insert_on(app, jobs)
+            if self._hints is not None and app.on_commit is not None:
+                # Django: the hint goes out once the app's transaction commits (at once outside
+                # atomic()); on any other connection ket cannot see the commit, and the worker's
+                # poll or safety visit finds the job
+                hints, queues = self._hints, wake_queues(jobs, None)
+                app.on_commit(lambda: hints.sent(queues))
+            return inserted
         with _PayloadFree(jobs):
-            if connection is not None:
-                return insert_on(connection, jobs)
             # connecting and committing may fail too, outside insert_on's own translation
             with (
                 translated(lambda error: database_error(error, self._engine)),
@@ -229,9 +250,12 @@ class AsyncClient:
         unique_key: str | None = None,
         company: str | None = None,
         tags: list[str] | tuple[str, ...] | None = None,
-        connection: AsyncConnection | None = None,
+        connection: object | None = None,
     ) -> Inserted:
-        """Enqueue one job; returns its id and whether it coalesced with an active one."""
+        """Enqueue one job; returns its id and whether it coalesced with an active one.
+
+        `connection`: the application's own SQLAlchemy `AsyncConnection` or `AsyncSession`, or
+        psycopg 3 `AsyncConnection`, whose transaction the job joins."""
         job = self._catalog.new_job(
             name,
             input,
@@ -245,17 +269,17 @@ class AsyncClient:
         return inserted
 
     async def aenqueue_many(
-        self, items: Sequence[Item], *, connection: AsyncConnection | None = None
+        self, items: Sequence[Item], *, connection: object | None = None
     ) -> list[Inserted]:
         """Enqueue many jobs in one transaction: `(name, input)` or `(name, input, options)`."""
         return await self._insert(_jobs(self._catalog, items), connection)
 
-    async def _insert(
-        self, jobs: list[NewJob], connection: AsyncConnection | None
-    ) -> list[Inserted]:
+    async def _insert(self, jobs: list[NewJob], connection: object | None) -> list[Inserted]:
+        if connection is not None:
+            app = await async_app_connection(connection)  # refused as in Client._insert
+            with _PayloadFree(jobs):
+                return await self._store.job_insert_on(app, jobs)
         with _PayloadFree(jobs):
-            if connection is not None:
-                return await self._store.job_insert_on(connection, jobs)
             return await self._store.job_insert(jobs)
 
     async def aclose(self) -> None:

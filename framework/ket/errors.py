@@ -10,6 +10,7 @@
     ├── ManifestError         a manifest file that is not YAML, not a mapping, or of unknown format
     ├── StoreError            the job store failed
     │   ├── JobRejected       a job or a store call was refused before anything was written
+    │   │   └── ConnectionRejected  `connection=` given something ket cannot write on (a TypeError)
     │   └── RecordRejected    a record value its field cannot hold; nothing written (a ValueError)
     ├── EffectError           an operation the running function or job did not declare
     ├── SecretKeyError        KET_SECRET_KEYS is malformed, or opens no sealed secret of a job
@@ -84,6 +85,10 @@ class StoreError(KetError):
 
 class JobRejected(StoreError):
     """The job was refused; nothing was written."""
+
+
+class ConnectionRejected(JobRejected, TypeError):
+    """The connection given as `connection=` is not one ket can enqueue on; nothing was written."""
 
 
 class RecordRejected(StoreError, ValueError):

@@ -1,20 +1,31 @@
-"""Enqueue on the application's own SQLAlchemy connection: the job exists iff its transaction
-commits, on SQLite and PostgreSQL, for one job and for a batch (one statement of arrays on
-PostgreSQL, numbered rows on SQLite)."""
+"""Enqueue on the application's own connection: the job exists iff its transaction commits. A
+SQLAlchemy connection on SQLite and PostgreSQL, for one job and for a batch (one statement of
+arrays on PostgreSQL, numbered rows on SQLite); a psycopg 3 connection, sync and async, in a
+transaction or in autocommit mode (the jobs then commit at once, all or none); an AsyncSession;
+whose commit (never a savepoint's, never a rollback) sends the control channel's hint; and a
+refusal, naming it, of any other kind. Django's connection: test_django.py."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
+from psycopg.pq import TransactionStatus
 from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
+from ket.errors import ConnectionRejected, StoreError
 from ket.store import JobQuery, NewJob
 from ket.store.sql import SqlStore
-from ket.store.sql.engine import sync_url
-from ket.store.sql.insert import NUMBERED_FROM
+from ket.store.sql.address import libpq_dsn, parse_url
+from ket.store.sql.control_channel import ControlChannel, close_senders
+from ket.store.sql.engine import async_url, sync_url
+from ket.store.sql.insert import CHANNEL, NUMBERED_FROM
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -84,3 +95,177 @@ def test_jobs_enqueued_in_a_rolled_back_app_transaction_do_not_exist(
     finally:
         engine.dispose()
         asyncio.run(store.close())
+
+
+# -- the other connections an application holds (ket.store.sql.app_connection) -----------------
+
+UNIQUE = [NewJob(name="app.keyed", unique_key="k"), NewJob(name="app.keyed", unique_key="k")]
+
+
+@pytest.fixture
+def postgres(postgres_url: str, postgres_schema: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """(url, connect_args) of an empty, migrated schema on PostgreSQL."""
+    args = {"options": f"-c search_path={postgres_schema}"}
+    asyncio.run(_migrate(postgres_url, args))
+    yield postgres_url, args
+
+
+@pytest.mark.parametrize("count", [1, 5])
+def test_a_psycopg_connection_commits_or_rolls_back_the_jobs_with_its_transaction(
+    postgres: tuple[str, dict[str, str]], count: int
+) -> None:
+    url, args = postgres
+    store = asyncio.run(SqlStore.open(url, connect_args=args))
+    try:
+        with psycopg.connect(url, **args) as connection:
+            store.job_insert_sync(connection, [NewJob(name="app.kept") for _ in range(count)])
+            assert asyncio.run(_names(url, args)) == []  # not before the commit
+            connection.commit()
+            store.job_insert_sync(connection, [NewJob(name="app.lost") for _ in range(count)])
+            connection.rollback()
+            with connection.transaction():
+                inserted = store.job_insert_sync(connection, UNIQUE)
+        assert (inserted[1].id, inserted[1].coalesced) == (inserted[0].id, True)
+        assert asyncio.run(_names(url, args)) == ["app.kept"] * count + ["app.keyed"]
+    finally:
+        asyncio.run(store.close())
+
+
+def test_a_psycopg_connection_in_autocommit_mode_commits_the_jobs_at_once_all_or_none(
+    postgres: tuple[str, dict[str, str]],
+) -> None:
+    url, args = postgres
+    store = asyncio.run(SqlStore.open(url, connect_args=args))
+    try:
+        with psycopg.connect(url, autocommit=True, **args) as connection:
+            inserted = store.job_insert_sync(connection, UNIQUE)
+            assert asyncio.run(_names(url, args)) == ["app.keyed"]
+            assert inserted[1].coalesced
+            # a job the database refuses takes the others of its batch with it
+            connection.execute("ALTER TABLE ket_jobs ADD CHECK (name <> 'app.refused')")
+            batch = [NewJob(name="app.first"), NewJob(name="app.refused", unique_key="u")]
+            with pytest.raises(StoreError, match="database error: CheckViolation"):
+                store.job_insert_sync(connection, batch)
+            assert connection.info.transaction_status == TransactionStatus.IDLE
+        assert asyncio.run(_names(url, args)) == ["app.keyed"]
+    finally:
+        asyncio.run(store.close())
+
+
+def test_async_psycopg_connections_and_sessions_carry_the_jobs_in_their_transaction(
+    postgres: tuple[str, dict[str, str]],
+) -> None:
+    url, args = postgres
+
+    async def scenario() -> None:
+        store = await SqlStore.open(url, connect_args=args)
+        engine = create_async_engine(async_url(url), connect_args=args)
+        try:
+            async with await psycopg.AsyncConnection.connect(url, **args) as connection:
+                await store.job_insert_on(connection, [NewJob(name="app.psycopg")])
+                await connection.rollback()
+                await store.job_insert_on(connection, [NewJob(name="app.psycopg")] * 3)
+                await connection.commit()
+            async with await psycopg.AsyncConnection.connect(
+                url, autocommit=True, **args
+            ) as connection:
+                await store.job_insert_on(connection, UNIQUE)  # its own transaction
+            sessions = async_sessionmaker(engine)
+            async with sessions() as session, session.begin():
+                await store.job_insert_on(session, [NewJob(name="app.session")])
+            with pytest.raises(RuntimeError):
+                async with sessions() as session, session.begin():
+                    await store.job_insert_on(session, [NewJob(name="app.lost")])
+                    raise RuntimeError("rolled back")
+        finally:
+            await engine.dispose()
+            await store.close()
+
+    asyncio.run(scenario())
+    assert asyncio.run(_names(url, args)) == ["app.keyed"] + ["app.psycopg"] * 3 + ["app.session"]
+
+
+def test_a_connection_of_the_wrong_kind_is_refused_naming_it_and_what_is_taken(
+    postgres: tuple[str, dict[str, str]],
+) -> None:
+    url, args = postgres
+
+    async def scenario() -> None:
+        store = await SqlStore.open(url, connect_args=args)
+        try:
+            with (
+                psycopg.connect(url, **args) as sync_connection,
+                pytest.raises(
+                    ConnectionRejected,
+                    match=r"takes a SQLAlchemy AsyncConnection .*; got psycopg.Connection; a "
+                    "synchronous connection goes to open_client's enqueue",
+                ),
+            ):
+                await store.job_insert_on(sync_connection, [NewJob(name="app.no")])
+            async with await psycopg.AsyncConnection.connect(url, **args) as async_connection:
+                with pytest.raises(
+                    ConnectionRejected,
+                    match=r"takes a SQLAlchemy Connection, a psycopg 3 Connection.*; got "
+                    "psycopg.AsyncConnection; an asyncio connection goes to open_async_client",
+                ):
+                    store.job_insert_sync(async_connection, [NewJob(name="app.no")])
+            with pytest.raises(TypeError, match=r"got builtins.dict$"):
+                await store.job_insert_on({}, [NewJob(name="app.no")])
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+    assert asyncio.run(_names(url, args)) == []
+
+
+def test_an_async_session_hints_the_control_channel_after_its_commit_and_never_before(
+    postgres: tuple[str, dict[str, str]], postgres_url: str
+) -> None:
+    url, args = postgres
+    name = f"ket_control_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    control = f"{postgres_url.rsplit('/', 1)[0]}/{name}"
+    heard: list[str] = []
+
+    async def scenario() -> None:
+        listener = await psycopg.AsyncConnection.connect(control, autocommit=True)
+        await listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+        channel = ControlChannel(libpq_dsn(parse_url(control)), "t1")
+        store = await SqlStore.open(url, connect_args=args, channel=channel)
+        engine = create_async_engine(async_url(url), connect_args=args)
+        sessions = async_sessionmaker(engine)
+
+        async def hear(wait: float) -> None:
+            heard.extend([n.payload async for n in listener.notifies(timeout=wait)])
+
+        try:
+            with pytest.raises(RuntimeError):
+                async with sessions() as session, session.begin():
+                    await store.job_insert_on(session, [NewJob(name="app.lost", queue="lost")])
+                    raise RuntimeError("rolled back")
+            async with sessions() as session:
+                async with session.begin():
+                    await store.job_insert_on(session, [NewJob(name="app.kept", queue="kept")])
+                    async with session.begin_nested():  # a savepoint released is no commit
+                        await store.job_insert_on(session, [NewJob(name="app.kept", queue="also")])
+                    await hear(0.5)
+                    assert heard == []
+                deadline = asyncio.get_running_loop().time() + 10
+                while len(heard) < 2 and asyncio.get_running_loop().time() < deadline:
+                    await hear(0.1)
+        finally:
+            await close_senders()
+            await engine.dispose()
+            await store.close()
+            await listener.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+    assert sorted(heard) == ["t1:also", "t1:kept"]
+    assert asyncio.run(_names(url, args)) == ["app.kept", "app.kept"]

@@ -37,6 +37,30 @@ def test_a_waiting_store_is_woken_by_a_client_enqueue_in_another_process(
     assert asyncio.run(woken_by(project, "mail", ("-c", CLIENT, "app.mail"))) is True
 
 
+# an application's AsyncSession, committed: the async client rings at the session's commit
+SESSION = """
+import asyncio
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+from app.workspace import main
+from ket import open_async_client
+
+async def enqueue():
+    engine = create_async_engine("sqlite+aiosqlite:///.ket/default.db")
+    async with await open_async_client(main) as client:
+        async with async_sessionmaker(engine)() as session, session.begin():
+            await client.aenqueue("app.mail", {}, connection=session)
+    await engine.dispose()
+
+asyncio.run(enqueue())
+"""
+
+
+def test_a_waiting_store_is_woken_when_an_apps_async_session_commits_a_job(
+    project: Project,
+) -> None:
+    assert asyncio.run(woken_by(project, "mail", ("-c", SESSION))) is True
+
+
 def test_a_waiting_store_is_woken_by_a_store_insert_in_another_process(project: Project) -> None:
     # that process names the file by another path (relative): the wake folder is the same
     woken = asyncio.run(

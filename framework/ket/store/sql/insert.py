@@ -1,7 +1,8 @@
 """Inserting jobs, written once as a plan of statements that any connection can run.
 
-The same plan runs on the store's async connections and on an application's own synchronous
-SQLAlchemy connection (enqueue inside the app's transaction), so the unique-key logic exists once.
+The same plan runs on the store's async connections and on an application's own connection,
+synchronous or not (enqueue inside the app's transaction: app_connection.py), so the unique-key
+logic exists once.
 Wake-ups need no statement here: on PostgreSQL a statement-level trigger sends one NOTIFY per
 queue that got available work, and PostgreSQL delivers it only when the transaction commits.
 """
@@ -12,18 +13,15 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ket.errors import StoreError
 from ket.store.sql import statement as stmt
-from ket.store.sql.fetch import Rows
+from ket.store.sql.fetch import Rows, SyncRows
 from ket.store.sql.now import TimeSql
-from ket.store.sql.statement import Statement, built
+from ket.store.sql.statement import Statement
 from ket.store.types import Inserted, NewJob
 from ket.store.validate import encode_tags, encode_trace_context
-
-if TYPE_CHECKING:
-    from sqlalchemy import Connection
 
 CHANNEL = "ket_jobs"
 _UNIQUE_TRIES = 5
@@ -369,14 +367,17 @@ async def run_plan(rows: Rows, plan: Plan) -> list[Inserted]:
         return value
 
 
-def run_sync(connection: Connection, plan: Plan) -> list[Inserted]:
-    """Run a plan on a synchronous connection (inside the caller's transaction)."""
+def run_sync(rows: SyncRows, plan: Plan) -> list[Inserted]:
+    """Run a plan on a synchronous connection (inside the caller's transaction), as run_plan."""
     try:
         step = next(plan)
         while True:
-            statement = built(step.statement, connection.dialect.name)
-            result = connection.execute(statement, step.parameters)
-            step = plan.send(list(result.all()) if result.returns_rows else [])
+            params = step.parameters
+            if isinstance(params, list) and len(params) > 1:
+                step = plan.send(rows.many(step.statement, params))
+            else:
+                one = params[0] if isinstance(params, list) else params
+                step = plan.send(rows.rows(step.statement, one))
     except StopIteration as done:
         value: list[Inserted] = done.value
         return value

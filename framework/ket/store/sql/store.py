@@ -25,6 +25,12 @@ from ket.store.sql import budget, bulk, command, schedule, stats
 from ket.store.sql import listener as listening
 from ket.store.sql import statement as stmt
 from ket.store.sql.address import SYNCHRONOUS, libpq_dsn, parse_url, postgres_connect_args
+from ket.store.sql.app_connection import (
+    AppConnection,
+    AsyncAppConnection,
+    app_connection,
+    async_app_connection,
+)
 from ket.store.sql.failure import database_error, driver_error, from_database, locked
 from ket.store.sql.fetch import EngineRows, Rows, fetch_all
 from ket.store.sql.insert import insert_plan, one_statement, run_plan, run_sync, wake_queues
@@ -68,7 +74,6 @@ from ket.store.url import DatabaseUrl
 from ket.store.wakeup import Wakeups, shared
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
     from ket.store.sql.control_channel import ControlChannel
@@ -302,23 +307,36 @@ class SqlStore:
         self._woken(batch, now)
         return inserted
 
-    def job_insert_sync(self, connection: Connection, batch: Sequence[NewJob]) -> list[Inserted]:
-        """Insert jobs on an application's own synchronous connection, in its transaction."""
+    def job_insert_sync(self, connection: object, batch: Sequence[NewJob]) -> list[Inserted]:
+        """Insert jobs on an application's own synchronous connection, in its transaction
+        (any connection `insert_on` takes)."""
         return insert_on(connection, batch, now=self._clock.now() if self._clock else None)
 
-    async def job_insert_on(
-        self, connection: AsyncConnection, batch: Sequence[NewJob]
-    ) -> list[Inserted]:
-        """Insert jobs on an application's own async connection, in its transaction."""
+    async def job_insert_on(self, connection: object, batch: Sequence[NewJob]) -> list[Inserted]:
+        """Insert jobs on an application's own asyncio connection, in its transaction: a
+        SQLAlchemy AsyncConnection or AsyncSession, a psycopg 3 AsyncConnection
+        (app_connection.py); ConnectionRejected for anything else."""
+        app = (
+            connection
+            if isinstance(connection, AsyncAppConnection)
+            else await async_app_connection(connection)
+        )
         payloads = validate.encode_payloads(batch)
         if not batch:
             return []
+        dialect = app.rows.dialect
         now = self._clock.now() if self._clock else None
-        if now is None and connection.dialect.name == "sqlite":
+        if now is None and dialect == "sqlite":
             now = datetime.now(UTC)
-        plan = insert_plan(connection.dialect.name, now, batch, payloads, write_locked=False)
-        with translated(lambda error: database_error(error, connection.engine)):
-            return await run_plan(EngineRows(connection), plan)
+        plan = insert_plan(dialect, now, batch, payloads, write_locked=False)
+        with translated(app.failure):
+            async with app.transaction():
+                inserted = await run_plan(app.rows, plan)
+        if app.on_commit is not None:
+            # an AsyncSession: the wake-ups once it commits; on another connection ket cannot
+            # see the commit (PostgreSQL's trigger still NOTIFYs at commit, one tenant)
+            app.on_commit(lambda: self._woken(batch, now))
+        return inserted
 
     def _woken(self, batch: Sequence[NewJob], now: datetime | None) -> None:
         woken = wake_queues(batch, now)
@@ -830,26 +848,29 @@ class SqlStore:
 
 
 def insert_on(
-    connection: Connection,
+    connection: object,
     batch: Sequence[NewJob],
     *,
     now: datetime | None = None,
     write_locked: bool = False,
 ) -> list[Inserted]:
-    """Insert jobs with a synchronous SQLAlchemy connection, inside its transaction.
+    """Insert jobs on a synchronous connection, inside its transaction: a SQLAlchemy
+    Connection, a psycopg 3 Connection or Django's connection (app_connection.py), or one
+    already adapted; ConnectionRejected for anything else.
 
     `now` None means the database's time (this machine's for SQLite); `write_locked` says the
     transaction holds SQLite's write lock from its start (ket's own engines do).
     """
+    app = connection if isinstance(connection, AppConnection) else app_connection(connection)
     payloads = validate.encode_payloads(batch)
     if not batch:
         return []
-    dialect = connection.dialect.name
+    dialect = app.rows.dialect
     if now is None and dialect == "sqlite":
         now = datetime.now(UTC)
     plan = insert_plan(dialect, now, batch, payloads, write_locked=write_locked)
-    with translated(lambda error: database_error(error, connection.engine)):
-        return run_sync(connection, plan)
+    with translated(app.failure), app.transaction():
+        return run_sync(app.rows, plan)
 
 
 class SqlTransaction:
