@@ -6,8 +6,8 @@ or Django's connection (the postgresql backend on psycopg 3). Each becomes here 
 insert plan runs on (insert.py), so the insert exists once: on SQLAlchemy the plan's statements
 are built for the connection's dialect; on psycopg, and on Django's connection through the
 psycopg connection under it, they run as the generated PostgreSQL text the worker's lane runs
-(statement.py; synchronously on psycopg's own server-side cursor, whichever cursor class the
-connection makes by default: Django's make client-side ones).
+(statement.py; synchronously on psycopg's own cursor class, which binds parameters on the
+server, whatever cursor class the connection makes by default: Django's bind on the client).
 
 A psycopg connection in autocommit mode and outside a transaction (Django's outside `atomic()`)
 gets a transaction of its own for the plan's statements: the jobs commit at once, all or none.
