@@ -27,9 +27,12 @@ from ket.store.roster import SHORT_HASH, SeenWorker, WorkerInfo, WorkerRoster
 
 log = logging.getLogger("ket.worker")
 
-# A report every third of a lease (the heartbeat's pace), within these bounds: a worker is then
-# stale after about one lease without a report.
+# A report every third of a lease (the heartbeat's pace), but at least every REPORT_AT_LEAST
+# seconds: a killed worker turns stale after three intervals, and its tenants' new jobs and
+# schedule ticks wait for the others to take them, whatever the lease (its running jobs wait
+# for their leases anyway). MAX_INTERVAL_SECONDS bounds KET_PRESENCE_INTERVAL_S.
 MIN_INTERVAL_SECONDS = 1.0
+REPORT_AT_LEAST_SECONDS = 5.0
 MAX_INTERVAL_SECONDS = 60.0
 LEAVE_TIMEOUT_SECONDS = 5.0
 
@@ -37,8 +40,8 @@ Watcher = Callable[[WorkerInfo, list[SeenWorker]], None]
 
 
 def presence_interval(lease_ms: int) -> float:
-    """How often a worker reports itself: a third of its lease, kept within 1 s and 60 s."""
-    return min(max(lease_ms / 3000, MIN_INTERVAL_SECONDS), MAX_INTERVAL_SECONDS)
+    """How often a worker reports itself: a third of its lease, kept within 1 s and 5 s."""
+    return min(max(lease_ms / 3000, MIN_INTERVAL_SECONDS), REPORT_AT_LEAST_SECONDS)
 
 
 class PresenceService:

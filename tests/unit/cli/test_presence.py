@@ -18,13 +18,13 @@ def handler(ctx: Any, input: Any) -> None:
 
 SHOP = define_module(name="shop", jobs={"ship": define_job(idempotent=True, handler=handler)})
 CATALOG = Catalog.build(
-    define_deployment(name="shop", modules=[SHOP], worker={"lease_ms": 30_000}), environ={}
+    define_deployment(name="shop", modules=[SHOP], worker={"lease_ms": 12_000}), environ={}
 )
 
 
 def test_the_report_interval_is_a_third_of_the_lease_unless_the_variable_sets_it() -> None:
-    assert report_interval(CATALOG, {}) == 10.0
-    assert report_interval(CATALOG, {"KET_PRESENCE_INTERVAL_S": ""}) == 10.0
+    assert report_interval(CATALOG, {}) == 4.0
+    assert report_interval(CATALOG, {"KET_PRESENCE_INTERVAL_S": ""}) == 4.0
     assert report_interval(CATALOG, {"KET_PRESENCE_INTERVAL_S": "0.25"}) == 0.25
     assert report_interval(CATALOG, {"KET_PRESENCE_INTERVAL_S": "60"}) == 60.0
 

@@ -123,9 +123,11 @@ def test_when_the_control_database_moves_the_old_row_goes_and_leave_removes_the_
 
 
 def test_the_interval_is_a_third_of_the_lease_within_bounds() -> None:
-    assert presence_interval(30_000) == 10.0
+    assert presence_interval(6_000) == 2.0
     assert presence_interval(300) == 1.0
-    assert presence_interval(3_600_000) == 60.0
+    # a killed worker's tenants move within about 15 s, however long the lease
+    assert presence_interval(30_000) == 5.0
+    assert presence_interval(3_600_000) == 5.0
     with pytest.raises(ValueError, match="interval must be positive, got 0"):
         PresenceService(describe=None, locate=None, open_roster=None, interval=0)  # type: ignore[arg-type]
 
