@@ -3,9 +3,12 @@
 The convention (docs/testing.md#the-docs-run):
 
 - a block tagged `python`/`py` runs in the page's Python session, `sh`/`bash` runs with
-  `bash -e`, and `console` runs its `$ ` lines; every other tag is a sample and is not run;
+  `bash -e`, and `console` runs each of its `$ ` lines and compares what it prints with the
+  lines shown below it (`...` stands for any text, a line of its own for any lines); every
+  other tag is a sample and is not run;
 - `<!-- docs-test: ... -->` comments on the lines directly above an opening fence steer that
-  block: `skip (reason)`, `file PATH`, `exit N`, `interrupt after N`;
+  block: `skip (reason)`, `file PATH`, `same-as PATH`, `exit N`, `interrupt after Ns`, and
+  for a Python block `signature` (compared with the real callable's);
 - `<!-- docs-test: scratch empty -->` anywhere in a page starts its scratch project empty
   instead of as a copy of the example app.
 """
@@ -24,9 +27,10 @@ RUN_TAGS = PYTHON_TAGS | SHELL_TAGS | CONSOLE_TAGS
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<tag>[\w+-]*)[ \t]*$")
 DIRECTIVE = re.compile(r"^[ \t]*<!--\s*docs-test:(?P<body>.*?)-->[ \t]*$")
 SKIP = re.compile(r"^skip(?:\s+\((?P<reason>.*)\))?$")
-FILE = re.compile(r"^file\s+(?P<path>\S+)$")
+FILE = re.compile(r"^(?P<how>file|same-as)\s+(?P<path>\S+)$")
 EXIT = re.compile(r"^exit\s+(?P<code>\d+)$")
 INTERRUPT = re.compile(r"^interrupt after\s+(?P<seconds>\d+(?:\.\d+)?)s?$")
+MODES = frozenset({"signature"})
 SCRATCH = re.compile(r"^scratch\s+(?P<kind>empty|example)$")
 
 
@@ -44,8 +48,10 @@ class Block:
     text: str
     skip: str | None = None  # the reason, when skipped
     file: str | None = None  # written as this file of the scratch project, not run
+    same_as: str | None = None  # must be the text of this file of the scratch project
     exit: int = 0  # the exit status the shell block must end with
     interrupt: float | None = None  # SIGINT after this many seconds (a long-running command)
+    mode: str = "exec"  # a Python block: exec, or signature (compared with the callable's)
 
     @property
     def where(self) -> str:
@@ -58,6 +64,8 @@ class Block:
             return "skip"
         if self.file is not None:
             return "file"
+        if self.same_as is not None:
+            return "same-as"
         if self.tag in PYTHON_TAGS:
             return "python"
         if self.tag in SHELL_TAGS | CONSOLE_TAGS:
@@ -68,17 +76,22 @@ class Block:
         """The shell text to run: the block, or a console block's `$ ` commands."""
         if self.tag not in CONSOLE_TAGS:
             return self.text
-        commands: list[str] = []
+        return "".join(command + "\n" for command, _ in self.transcript())
+
+    def transcript(self) -> list[tuple[str, list[str]]]:
+        """A console block's commands, each with the output lines shown below it."""
+        steps: list[tuple[str, list[str]]] = []
         continued = False
         for line in self.text.splitlines():
             if continued:
-                commands.append(line)
+                command, shown = steps[-1]
+                steps[-1] = (command + "\n" + line, shown)
             elif line.startswith("$ "):
-                commands.append(line[2:])
-            else:
-                continue
-            continued = line.endswith("\\")
-        return "\n".join(commands) + "\n"
+                steps.append((line[2:], []))
+            elif steps:
+                steps[-1][1].append(line)
+            continued = line.endswith("\\") and (continued or line.startswith("$ "))
+        return steps
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,14 +185,17 @@ def _options(pending: list[tuple[int, str]], page: str) -> dict[str, object]:
                     f"{page}:{where}: a file must be a relative path inside the project, "
                     f"got {str(path)!r}"
                 )
-            options["file"] = str(path)
+            options["file" if found.group("how") == "file" else "same_as"] = str(path)
         elif found := EXIT.match(body):
             options["exit"] = int(found.group("code"))
         elif found := INTERRUPT.match(body):
             options["interrupt"] = float(found.group("seconds"))
+        elif body in MODES:
+            options["mode"] = body
         else:
             raise DirectiveError(
                 f"{page}:{where}: unknown docs-test comment {body!r}; expected skip (reason), "
-                "file PATH, exit N, interrupt after Ns or scratch empty|example"
+                "file PATH, same-as PATH, exit N, interrupt after Ns, signature or "
+                "scratch empty|example"
             )
     return options

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,17 +79,25 @@ def environment(bin_folder: Path, project: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("path", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
 def test_every_block_of_the_page_runs(path: Path, tmp_path: Path) -> None:
-    page = parse_file(path, ROOT)
-    runnable = [b for b in page.blocks if b.kind in ("python", "shell", "file")]
+    report = run_page(parse_file(path, ROOT), tmp_path)
+    failed = [entry for entry in report if not entry["ok"]]
+    if failed:
+        shown = "\n\n".join(f"{e['where']}: the block failed:\n{e['output']}" for e in failed)
+        pytest.fail(shown, False)
+
+
+def run_page(page: Page, folder: Path) -> list[dict[str, Any]]:
+    """Run the page's blocks in a scratch project under `folder`; the runner's report."""
+    runnable = [b for b in page.blocks if b.kind in ("python", "shell", "file", "same-as")]
     if not runnable:
-        return  # nothing to run (its samples are still parsed, so its comments are checked)
-    project = tmp_path / "project"
+        return []  # nothing to run (its samples are still parsed, so its comments are checked)
+    project = folder / "project"
     project.mkdir()
     scratch_project(project, page.scratch)
-    bin_folder = commands(tmp_path)
-    blocks_file = tmp_path / "blocks.json"
+    bin_folder = commands(folder)
+    blocks_file = folder / "blocks.json"
     blocks_file.write_text(json.dumps([_plain(b) for b in runnable]), encoding="utf-8")
-    report_file = tmp_path / "report.json"
+    report_file = folder / "report.json"
     done = subprocess.run(
         [sys.executable, str(RUNNER), str(blocks_file), str(report_file)],
         cwd=project,
@@ -97,18 +106,17 @@ def test_every_block_of_the_page_runs(path: Path, tmp_path: Path) -> None:
         text=True,
         timeout=PAGE_TIMEOUT,
     )
-    report = json.loads(report_file.read_text(encoding="utf-8")) if report_file.exists() else []
-    failed = [entry for entry in report if not entry["ok"]]
-    if failed:
-        pytest.fail(f"{failed[0]['where']}: the block failed:\n{failed[0]['output']}", False)
-    assert done.returncode == 0, f"the runner failed:\n{done.stdout}{done.stderr}"
-    assert len(report) == len([b for b in runnable]), "the runner stopped early"
+    assert report_file.exists(), f"the runner failed:\n{done.stdout}{done.stderr}"
+    report: list[dict[str, Any]] = json.loads(report_file.read_text(encoding="utf-8"))
+    assert len(report) == len(runnable), f"the runner stopped early:\n{done.stdout}{done.stderr}"
+    return report
 
 
 def _plain(block: object) -> dict[str, object]:
     data = asdict(block)  # type: ignore[call-overload]
     data["kind"] = block.kind  # type: ignore[attr-defined]
     data["script"] = block.script()  # type: ignore[attr-defined]
+    data["transcript"] = block.transcript()  # type: ignore[attr-defined]
     return data
 
 
@@ -178,3 +186,65 @@ def test_blocks_keep_their_lines_tags_and_options() -> None:
 def test_every_page_follows_the_convention() -> None:
     for path in PAGES:
         parse_file(path, ROOT)  # raises DirectiveError naming the page and line
+
+
+def _outcomes(text: str, folder: Path) -> list[tuple[str, bool]]:
+    return [(e["where"], e["ok"]) for e in run_page(_page(text), folder)]
+
+
+def test_the_runner_reports_the_failing_block_by_its_line_and_goes_on(tmp_path: Path) -> None:
+    page = (
+        "<!-- docs-test: scratch empty -->\n"
+        "```python\nx = 1\n```\n"
+        "```python\nassert x == 2, 'x is ' + str(x)\n```\n"
+        "```sh\nfalse\n```\n"
+        "<!-- docs-test: exit 3 -->\n```sh\nexit 3\n```\n"
+    )
+    report = run_page(_page(page), tmp_path)
+    assert [(e["where"], e["ok"]) for e in report] == [
+        ("docs/x.md:2", True),
+        ("docs/x.md:5", False),
+        ("docs/x.md:8", False),
+        ("docs/x.md:12", True),
+    ]
+    assert 'File "docs/x.md", line 6' in report[1]["output"] and "x is 1" in report[1]["output"]
+
+
+def test_a_signature_block_is_compared_with_the_callable(tmp_path: Path) -> None:
+    page = (
+        "<!-- docs-test: scratch empty -->\n"
+        "<!-- docs-test: signature -->\n```python\ndefine_model(fields) -> ModelDecl\n```\n"
+        "<!-- docs-test: signature -->\n```python\ndefine_model(fields, *, x=1) -> ModelDecl\n```\n"
+    )
+    assert _outcomes(page, tmp_path) == [("docs/x.md:3", True), ("docs/x.md:7", False)]
+
+
+def test_a_console_block_compares_what_each_command_prints(tmp_path: Path) -> None:
+    page = (
+        "<!-- docs-test: scratch empty -->\n"
+        "```console\n$ printf 'a\\nb\\nc\\n'\na\n...\n$ echo 'id 17 done'\nid ... done\n```\n"
+        "```console\n$ echo one\ntwo\n```\n"
+    )
+    assert _outcomes(page, tmp_path) == [("docs/x.md:2", True), ("docs/x.md:9", False)]
+
+
+def test_a_test_block_runs_under_pytest_and_its_failure_fails_the_block(tmp_path: Path) -> None:
+    page = (
+        "<!-- docs-test: scratch empty -->\n"
+        "```python\ndef test_passes(tmp_path):\n    assert tmp_path.is_dir()\n```\n"
+        "```python\ndef test_fails():\n    assert 1 == 2\n```\n"
+    )
+    assert _outcomes(page, tmp_path) == [("docs/x.md:2", True), ("docs/x.md:6", False)]
+
+
+def test_a_same_as_block_must_be_the_file(tmp_path: Path) -> None:
+    page = (
+        "<!-- docs-test: file a.txt -->\n```text\nhello\n```\n"
+        "<!-- docs-test: same-as a.txt -->\n```text\nhello\n```\n"
+        "<!-- docs-test: same-as a.txt -->\n```text\nhullo\n```\n"
+    )
+    assert _outcomes("<!-- docs-test: scratch empty -->\n" + page, tmp_path) == [
+        ("docs/x.md:3", True),
+        ("docs/x.md:7", True),
+        ("docs/x.md:11", False),
+    ]
