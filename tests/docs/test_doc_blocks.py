@@ -74,6 +74,7 @@ def environment(bin_folder: Path, project: Path) -> dict[str, str]:
     env["PATH"] = f"{bin_folder}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join([str(project), str(framework)])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["COLUMNS"] = "80"  # help texts wrap as the pages show them
     env["PIP_REQUIRE_VIRTUALENV"] = "1"  # a block that installs fails, it never changes this one
     return env
 

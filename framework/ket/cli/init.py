@@ -32,7 +32,7 @@ def add_parser(
     parser = commands.add_parser(
         "init",
         parents=parents,
-        help="write a minimal project: pyproject.toml [tool.ket], workspace.py, a first module",
+        help="write a minimal project: workspace, first module, [tool.ket]",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
