@@ -199,3 +199,26 @@ def _options(pending: list[tuple[int, str]], page: str) -> dict[str, object]:
                 "scratch empty|example"
             )
     return options
+
+
+def main() -> None:
+    """Print, for each page, how many blocks run, are written as files, are skipped or are
+    samples: `python3 -m tests.docs.blocks`."""
+    root = Path(__file__).resolve().parents[2]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    print(f"{'page':34} {'run':>4} {'files':>5} {'skipped':>7} {'samples':>7}")
+    for path in pages:
+        page = parse_file(path, root)
+        kinds = [block.kind for block in page.blocks]
+        run = sum(kind in ("python", "shell", "same-as") for kind in kinds)
+        print(
+            f"{page.path:34} {run:>4} {kinds.count('file'):>5} {kinds.count('skip'):>7} "
+            f"{kinds.count('sample'):>7}"
+        )
+        for block in page.blocks:
+            if block.skip is not None:
+                print(f"    skip {block.where}: {block.skip}")
+
+
+if __name__ == "__main__":
+    main()
