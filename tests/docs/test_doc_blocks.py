@@ -93,7 +93,7 @@ def run_page(page: Page, folder: Path) -> list[dict[str, Any]]:
     runnable = [b for b in page.blocks if b.kind in ("python", "shell", "file", "same-as")]
     if not runnable:
         return []  # nothing to run (its samples are still parsed, so its comments are checked)
-    project = folder / "project"
+    project = folder / "shop"  # the folder start.md names its project after
     project.mkdir()
     scratch_project(project, page.scratch)
     bin_folder = commands(folder)
