@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                 "(nothing was written)"
             )
     pyproject = root / "pyproject.toml"
-    files["pyproject.toml"] = _pyproject(pyproject, root, deployment)
+    files["pyproject.toml"] = pyproject_text(pyproject, root, deployment)
     written: list[Path] = []
     try:
         for relative, text in files.items():
@@ -115,7 +115,7 @@ def _zone(value: str) -> str:
     return value
 
 
-def _pyproject(path: Path, root: Path, deployment: str) -> str:
+def pyproject_text(path: Path, root: Path, deployment: str) -> str:
     """The new pyproject.toml, or the existing one with `[tool.ket]` appended."""
     table = f'[tool.ket]\nworkspace = "workspace.py"\ndeployment = "{deployment}"\n'
     if not path.exists():
