@@ -25,6 +25,7 @@ import subprocess
 import sys
 import traceback
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,9 @@ def main(blocks_path: str, report_path: str) -> int:
             ok, output = _python(block, session)
         elif block["kind"] == "shell" and block["tag"] == "console":
             ok, output = _console(block)
+        elif block["kind"] == "shell" and block["interrupt"]:
+            with _one_server_at_a_time():
+                ok, output = _shell(block)
         elif block["kind"] == "shell":
             ok, output = _shell(block)
         else:
@@ -249,6 +253,21 @@ def matches(shown: list[str], printed: list[str]) -> bool:
         for line in shown
     )
     return re.fullmatch(pattern, "".join(line + "\n" for line in printed)) is not None
+
+
+@contextlib.contextmanager
+def _one_server_at_a_time() -> Iterator[None]:
+    """Long-running commands (`ket serve`, `ket dev --all`) listen on the default port 8000:
+    pages run side by side (pytest -n) take turns with them."""
+    import fcntl
+    import tempfile
+
+    with open(Path(tempfile.gettempdir()) / "ket-docs-servers.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _kill(process: subprocess.Popen[str]) -> str:
