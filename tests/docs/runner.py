@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-SHELL_TIMEOUT = 90.0
+SHELL_TIMEOUT = float(os.environ.get("DOCS_TEST_TIMEOUT", "90"))  # seconds a shell block or a console command may take
 SESSION = "docs_session"
 
 
@@ -223,13 +223,18 @@ def _console(block: dict[str, Any]) -> tuple[bool, str]:
     """Each `$ ` command of the block, its output compared with the lines shown below it."""
     shown_all: list[str] = []
     for command, shown in block["transcript"]:
-        done = subprocess.run(
+        process = subprocess.Popen(
             ["bash", "-o", "pipefail", "-c", command],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            timeout=SHELL_TIMEOUT,
+            start_new_session=True,
         )
+        try:
+            out, _ = process.communicate(timeout=SHELL_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return False, f"$ {command}\n{_kill(process)}\n(killed after {SHELL_TIMEOUT:.0f} s)"
+        done = subprocess.CompletedProcess(command, process.returncode, out)
         printed = done.stdout.splitlines()
         shown_all.append(f"$ {command}")
         if not matches(shown, printed):
