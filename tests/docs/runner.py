@@ -29,7 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-SHELL_TIMEOUT = float(os.environ.get("DOCS_TEST_TIMEOUT", "90"))  # seconds a shell block or a console command may take
+# seconds a shell block or a console command may take (DOCS_TEST_TIMEOUT to try a page faster)
+SHELL_TIMEOUT = float(os.environ.get("DOCS_TEST_TIMEOUT", "90"))
 SESSION = "docs_session"
 
 
