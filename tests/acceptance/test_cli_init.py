@@ -134,3 +134,11 @@ def _dev_until(root: Path, wanted: str, *args: str) -> tuple[int, str]:
     reader.join(timeout=10)
     dev.stdout.close()
     return code, "".join(seen)
+
+
+def test_init_that_fails_midway_takes_back_what_it_wrote(tmp_path: Path) -> None:
+    (tmp_path / "modules").write_text("a file where the modules folder would go\n")
+    init = run_ket("init", cwd=tmp_path)
+    assert (init.code, init.out) == (2, "")
+    assert init.err == "ket: error: could not write modules: File exists\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["modules"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import keyword
+import os
 import re
 import sys
 import tomllib
@@ -81,9 +82,11 @@ def run(args: argparse.Namespace) -> int:
         for relative, text in files.items():
             target = root / relative
             target.parent.mkdir(parents=True, exist_ok=True)
-            _write(target, text, new=relative != "pyproject.toml" or not pyproject.exists())
+            _write(target, text, replace=relative == "pyproject.toml" and pyproject.exists())
             written.append(target)
     except OSError as error:
+        for target in written:  # nothing half-written: the files made so far go again
+            target.unlink(missing_ok=True)
         raise KetError(f"could not write {error.filename}: {error.strerror}") from error
     for target in written:
         sys.stdout.write(f"wrote {target}\n")
@@ -150,10 +153,20 @@ def _project_name(root: Path) -> str:
     return "-".join(words).lower() or "app"
 
 
-def _write(target: Path, text: str, *, new: bool) -> None:
-    # "x" for a new file: one that appeared since the check above is not overwritten
-    with target.open("x" if new else "w", encoding="utf-8") as out:
-        out.write(text)
+def _write(target: Path, text: str, *, replace: bool) -> None:
+    """A new file ("x": one that appeared since the check is not overwritten), or, for the
+    user's pyproject.toml, a whole new version renamed over it (never a half-written one)."""
+    if not replace:
+        with target.open("x", encoding="utf-8") as out:
+            out.write(text)
+        return
+    fresh = target.with_name(f".{target.name}.ket-init")
+    try:
+        fresh.write_text(text, encoding="utf-8")
+        fresh.chmod(target.stat().st_mode & 0o777)
+        os.replace(fresh, target)
+    finally:
+        fresh.unlink(missing_ok=True)
 
 
 def project_files(module: str, deployment: str, timezone: str) -> dict[str, str]:
