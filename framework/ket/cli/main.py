@@ -26,6 +26,7 @@ from ket.errors import CheckFailed, KetError
 
 # every command, in the order `ket --help` lists them, with the options it shares: a module of
 # ket.cli of the same name adds its parser (`add_parser(commands, parents)`)
+STARTING = ["init"]  # no shared options
 DECLARING = ["manifest", "check", "diff"]  # workspace options
 RUNNING = ["worker", "serve", "dev", "migrate", "call", "schedules"]  # workspace, database
 OPERATING = ["tenants", "workers", "jobs", "uninstall"]  # database options
@@ -66,6 +67,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     workspace, database = workspace_parent(), database_parent()
     for names, parents in (
+        (STARTING, []),
         (DECLARING, [workspace]),
         (RUNNING, [workspace, database]),
         (OPERATING, [database]),
@@ -93,7 +95,7 @@ def command_named(argv: Sequence[str]) -> str | None:
         if word in ("-h", "--help"):
             return None
         if not word.startswith("-"):
-            return word if word in (*DECLARING, *RUNNING, *OPERATING) else None
+            return word if word in (*STARTING, *DECLARING, *RUNNING, *OPERATING) else None
     return None
 
 
