@@ -40,20 +40,25 @@ def test_uninstall_asks_drops_ket_tables_only_and_migrate_brings_them_back(
     tenant_database: str, tmp_path: Path
 ) -> None:
     url = ["--database-url", tenant_database]
+    # a registry of the test's own: a `ket_registry` left on the server by anything else
+    # (the default registry of a PostgreSQL URL) must not name this database's tenant
+    alone = {"KET_REGISTRY_URL": f"sqlite:///{tmp_path / 'registry.db'}"}
     _create_model_table(tenant_database)
     assert _tables(tenant_database) >= KET_TABLES
-    refused = run_ket("uninstall", *url, cwd=tmp_path)  # no terminal to ask on
+    refused = run_ket("uninstall", *url, cwd=tmp_path, env=alone)  # no terminal to ask on
     assert refused.code == 2
     assert "there is no terminal to ask on: pass --yes to confirm" in refused.err
     assert "Traceback" not in refused.err
     assert _tables(tenant_database) >= KET_TABLES  # nothing dropped
-    done = run_ket("uninstall", *url, "--yes", cwd=tmp_path)
+    done = run_ket("uninstall", *url, "--yes", cwd=tmp_path, env=alone)
     assert done.code == 0, done.err
     assert done.out.startswith("tenant default (")
     assert _tables(tenant_database) == {"m_shop_order"}  # the app's data stays
-    again = run_ket("uninstall", *url, "--yes", "--format", "json", cwd=tmp_path)
+    again = run_ket("uninstall", *url, "--yes", "--format", "json", cwd=tmp_path, env=alone)
     assert (json.loads(again.out)["tenant"], json.loads(again.out)["removed"]) == ("default", [])
-    migrated = run_ket("migrate", *url, "--workspace", str(_workspace(tmp_path)), cwd=tmp_path)
+    migrated = run_ket(
+        "migrate", *url, "--workspace", str(_workspace(tmp_path)), cwd=tmp_path, env=alone
+    )
     assert migrated.code == 0, migrated.err
     assert _tables(tenant_database) >= KET_TABLES
 
