@@ -9,9 +9,10 @@ be reached they skip, with one line saying how to enable them, unless KET_REQUIR
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -78,11 +79,29 @@ def tenant_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
         yield url
         return
     server: str = request.getfixturevalue("postgres_url")
-    name = f"ket_tenant_{uuid.uuid4().hex[:10]}"
+    with migrated_postgres_database(server, "ket_tenant") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def migrated_postgres_database(
+    server: str, prefix: str, *, before_migrate: Callable[[str], None] | None = None
+) -> Iterator[str]:
+    """A database of its own on `server` (named `prefix_<random>`), with ket's tables (after
+    `before_migrate(url)`, if given), dropped afterwards: its URL."""
+    from ket.store.sql import SqlStore
+
+    async def migrate(url: str) -> None:
+        store = await SqlStore.open(url, migrate=True)
+        await store.close()
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(server, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
         url = f"{server.rsplit('/', 1)[0]}/{name}"
+        if before_migrate is not None:
+            before_migrate(url)
         asyncio.run(migrate(url))
         yield url
     finally:

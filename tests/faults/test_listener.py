@@ -11,12 +11,10 @@ import asyncio
 import logging
 import re
 import time
-import uuid
 from collections.abc import Callable, Collection, Iterator
 
 import psycopg
 import pytest
-from psycopg import sql
 from sqlalchemy import make_url
 
 from ket.store import NewJob
@@ -25,6 +23,7 @@ from ket.store.sql import listener as listening
 from ket.store.sql.listener import Listener, Timing
 from ket.store.wakeup import Wakeups
 from ket.tck.arrange import quiet
+from tests.conftest import migrated_postgres_database
 from tests.faults.proxy import Proxy
 
 FAST = Timing(
@@ -41,23 +40,8 @@ SOON = 15.0  # "never" is anything longer
 @pytest.fixture
 def database(postgres_url: str) -> Iterator[str]:
     """A fresh database with ket's tables, dropped afterwards; its URL."""
-    name = f"ket_faults_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
-    try:
-
-        async def migrate() -> None:
-            store = await SqlStore.open(url, migrate=True)
-            await store.close()
-
-        asyncio.run(migrate())
+    with migrated_postgres_database(postgres_url, "ket_faults") as url:
         yield url
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ order and its job when it returns, and neither when it raises."""
 
 from __future__ import annotations
 
-import asyncio
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +11,9 @@ from typing import Any
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
-from psycopg import sql
 from sqlalchemy import create_engine
 
-from ket.store.sql import SqlStore
+from tests.conftest import migrated_postgres_database
 from tests.fastapi_project.app import Base, create_app
 
 
@@ -24,26 +21,14 @@ from tests.fastapi_project.app import Base, create_app
 def database(postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A fresh database with the shop's tables and ket's; its URL."""
     monkeypatch.setenv("KET_REGISTRY_URL", f"sqlite:///{tmp_path / 'registry.db'}")
-    name = f"ket_fastapi_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = f"{postgres_url.rsplit('/', 1)[0]}/{name}"
-    try:
+
+    def shop_tables(url: str) -> None:
         engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
         Base.metadata.create_all(engine)
         engine.dispose()
 
-        async def migrate() -> None:
-            store = await SqlStore.open(url, migrate=True)
-            await store.close()
-
-        asyncio.run(migrate())
+    with migrated_postgres_database(postgres_url, "ket_fastapi", before_migrate=shop_tables) as url:
         yield url
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
 
 
 def _rows(url: str, query: str) -> list[tuple[Any, ...]]:
