@@ -351,17 +351,25 @@ def _parameters(job: NewJob, payload: str, now: datetime | None) -> dict[str, An
     }
 
 
+def _shape(step: Step) -> tuple[bool, Any]:
+    """Whether `step` runs once per parameter set (`many`), and its parameters: a list of them,
+    or the one set (one row is a plain, prepared statement)."""
+    params = step.parameters
+    if isinstance(params, list):
+        return (True, params) if len(params) > 1 else (False, params[0])
+    return False, params
+
+
 async def run_plan(rows: Rows, plan: Plan) -> list[Inserted]:
     """Run a plan on a connection (inside the caller's transaction)."""
     try:
         step = next(plan)
         while True:
-            params = step.parameters
-            if isinstance(params, list) and len(params) > 1:
+            many, params = _shape(step)
+            if many:
                 step = plan.send(await rows.many(step.statement, params))
-            else:  # one row is a plain (prepared) statement
-                one = params[0] if isinstance(params, list) else params
-                step = plan.send(await rows.tuples(step.statement, one))
+            else:
+                step = plan.send(await rows.tuples(step.statement, params))
     except StopIteration as done:
         value: list[Inserted] = done.value
         return value
@@ -372,12 +380,11 @@ def run_sync(rows: SyncRows, plan: Plan) -> list[Inserted]:
     try:
         step = next(plan)
         while True:
-            params = step.parameters
-            if isinstance(params, list) and len(params) > 1:
+            many, params = _shape(step)
+            if many:
                 step = plan.send(rows.many(step.statement, params))
             else:
-                one = params[0] if isinstance(params, list) else params
-                step = plan.send(rows.rows(step.statement, one))
+                step = plan.send(rows.rows(step.statement, params))
     except StopIteration as done:
         value: list[Inserted] = done.value
         return value
