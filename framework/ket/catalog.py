@@ -90,6 +90,8 @@ class Catalog:
     redact: Redact | None = None  # the deployment's hook for exception texts
     tracing: bool = False  # KET_OTEL=1: OpenTelemetry spans for enqueues and attempts
     serve: ServeConfig = field(default_factory=ServeConfig)
+    # the job each name makes when it takes no input and no options: one value, made once
+    _plain: dict[str, NewJob] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -145,6 +147,18 @@ class Catalog:
     ) -> NewJob:
         """A job to insert: input validated (pydantic ValidationError naming the field), defaults
         from the declaration filled in (`tags` given replace the declared ones)."""
+        bare = (
+            input is None
+            and run_at is None
+            and priority is None
+            and unique_key is None
+            and company is None
+            and tick is None
+            and ticks_skipped is None
+            and tags is None
+        )
+        if bare and name in self._plain:
+            return self._plain[name]
         spec = self.job(name)
         payload: dict[str, Any]
         if spec.no_input and not input and not isinstance(input, BaseModel):
@@ -162,7 +176,7 @@ class Catalog:
                 tags = resolve.tags(tags)
             except DeclarationError as error:
                 raise JobRejected(f"job {name!r}: {error}") from None
-        return NewJob(
+        job = NewJob(
             name=name,
             queue=spec.queue,
             payload=payload,
@@ -177,6 +191,9 @@ class Catalog:
             tags=spec.tags if tags is None else tags,
             trace_context=trace.enqueue_context(name, spec.queue) if self.tracing else None,
         )
+        if bare and spec.no_input and not self.tracing:  # a traced enqueue is a span of its own
+            self._plain[name] = job
+        return job
 
     def job_input(
         self, spec: OperationSpec, payload: dict[str, Any], version: int = 1

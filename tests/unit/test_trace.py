@@ -85,6 +85,21 @@ def test_the_request_the_enqueue_and_the_run_share_one_trace(traced: None, job: 
     assert [run.context.span_id] == SEEN  # the handler ran inside its attempt's span
 
 
+def test_each_enqueue_of_a_job_without_input_is_a_span_of_its_own(traced: None) -> None:
+    tracer = trace.get_tracer("app")
+    with create_test_deployment(APP) as e2e:
+        for request in ("POST /a", "POST /b"):
+            with tracer.start_as_current_span(request):
+                e2e.enqueue("t.report_async")
+        contexts = [job.trace_context for job in e2e.jobs()]
+    enqueues = [s for s in EXPORTER.get_finished_spans() if s.name == "enqueue t.report_async"]
+    assert len(enqueues) == 2
+    assert {span.parent.span_id for span in enqueues} == {
+        span.context.span_id for span in EXPORTER.get_finished_spans() if span.name[:4] == "POST"
+    }
+    assert contexts[0] != contexts[1] and None not in contexts
+
+
 def test_a_failed_attempt_marks_its_span_with_the_error(traced: None) -> None:
     with create_test_deployment(APP) as e2e:
         e2e.enqueue("t.report", {"fail": True})

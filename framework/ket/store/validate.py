@@ -61,14 +61,17 @@ _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=Fa
 
 def encode_payloads(jobs: Sequence[NewJob], *, limit: int = MAX_PAYLOAD_BYTES) -> list[str]:
     """Check every job, return each payload as compact JSON; JobRejected names the first bad."""
-    encoded = []
+    encoded: list[str] = []
     checked: NewJob | None = None
     for job in jobs:
+        if job is checked:  # the very same value again (a job without input or options)
+            encoded.append(encoded[-1])
+            continue
         # the jobs of a batch mostly share their declaration's values (the very same objects):
         # those need checking once, only each job's own values every time
         if checked is None or not _shares_declared(job, checked):
             _check_declared(job)
-            checked = job
+        checked = job
         _check_own(job)
         encoded.append(encode_payload(job, limit=limit))
     return encoded

@@ -25,6 +25,7 @@ from ket.tck.harness import EPOCH, Tck, tck_test
 
 __all__ = [
     "test_insert_accepts_a_payload_just_under_one_mebibyte",
+    "test_insert_batch_keeps_shared_values_and_each_jobs_own",
     "test_insert_bulk_of_one_thousand_jobs_in_one_call",
     "test_insert_defaults_attempt_fence_run_at_and_enqueued_at",
     "test_insert_keeps_a_past_run_at_and_makes_the_job_available",
@@ -199,6 +200,88 @@ async def test_insert_bulk_of_one_thousand_jobs_in_one_call(t: Tck) -> None:
     assert {c.id for c in claimed} == {r.id for r in results}
     by_id = {c.id: c.payload["n"] for c in claimed}
     assert [by_id[r.id] for r in results] == list(range(1_000))
+
+
+def _fields(record: Any) -> tuple[Any, ...]:
+    return (
+        record.name,
+        record.queue,
+        record.state,
+        record.payload,
+        record.payload_version,
+        record.priority,
+        record.max_attempts,
+        record.company,
+        record.run_at,
+        record.tick,
+        record.ticks_skipped,
+        record.tags,
+        record.trace_context,
+    )
+
+
+@tck_test
+async def test_insert_batch_keeps_shared_values_and_each_jobs_own(t: Tck) -> None:
+    """A batch's jobs may share any field (the very same value, or an equal one) or differ in
+    it, a missing value (None) beside given ones included: each row keeps its own."""
+    tick = datetime(2030, 1, 15, 11, 0, tzinfo=UTC)
+    later, earlier = after(t, 3_600), after(t, -60)
+    carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    shared: dict[str, Any] = {
+        "name": "kit.shared",
+        "queue": "kit-shared",
+        "payload": {"same": True},
+        "payload_version": 2,
+        "run_at": earlier,
+        "priority": 5,
+        "max_attempts": 7,
+        "company": "acme",
+        "tick": tick,
+        "ticks_skipped": 1,
+        "tags": ("nightly",),
+        "trace_context": carrier,
+    }
+    alike = [NewJob(**shared), NewJob(**shared), NewJob(**{**shared, "payload": {"same": True}})]
+    # each field differs across the batch, one job of it holding the value the others share
+    differ = [
+        NewJob(**shared),
+        NewJob(**{**shared, "name": "kit.other", "queue": "kit-other", "payload": {"n": 1}}),
+        NewJob(**{**shared, "run_at": None, "company": None, "tick": None, "priority": -3}),
+        NewJob(
+            **{
+                **shared,
+                "run_at": later,
+                "ticks_skipped": None,
+                "tags": (),
+                "trace_context": None,
+                "payload_version": 1,
+                "max_attempts": 2,
+            }
+        ),
+    ]
+    batch = alike + differ
+    results = await t.store.job_insert(batch)
+    assert len({r.id for r in results}) == len(batch)
+    now = t.clock.now()
+    for job, result in zip(batch, results, strict=True):
+        record = await get(t, result.id)
+        state = "scheduled" if job.run_at is not None and job.run_at > now else "available"
+        expected = (
+            job.name,
+            job.queue,
+            state,
+            job.payload,
+            job.payload_version,
+            job.priority,
+            job.max_attempts,
+            job.company,
+            job.run_at or now,
+            job.tick,
+            job.ticks_skipped,
+            job.tags,
+            job.trace_context,
+        )
+        assert _fields(record) == expected, f"job {batch.index(job)} of the batch"
 
 
 @tck_test

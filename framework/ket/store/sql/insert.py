@@ -29,7 +29,7 @@ _UNIQUE_TRIES = 5
 # fewer are inserted one statement each. PostgreSQL gets any batch of plain jobs as one
 # statement of arrays (`unnested`).
 NUMBERED_FROM = 64
-# The columns of a job that travel as arrays to `unnested`, one array each, with their types.
+# The columns of a job that travel to `unnested`, each as an array or one value, with their types.
 _ARRAYS: tuple[tuple[str, str], ...] = (
     ("name", "text"),
     ("queue", "text"),
@@ -148,8 +148,15 @@ def insert_sql(dialect: str) -> InsertSql:
 
 
 def _unnested(now: Any) -> Any:
-    """PostgreSQL: a batch of plain jobs in one statement, each column as an array; it returns
-    one row, the new ids as an array in the order of the arrays.
+    """PostgreSQL: a batch of plain jobs in one statement; it returns one row, the new ids as an
+    array in the batch's order.
+
+    Each column travels either as an array of the batch's values (`a_<column>`) or, when every
+    job of the batch holds the same value, as that one value (`s_<column>`) beside an empty
+    array: `unnest` pads the shorter arrays with NULLs, and the row takes the scalar where its
+    array had none. A batch mostly shares everything but its payloads, so most columns cost
+    neither an array to encode nor one to unpack (`_arrays`). An array of `n` zeros keeps the
+    row count when every column is constant.
 
     The ids are drawn in a materialised CTE next to each row's position, so that no ordering of
     the insert itself is relied on; one row of an array costs less to read than a row per job.
@@ -176,16 +183,21 @@ def _unnested(now: Any) -> Any:
         "integer": Integer(),
         "instant": DateTime(timezone=True),
     }
+    arrays = [bindparam(f"a_{n}", type_=postgresql.ARRAY(types[t])) for n, t in _ARRAYS]
+    rows = func.array_fill(literal_column("0"), postgresql.array([bindparam("n", type_=Integer())]))
     given = (
-        func.unnest(*[bindparam(f"a_{n}", type_=postgresql.ARRAY(types[t])) for n, t in _ARRAYS])
-        .table_valued(*[name for name, _ in _ARRAYS], with_ordinality="ord")
+        func.unnest(*arrays, rows)
+        .table_valued(*[name for name, _ in _ARRAYS], "row", with_ordinality="ord")
         .render_derived(name="given")
     )
     sequence = select(
         func.pg_get_serial_sequence(literal_column("'ket_jobs'"), literal_column("'id'"))
     ).scalar_subquery()  # looked up once, not per row
+    columns = [
+        func.coalesce(given.c[n], bindparam(f"s_{n}", type_=types[t])).label(n) for n, t in _ARRAYS
+    ]
     numbered = (
-        select(func.nextval(sequence).label("id"), *given.c)
+        select(func.nextval(sequence).label("id"), *columns, given.c.ord)
         .select_from(given)
         .cte("numbered")
         .prefix_with("MATERIALIZED")
@@ -314,22 +326,32 @@ def wake_queues(batch: Sequence[NewJob], now: datetime | None) -> set[str]:
 def _arrays(
     batch: Sequence[NewJob], payloads: Sequence[str], now: datetime | None
 ) -> dict[str, Any]:
-    """The parameters of `unnested`: one list per column, in the batch's order."""
-    return {
-        "now": now,
-        "a_name": [job.name for job in batch],
-        "a_queue": [job.queue for job in batch],
-        "a_priority": [job.priority for job in batch],
-        "a_payload": list(payloads),
-        "a_payload_version": [job.payload_version for job in batch],
-        "a_max_attempts": [job.max_attempts for job in batch],
-        "a_company": [job.company for job in batch],
-        "a_run_at": [job.run_at for job in batch],
-        "a_tick": [job.tick for job in batch],
-        "a_ticks_skipped": [job.ticks_skipped for job in batch],
-        "a_tags": [encode_tags(job.tags) for job in batch],
-        "a_trace_context": [encode_trace_context(job.trace_context) for job in batch],
+    """The parameters of `unnested`: each column as one list in the batch's order, or as its one
+    value when every job holds the same (equal, as the column stores it)."""
+    columns: dict[str, list[Any]] = {
+        "name": [job.name for job in batch],
+        "queue": [job.queue for job in batch],
+        "priority": [job.priority for job in batch],
+        "payload": list(payloads),
+        "payload_version": [job.payload_version for job in batch],
+        "max_attempts": [job.max_attempts for job in batch],
+        "company": [job.company for job in batch],
+        "run_at": [job.run_at for job in batch],
+        "tick": [job.tick for job in batch],
+        "ticks_skipped": [job.ticks_skipped for job in batch],
+        "tags": [encode_tags(job.tags) for job in batch],
+        "trace_context": [encode_trace_context(job.trace_context) for job in batch],
     }
+    parameters: dict[str, Any] = {"now": now, "n": len(batch)}
+    for name, values in columns.items():
+        # list.count compares in C, by identity first: the shared declaration values are found
+        # at once. Equal values are the same to the column (the validated types: text, integers
+        # that are not booleans, aware datetimes of one instant).
+        if values.count(values[0]) == len(values):
+            parameters[f"a_{name}"], parameters[f"s_{name}"] = [], values[0]
+        else:
+            parameters[f"a_{name}"], parameters[f"s_{name}"] = values, None
+    return parameters
 
 
 def _parameters(job: NewJob, payload: str, now: datetime | None) -> dict[str, Any]:
