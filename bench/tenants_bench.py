@@ -14,7 +14,8 @@ measures, in order:
 1. connections: `pg_stat_activity`'s client backends every 0.5 s for the whole pass, told apart
    by `application_name` (each worker runs with PGAPPNAME=ketbench-w<i>, which libpq sends);
 2. idle CPU (utime + stime over `--idle-seconds`) and VmRSS of each worker, VmHWM at the end;
-3. wake-up: `--probes` jobs, each into a random tenant through `open_async_client`, 20 ms apart;
+3. wake-up: `--probes` jobs, each into a random tenant through `open_async_client`, `--probe-gap`
+   apart (150 ms: 200 probes span a whole 30 s schedule period, so every run meets one tick);
    latency = handler start - time.time() just before the enqueue call;
 4. fairness: `--backlog` jobs enqueued in bulk into tenant t0001, then `--fairness-probes` into
    the others, compared with the idle median;
@@ -93,7 +94,8 @@ WORKSPACE = "from tenants_app import bench\n"
 WARM_UP_TIMEOUT_S = 60.0
 SETTLE_MAX_S = 60.0
 SETTLE_STEADY_S = 5.0
-PROBE_GAP_S = 0.020
+PROBE_GAP_S = 0.150  # 200 probes cover a 30 s period, whatever its tick bursts
+FAIRNESS_GAP_S = 0.020  # the fairness probes all fall while the backlog drains
 HAND_OVER_TIMEOUT_S = 45.0  # the default lease (30 s) and some
 HAND_OVER_CONCURRENCY = 4
 
@@ -163,7 +165,7 @@ async def run_pass(
         await _warm_up(result, prober, tenants[0], began)
         await _settle(sampler, workers)
         await _idle(result, procs, args.idle_seconds, server)
-        result.wake_up = await _series(prober, tenants, args.probes, args, rng)
+        result.wake_up = await _series(prober, tenants, args.probes, args, rng, args.probe_gap)
         await _fairness(result, prober, tenants, args, rng)
         remaining = args.min_seconds - (time.time() - began)
         if remaining > 0:  # long enough for the schedules' ticks
@@ -263,7 +265,7 @@ async def _fairness(
             await client.aclose()
     except Exception as error:
         result.backlog_enqueue_error = f"{type(error).__name__}: {error}".splitlines()[0]
-    result.fairness = await _series(prober, others, args.fairness_probes, args, rng)
+    result.fairness = await _series(prober, others, args.fairness_probes, args, rng, FAIRNESS_GAP_S)
 
 
 async def _series(
@@ -272,16 +274,18 @@ async def _series(
     count: int,
     args: argparse.Namespace,
     rng: random.Random,
+    gap: float,
 ) -> ProbeStats:
-    """`count` probes one after the other, each into a random tenant, 20 ms after the previous
-    one started (or was given up); those not sent within `--phase-seconds` are counted unsent."""
+    """`count` probes one after the other, each into a random tenant, `gap` seconds after the
+    previous one started (or was given up); those not sent within `--phase-seconds` are counted
+    unsent."""
     deadline = time.monotonic() + args.phase_seconds
     probes = []
     for _ in range(count):
         if time.monotonic() > deadline:
             break
         probes.append(await prober.one(rng.choice(tenants), args.probe_timeout))
-        await asyncio.sleep(PROBE_GAP_S)
+        await asyncio.sleep(gap)
     return probe_stats(probes, args.probe_timeout, unsent=count - len(probes))
 
 
@@ -478,6 +482,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tenants", type=int, default=100)
     parser.add_argument("--workers", default="1,4", help="worker counts, one pass each (1,4)")
     parser.add_argument("--probes", type=int, default=200, help="wake-up probes (200)")
+    parser.add_argument(
+        "--probe-gap",
+        type=float,
+        default=PROBE_GAP_S,
+        help=f"seconds from one probe's start to the next probe ({PROBE_GAP_S:g})",
+    )
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--backlog", type=int, default=20_000)
     parser.add_argument("--fairness-probes", type=int, default=50)

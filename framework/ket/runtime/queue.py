@@ -94,8 +94,16 @@ class QueueLoop:
         self._supervisor = supervisor
         self._hooks = hooks
         self._stopping = stopping
+        self._due: asyncio.Future[None] | None = None  # a `_when_due` under way
 
     async def run(self) -> None:
+        try:
+            await self._claim_until_stopped()
+        finally:
+            if self._due is not None:
+                self._due.cancel()
+
+    async def _claim_until_stopped(self) -> None:
         queue, attempts = self.queue, self._attempts
         poll_min = self._config.poll_min_ms / 1000
         poll_max = self._config.poll_max_ms / 1000
@@ -149,10 +157,19 @@ class QueueLoop:
             if claimed:
                 idle = poll_min
             ceiling = poll_max if self._paced is None else self._paced.idle_poll(poll_max)
-            if ceiling > poll_max:  # waits may be long: learn when the next job is due
-                await self._when_due()
-            woken = await (watch or self._watch(idle))
+            watch = watch or self._watch(idle)
+            if ceiling > poll_max and not watch.done():
+                # waits may be long: learn when the next job is due, beside the wait, so that
+                # a wake-up never waits for that statement's connection
+                self._learn_when_due()
+            woken = await watch
             idle = poll_min if woken else min(idle * 2, ceiling)
+
+    def _learn_when_due(self) -> None:
+        """`_when_due` in a task of its own, one at a time (a wait for a connection within a
+        spent budget may outlast the wait for work)."""
+        if self._due is None or self._due.done():
+            self._due = asyncio.ensure_future(self._when_due())
 
     async def _when_due(self) -> None:
         """Have the store wake this queue when its next job is due; a failure is logged (rate

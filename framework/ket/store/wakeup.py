@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 
@@ -34,6 +34,40 @@ class Wakeups:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiters: list[_Waiter] = []
+        # queues woken for a job someone else enqueued, until their next claim takes the mark
+        # (its wait for a connection goes before the sweeps and ticks: ket.store.sql.budget),
+        # and how to hurry the claims of each queue that wait now
+        self._prompted: set[str] = set()
+        self._claiming: dict[str, list[Callable[[], None]]] = {}
+
+    def notify_prompt(self, queues: Iterable[str]) -> None:
+        """`notify`, for jobs an application enqueued: their claim should not wait its turn,
+        nor a claim of their queue that waits already."""
+        queues = list(queues)
+        for queue in queues:
+            for hurry in list(self._claiming.get(queue, ())):
+                hurry()
+        self._prompted.update(queues)
+        self.notify(queues)
+
+    @contextlib.contextmanager
+    def claiming(self, queue: str, hurry: Callable[[], None]) -> Iterator[None]:
+        """Within the block a claim of `queue` is under way: `notify_prompt` calls `hurry`."""
+        hurries = self._claiming.setdefault(queue, [])
+        hurries.append(hurry)
+        try:
+            yield
+        finally:
+            hurries.remove(hurry)
+            if not hurries:
+                del self._claiming[queue]
+
+    def take_prompt(self, queue: str) -> bool:
+        """Whether `queue` was woken by `notify_prompt` since this was last asked (it clears)."""
+        if queue in self._prompted:
+            self._prompted.discard(queue)
+            return True
+        return False
 
     def notify(self, queues: Iterable[str]) -> None:
         """Wake every waiter serving any of `queues`."""
@@ -42,6 +76,11 @@ class Wakeups:
         names = set(queues)
         if names:
             self._wake(lambda waiter: not waiter.queues.isdisjoint(names))
+
+    def heard_from(self, payload: str, pid: int) -> None:
+        """A notification naming queue `payload`, sent by server process `pid` (a listener's
+        delivery; the control channel's router tells its own echoes by the PID)."""
+        self.notify([payload])
 
     def notify_all(self) -> None:
         """Wake every waiter (after a reconnect, when notifications may have been missed)."""

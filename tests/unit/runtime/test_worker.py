@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -125,11 +125,11 @@ CATALOG = Catalog.build(define_deployment(name="test", modules=[module], worker=
 Scenario = Callable[[MemoryStore, TenantWorker, list[Event]], Awaitable[None]]
 
 
-def run(scenario: Scenario) -> None:
+def run(scenario: Scenario, make_store: Callable[[], MemoryStore] = MemoryStore) -> None:
     calls.clear()
 
     async def main() -> None:
-        store = MemoryStore()
+        store = make_store()
         hooks = Hooks()
         events: list[Event] = []
         hooks.subscribe(events.append)
@@ -475,3 +475,38 @@ def test_a_queue_of_long_jobs_claims_no_more_than_its_free_slots() -> None:
             assert (await settled(store, job_id)).state == "completed"
 
     run(scenario)
+
+
+class SlowDueTimes(MemoryStore):
+    """A paced store (hints and visits wake its queues) whose answer to "when is the next job
+    due" never comes: its connection waits in a spent budget, say."""
+
+    paced = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = asyncio.Event()
+
+    def idle_poll(self, poll_max: float) -> float:
+        return 3_600.0  # the queue waits long for a wake-up: it asks when work is due
+
+    async def wake_when_due(self, queue: str) -> None:
+        self.asked.set()
+        await asyncio.Event().wait()
+
+    def wake(self, queues: Collection[str]) -> None:
+        return None
+
+    async def lease_end(self) -> float | None:
+        return None
+
+
+def test_a_wake_up_is_not_held_back_by_the_question_of_when_work_is_due() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        assert isinstance(store, SlowDueTimes)
+        await asyncio.wait_for(store.asked.wait(), 5)  # idle, and its question hangs
+        job_id = await enqueue(store, "t.ok_async")  # the insert wakes the queue
+        record = await settled(store, job_id, timeout=2.0)
+        assert record.state == "completed"
+
+    run(scenario, SlowDueTimes)

@@ -297,3 +297,117 @@ def test_a_connection_just_gone_idle_is_kept_a_moment_for_its_own_holder() -> No
     assert kept
     assert closed  # closed to make room for the other holder
     assert ket_budget.KEEP_FOR_OWNER_SECONDS * 0.9 <= after < 1.0
+
+
+class SlowGoodbyes(Pool):
+    """A holder whose connections take `goodbye` seconds to be gone once closed (the server
+    process exiting), as a lane's shed waits for; it records how many were gone-or-open at
+    once, the count a server would show."""
+
+    def __init__(self, budget: ConnectionBudget, goodbye: float, server: list[int]) -> None:
+        super().__init__(budget)
+        self.goodbye = goodbye
+        self.server = server  # [now, most]: connections the server counts
+
+    async def _open(self) -> Connection:
+        self.server[0] += 1
+        self.server[1] = max(self.server[1], self.server[0])
+        return Connection()
+
+    async def shed(self, older_than: float | None = None) -> int:
+        if not self.idle:
+            return 0
+        connection, _ = self.idle.pop(0)
+        connection.close()
+        await asyncio.sleep(self.goodbye)  # the server still counts it meanwhile
+        self.server[0] -= 1
+        self.budget.released()
+        return 1
+
+
+def test_many_waiters_shed_idle_connections_side_by_side_never_over_the_limit() -> None:
+    """After a tick every tenant wants a connection at once: the idle ones of other tenants are
+    shed in parallel, not one goodbye after another, and the server never counts more than
+    the limit, goodbyes still under way included."""
+    limit, goodbye = 10, 0.2
+
+    async def scenario() -> tuple[float, int]:
+        budget = ConnectionBudget(limit)
+        server = [0, 0]
+        holders = [SlowGoodbyes(budget, goodbye, server) for _ in range(2 * limit)]
+        for holder in holders[:limit]:  # the budget full of idle connections, ripe to shed
+            holder.give_back(await holder.take())
+        await asyncio.sleep(ket_budget.KEEP_FOR_OWNER_SECONDS + 0.05)
+        began = time.monotonic()
+        taken = await asyncio.wait_for(asyncio.gather(*(h.take() for h in holders[limit:])), 30)
+        took = time.monotonic() - began
+        assert len(taken) == budget.open_count() == limit  # the budget counts what is held
+        return took, server[1]
+
+    took, most = asyncio.run(scenario())
+    assert most <= limit
+    # one goodbye after another would take limit * goodbye = 2 s
+    assert took < 4 * goodbye, f"{limit} waiters took {took:.2f} s"
+
+
+def _serving_order(arrivals: list[tuple[str, str]], *, promote: str | None = None) -> list[str]:
+    """Three connections held; waiters arrive in order, each `(name, tier)` with tier urgent,
+    prompt or normal (`promote` names a normal one made prompt while it waits); then the
+    connections come free one at a time. The order they were served in."""
+
+    async def scenario() -> list[str]:
+        budget = ConnectionBudget(3)
+        pool = Pool(budget)
+        held = [await pool.take() for _ in range(3)]
+        served: list[str] = []
+        tickets: dict[str, ket_budget.Ticket] = {}
+
+        async def wait(name: str, tier: str) -> None:
+            ticket = ket_budget.Ticket(
+                {"urgent": ket_budget.URGENT, "prompt": ket_budget.PROMPT}.get(
+                    tier, ket_budget.NORMAL
+                )
+            )
+            tickets[name] = ticket
+            with ket_budget.waiting_as(ticket):
+                connection = await pool.take()
+            served.append(name)
+            held.append(connection)
+
+        tasks = []
+        for name, tier in arrivals:
+            tasks.append(asyncio.ensure_future(wait(name, tier)))
+            await asyncio.sleep(0.005)
+        if promote is not None:
+            budget.promote(tickets[promote])
+        while len(served) < len(arrivals):
+            held.pop(0).close()
+            budget.released()
+            await asyncio.sleep(0.005)
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        return served
+
+    return asyncio.run(scenario())
+
+
+def test_a_claim_for_an_applications_job_waits_after_lease_keeping_before_the_herd() -> None:
+    """After a tick a herd of sweeps waits; the claim for a job the application just enqueued
+    goes after the heartbeats, ahead of the herd."""
+    order = _serving_order(
+        [("sweep 1", "normal"), ("sweep 2", "normal"), ("claim", "prompt"), ("beat", "urgent")]
+    )
+    assert order == ["beat", "claim", "sweep 1", "sweep 2"]
+
+
+def test_a_waiting_claim_hurried_by_a_hint_moves_ahead_of_the_herd() -> None:
+    order = _serving_order(
+        [("sweep 1", "normal"), ("sweep 2", "normal"), ("claim", "normal")], promote="claim"
+    )
+    assert order == ["claim", "sweep 1", "sweep 2"]
+
+
+def test_prompt_waits_do_not_pass_work_that_waited_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream of application jobs cannot hold a sweep back past PROMPT_AHEAD_SECONDS."""
+    monkeypatch.setattr(ket_budget, "PROMPT_AHEAD_SECONDS", 0.0)
+    order = _serving_order([("sweep", "normal"), ("claim", "prompt")])
+    assert order == ["sweep", "claim"]

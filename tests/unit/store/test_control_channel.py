@@ -29,29 +29,55 @@ def test_a_hint_wakes_its_tenants_waiters_only() -> None:
     assert (acme.woken, globex.woken) == (["mail"], [])
 
 
+SENDER = 4242  # the server process this process sends its hints from
+
+
 def test_the_echo_of_a_hint_sent_here_skips_the_waiters_it_woke_and_only_once() -> None:
     router, worker, other = Router(), Recorded(), Recorded()
     router.add("acme", worker)
     router.add("acme", other)  # another store of the tenant in this process
-    router.expect(hint("acme", "default"), frozenset({worker}))
-    router.notify([hint("acme", "default")])  # the echo
+    router.expect(SENDER, hint("acme", "default"), frozenset({worker}))
+    router.heard_from(hint("acme", "default"), SENDER)  # the echo
     assert (worker.woken, other.woken) == ([], ["default"])
-    router.notify([hint("acme", "default")])  # someone else's enqueue: it wakes everyone
+    router.heard_from(hint("acme", "default"), SENDER)  # a second send of it: nothing awaited
     assert (worker.woken, other.woken) == (["default"], ["default", "default"])
 
 
-def test_an_echo_that_never_came_does_not_swallow_a_later_hint(
+def test_a_hint_from_another_process_wakes_even_while_an_echo_is_awaited() -> None:
+    """An application's enqueue heard before this worker's own echo of the same tenant and
+    queue is not taken for it: its job starts now, not at the next visit."""
+    router, worker = Router(), Recorded()
+    router.add("acme", worker)
+    router.expect(SENDER, hint("acme", "default"), frozenset({worker}))
+    router.heard_from(hint("acme", "default"), 777)  # the application's hint comes first
+    assert worker.woken == ["default"]
+    router.heard_from(hint("acme", "default"), SENDER)  # then the echo, skipped
+    assert worker.woken == ["default"]
+
+
+def test_an_echo_whose_send_failed_is_not_awaited() -> None:
+    router, worker = Router(), Recorded()
+    router.add("acme", worker)
+    router.expect(SENDER, hint("acme", "default"), frozenset({worker}))
+    router.unexpect(SENDER, hint("acme", "default"))
+    router.heard_from(hint("acme", "default"), SENDER)  # it was sent after all
+    assert worker.woken == ["default"]
+
+
+def test_an_echo_that_never_came_does_not_swallow_a_later_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [1_000.0]
     monkeypatch.setattr(control_channel.time, "monotonic", lambda: now[0])
-    router, worker = Router(), Recorded()
+    router, worker, other = Router(), Recorded(), Recorded()
     router.add("acme", worker)
-    router.expect(hint("acme", "default"), frozenset({worker}))
+    router.add("acme", other)
+    router.expect(SENDER, hint("acme", "default"), frozenset({worker, other}))
     now[0] += ECHO_SECONDS + 1  # the listener was away: that echo is lost
-    router.notify([hint("acme", "default")])
-    assert worker.woken == ["default"]
-    router.expect(hint("acme", "default"), frozenset({worker}))
+    router.expect(SENDER, hint("acme", "default"), frozenset({worker}))
+    router.heard_from(hint("acme", "default"), SENDER)  # the second send's echo: it woke worker
+    assert (worker.woken, other.woken) == ([], ["default"])
+    router.expect(SENDER, hint("acme", "default"), frozenset({worker}))
     router.notify_all()  # a reconnect: every tenant looks, and no echo is awaited any more
-    router.notify([hint("acme", "default")])
-    assert worker.woken == ["default", "default"]
+    router.heard_from(hint("acme", "default"), SENDER)
+    assert worker.woken == ["default"]

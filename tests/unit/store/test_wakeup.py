@@ -92,3 +92,20 @@ def test_a_cancelled_wait_is_forgotten_and_later_notifies_are_harmless() -> None
         return await wakeups.wait(["mail"], timeout=0.01)
 
     assert asyncio.run(scenario()) is False
+
+
+def test_a_prompt_notify_hurries_the_claims_of_its_queue_and_marks_the_next() -> None:
+    """An application's hint: a claim of the queue that waits now is hurried, and the next
+    claim of the queue knows it is for such a job (once)."""
+    wakeups = Wakeups()
+    hurried: list[str] = []
+    with (
+        wakeups.claiming("mail", lambda: hurried.append("mail")),
+        wakeups.claiming("sms", lambda: hurried.append("sms")),
+    ):
+        wakeups.notify_prompt(["mail"])
+    assert hurried == ["mail"]
+    assert (wakeups.take_prompt("mail"), wakeups.take_prompt("mail")) == (True, False)
+    assert not wakeups.take_prompt("sms")
+    wakeups.notify_prompt(["mail"])  # no claim under way: only the mark
+    assert hurried == ["mail"] and wakeups.take_prompt("mail")

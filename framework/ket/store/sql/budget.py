@@ -20,6 +20,11 @@ after `idle_seconds`, so an idle tenant holds none.
 
 Statements that keep leases (heartbeats, settlements) are `urgent()`: when callers wait, they go
 first, so that a herd of schedule sweeps or claims cannot hold them back until leases expire.
+A claim for a job someone else just enqueued (a hint from the application) is `prompt()`: it
+goes after those, but before the work that has waited less than PROMPT_AHEAD_SECONDS. After a
+tick a hundred tenants' sweeps and the claims of their tick jobs each want a connection at
+once; the job an application enqueued into one tenant meanwhile would otherwise wait behind
+them all, for a second or more.
 
 Connections held across a handler's own code (an engine's: `ctx.db`, `ctx.tx`) may take at most
 `limit - RESERVED` of the budget: the worker's own statements (claims, settlements, heartbeats,
@@ -30,6 +35,7 @@ holding a transaction cannot starve the heartbeats that keep their leases.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import weakref
@@ -56,8 +62,15 @@ RECHECK_SECONDS = 0.5
 # with a thousand tenants, taking it at once would make every step of a job open a connection.
 KEEP_FOR_OWNER_SECONDS = 0.1
 SAY_EVERY_SECONDS = 60.0  # the longest silence between two "budget spent" lines
+# A prompt wait goes before the others, but for those that waited this long already: a steady
+# stream of application hints cannot hold sweeps and ticks back for longer.
+PROMPT_AHEAD_SECONDS = 5.0
 CEILING_RETRY_SECONDS = 30.0  # while the server refuses more, one more is tried this often
 MIN_LIMIT = RESERVED + 1
+
+
+# a waiter: its kind, the future that wakes it to look again, its ticket, when it began to wait
+_Entry = tuple[Kind, "asyncio.Future[None]", "Ticket", float]
 
 
 class Holder(Protocol):
@@ -93,10 +106,15 @@ class ConnectionBudget:
             "other": weakref.WeakSet(),
         }
         self._opening: dict[Kind, int] = dict.fromkeys(self._live, 0)
+        # connections being shed for room: closed on our side, still counted until the server
+        # process hangs up (the holder's shed returns then), and the holders shedding them
+        self._draining = 0
+        self._shedding: set[int] = set()
         # the holders that said a connection of theirs went idle (some may have taken it back
         # since): at most about `limit` of them, however many tenants the process serves
         self._idle: dict[int, weakref.ref[Any]] = {}
-        self._waiters: deque[tuple[Kind, asyncio.Future[None]]] = deque()
+        # (kind, woken when it may look again, its ticket, when it began to wait), in order
+        self._waiters: deque[_Entry] = deque()
         self._said_at = -SAY_EVERY_SECONDS
         self._refusal_said_at = -SAY_EVERY_SECONDS
         self._unsaid = 0  # waits since the last line
@@ -114,7 +132,8 @@ class ConnectionBudget:
     def open_count(self, kind: Kind | None = None) -> int:
         """Connections open or being opened now (of `kind`, else of every kind)."""
         kinds = [kind] if kind is not None else list(self._live)
-        return sum(
+        draining = self._draining if kind is None else 0
+        return draining + sum(
             self._opening[k] + sum(1 for c in self._live[k] if not _closed(c)) for k in kinds
         )
 
@@ -128,7 +147,7 @@ class ConnectionBudget:
                 self._look_again_in(KEEP_FOR_OWNER_SECONDS)
             return
         engines_full: bool | None = None
-        for index, (kind, waiter) in enumerate(self._waiters):
+        for index, (kind, waiter, _, _) in enumerate(self._waiters):
             if waiter.done():
                 continue
             if kind == "engine":
@@ -232,11 +251,8 @@ class ConnectionBudget:
                 waited_since = time.monotonic()
                 self._say_spent(kind)
             waiter = asyncio.get_running_loop().create_future()
-            entry = (kind, waiter)
-            if _URGENT.get() or woken:  # one woken that found no room stays first
-                self._waiters.appendleft(entry)
-            else:
-                self._waiters.append(entry)
+            entry = (kind, waiter, _TICKET.get() or Ticket(NORMAL), waited_since)
+            self._enqueue(entry, woken)
             self._look_again_in(RECHECK_SECONDS if ripe_in is None else ripe_in)
             try:
                 await waiter  # woken: it looks again above, and waits anew if it finds no room
@@ -247,6 +263,40 @@ class ConnectionBudget:
                 elif waiter.done() and not waiter.cancelled():
                     self.released()  # woken as it gave up: the next one looks instead
                 raise
+
+    def _enqueue(self, entry: _Entry, woken: bool) -> None:
+        """Queue a waiter by its ticket: urgent ones first; then the prompt ones, and the others
+        that waited PROMPT_AHEAD_SECONDS; then the rest in turn. One woken that found no room
+        goes first of its kind (it keeps its turn)."""
+        tier = entry[2].tier
+        if tier == URGENT:
+            self._waiters.appendleft(entry)
+            return
+        if tier == NORMAL and not woken:
+            self._waiters.append(entry)
+            return
+        aged = time.monotonic() - PROMPT_AHEAD_SECONDS
+        index = 0
+        for _, _, ticket, since in self._waiters:
+            other = ticket.tier
+            if other == NORMAL and (tier == NORMAL or since > aged):
+                break
+            if other == PROMPT and tier == PROMPT and woken:
+                break
+            index += 1
+        self._waiters.insert(index, entry)
+
+    def promote(self, ticket: Ticket) -> None:
+        """The wait of `ticket` became prompt while it waited (the application enqueued a job
+        for the claim that waits): it moves up as if it had begun so."""
+        if ticket.tier != NORMAL:
+            return
+        ticket.tier = PROMPT
+        for entry in self._waiters:
+            if entry[2] is ticket:
+                self._waiters.remove(entry)
+                self._enqueue(entry, woken=False)
+                return
 
     def _look_again_in(self, seconds: float) -> None:
         """Have the first waiter look again within `seconds` (one timer, however many wait)."""
@@ -271,8 +321,13 @@ class ConnectionBudget:
     async def _shed_one(self, kind: Kind) -> tuple[bool, float | None]:
         """Close the connection idle longest anywhere (an engine's, for an engine that is at
         its cap), if it sat idle for KEEP_FOR_OWNER_SECONDS; whether one closed, and if not,
-        in how long one idle now may be taken (None: none is idle)."""
-        holders = self._idle_holders()
+        in how long one idle now may be taken (None: none is idle).
+
+        A shed lasts until the server process has hung up, so the next waiter is woken as
+        this one starts: it sheds another holder's connection meanwhile. After a tick a
+        hundred tenants may each want a connection at once, and one shed at a time would
+        serve them at the pace of the server's goodbyes."""
+        holders = [h for h in self._idle_holders() if id(h) not in self._shedding]
         if kind == "engine" and self.open_count("engine") >= max(1, self.ceiling() - RESERVED):
             holders = [h for h in holders if getattr(h, "kind", None) == "engine"]
         if not holders:
@@ -282,8 +337,15 @@ class ConnectionBudget:
         for since, holder in aged:
             if since > ripe:
                 return False, since - ripe
-            if await holder.shed():
-                return True, None
+            self._shedding.add(id(holder))
+            self._draining += 1
+            self.released()  # the next waiter looks too, for another idle connection
+            try:
+                if await holder.shed():
+                    return True, None
+            finally:
+                self._shedding.discard(id(holder))
+                self._draining -= 1
         return False, None
 
     def _say_spent(self, kind: Kind) -> None:
@@ -380,17 +442,43 @@ def _closed(connection: Any) -> bool:
 
 
 _PROCESS: ConnectionBudget | None = None
-_URGENT: ContextVar[bool] = ContextVar("ket_budget_urgent", default=False)
+URGENT, PROMPT, NORMAL = 0, 1, 2  # the tiers of waiters, first served first
+
+
+class Ticket:
+    """The tier of the waits for room within a block (`waiting_as`); a normal one may become
+    prompt while it waits (`ConnectionBudget.promote`)."""
+
+    __slots__ = ("tier",)
+
+    def __init__(self, tier: int) -> None:
+        self.tier = tier
+
+
+_TICKET: ContextVar[Ticket | None] = ContextVar("ket_budget_ticket", default=None)
 
 
 @contextmanager
-def urgent() -> Iterator[None]:
-    """Within the block, a wait for room goes before the others (see the module's text)."""
-    token = _URGENT.set(True)
+def waiting_as(ticket: Ticket) -> Iterator[Ticket]:
+    """Within the block, waits for room go in the tier of `ticket`."""
+    token = _TICKET.set(ticket)
     try:
-        yield
+        yield ticket
     finally:
-        _URGENT.reset(token)
+        _TICKET.reset(token)
+
+
+def urgent() -> contextlib.AbstractContextManager[Ticket]:
+    """Within the block, a wait for room goes before the others (see the module's text)."""
+    return waiting_as(Ticket(URGENT))
+
+
+def promote(ticket: Ticket) -> None:
+    """Make the wait of `ticket` prompt (see the module's text), in the process's budget."""
+    if _PROCESS is not None:
+        _PROCESS.promote(ticket)
+    else:
+        ticket.tier = PROMPT
 
 
 def install(budget: ConnectionBudget | None) -> None:

@@ -14,7 +14,10 @@ database, and the trigger's NOTIFY there is the channel, as before.
 
 A worker's own enqueues (a schedule's tick, `ctx.jobs`, a retry due now) wake its queue in the
 process at once; the hint it sends for other workers then comes back to it too. That echo is
-dropped for the waiters already woken (within ECHO_SECONDS), so one job is not claimed for twice.
+known by the server process that sent it (a notification carries the sender's PID, and the
+process sends its hints on one connection of its own) and is dropped for the waiters already
+woken, so one job is not claimed for twice. A hint from anyone else always wakes: one that came
+while an echo was awaited was once taken for it, and its job waited for the next visit.
 
 Hints stay hints: one lost (the control database down, a worker restarting) delays a job until
 the queue's next poll; it never loses it. Sending never blocks the enqueue that caused it: hints
@@ -42,7 +45,7 @@ log = logging.getLogger("ket.store.listener")
 
 SEPARATOR = ":"  # never in a tenant name (ket.store.tenant), so `tenant:queue` splits at the first
 SAY_EVERY_SECONDS = 60.0
-ECHO_SECONDS = 5.0  # a hint of this process's own heard later than this is not taken as its echo
+ECHO_SECONDS = 5.0  # an echo not heard within this is given up (its connection went away)
 SEND = f"SELECT pg_notify('{CHANNEL}', hint) FROM unnest(%s::text[]) AS hint"
 
 
@@ -58,23 +61,42 @@ class Router(Wakeups):
     def __init__(self) -> None:
         super().__init__()
         self._routes: dict[str, list[Wakeups]] = {}
-        # hints this process sent, each with when and the waiters it woke itself, oldest first
-        self._echoes: dict[str, deque[tuple[float, frozenset[Wakeups]]]] = {}
+        # (sending server process, hint) -> when it was sent and the waiters it woke itself,
+        # oldest first: the echoes this process still awaits of its own hints
+        self._echoes: dict[tuple[int, str], deque[tuple[float, frozenset[Wakeups]]]] = {}
 
-    def expect(self, payload: str, woken: frozenset[Wakeups]) -> None:
-        """This process sent `payload` after waking `woken` itself: its echo skips them."""
-        self._echoes.setdefault(payload, deque()).append((time.monotonic(), woken))
+    def expect(self, pid: int, payload: str, woken: frozenset[Wakeups]) -> None:
+        """This process sends `payload` from server process `pid` after waking `woken` itself:
+        its echo skips them."""
+        self._echoes.setdefault((pid, payload), deque()).append((time.monotonic(), woken))
+        if len(self._echoes) > 1_000:  # echoes whose connection died before they were sent
+            self._forget(time.monotonic() - ECHO_SECONDS)
 
-    def _woken_already(self, payload: str) -> frozenset[Wakeups]:
-        echoes = self._echoes.get(payload)
+    def unexpect(self, pid: int, payload: str) -> None:
+        """The send of `payload` failed: no echo of it is awaited."""
+        echoes = self._echoes.get((pid, payload))
+        if echoes:
+            echoes.pop()
+            if not echoes:
+                del self._echoes[(pid, payload)]
+
+    def _forget(self, before: float) -> None:
+        for key, echoes in list(self._echoes.items()):
+            while echoes and echoes[0][0] < before:
+                echoes.popleft()
+            if not echoes:
+                del self._echoes[key]
+
+    def _woken_already(self, pid: int, payload: str) -> frozenset[Wakeups]:
+        echoes = self._echoes.get((pid, payload))
         if not echoes:
             return frozenset()
-        now = time.monotonic()
-        while echoes and now - echoes[0][0] > ECHO_SECONDS:
-            echoes.popleft()  # its echo never came (the listener was away)
-        woken = echoes.popleft()[1] if echoes else frozenset()
+        stale = time.monotonic() - ECHO_SECONDS
+        while len(echoes) > 1 and echoes[0][0] < stale:
+            echoes.popleft()  # sent from a connection whose echoes never came
+        woken = echoes.popleft()[1]
         if not echoes:
-            del self._echoes[payload]
+            del self._echoes[(pid, payload)]
         return woken
 
     def add(self, tenant: str, wakeups: Wakeups) -> None:
@@ -87,14 +109,22 @@ class Router(Wakeups):
         if not routes:
             self._routes.pop(tenant, None)
 
-    def notify(self, payloads: Iterable[str]) -> None:
-        for payload in payloads:
-            tenant, separator, queue = payload.partition(SEPARATOR)
-            if separator:
-                woken = self._woken_already(payload)
-                for wakeups in self._routes.get(tenant, ()):
+    def heard_from(self, payload: str, pid: int) -> None:
+        """A hint that server process `pid` sent: to its tenant's waiters, but for those an
+        echo of this process's own already woke."""
+        tenant, separator, queue = payload.partition(SEPARATOR)
+        if separator:
+            woken = self._woken_already(pid, payload)
+            for wakeups in self._routes.get(tenant, ()):
+                if woken:  # an echo, for this process's other stores of the tenant
                     if wakeups not in woken:
                         wakeups.notify([queue])
+                else:  # someone's enqueue: its claim goes before the sweeps and ticks
+                    wakeups.notify_prompt([queue])
+
+    def notify(self, payloads: Iterable[str]) -> None:
+        for payload in payloads:
+            self.heard_from(payload, 0)
 
     def notify_all(self) -> None:
         """After a reconnect, when hints may have been missed: every tenant looks."""
@@ -152,18 +182,24 @@ class _Sender:
         while self._pending:
             pending, self._pending = self._pending, {}
             batch = sorted(pending)
+            router = _ROUTERS.get(self._key)
+            expected: list[str] = []
+            pid = 0
             try:
                 connection = await self._connect()
+                pid = connection.info.backend_pid
+                if router is not None:  # one NOTIFY per distinct hint: one echo each
+                    expected = [one for one in batch if pending[one]]
+                    for one in expected:
+                        router.expect(pid, one, frozenset(pending[one]))
                 await connection.execute(SEND, (batch,))
             except Exception as error:  # a hint is not worth more than a log line
+                if router is not None:
+                    for one in expected:
+                        router.unexpect(pid, one)
                 await self._drop()
                 self._dropped.said(error, len(batch))
                 continue
-            router = _ROUTERS.get(self._key)
-            if router is not None:  # one NOTIFY per distinct hint: one echo each
-                for one in batch:
-                    if pending[one]:
-                        router.expect(one, frozenset(pending[one]))
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         connection = self._connection

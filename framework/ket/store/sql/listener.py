@@ -312,7 +312,7 @@ class Listener:
             async with contextlib.aclosing(stream) as notifications:
                 async for notification in notifications:
                     alive_at = loop.time()
-                    self._deliver(notification.payload, check)
+                    self._deliver(notification.payload, notification.pid, check)
             if loop.time() >= check.due():
                 self._judge(check)
             if loop.time() - alive_at >= self._timing.probe_every:
@@ -320,9 +320,9 @@ class Listener:
                 await bounded(connection, probe, self._timing.probe_timeout, "liveness probe")
                 alive_at = loop.time()
 
-    def _deliver(self, payload: str, check: _NotifyCheck) -> None:
+    def _deliver(self, payload: str, pid: int, check: _NotifyCheck) -> None:
         if not payload.startswith(PROBE_PREFIX):
-            self._wakeups.notify([payload])
+            self._wakeups.heard_from(payload, pid)
         elif payload == check.payload and not check.over:
             check.arrived = True
             self._judge(check)

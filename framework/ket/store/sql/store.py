@@ -381,7 +381,15 @@ class SqlStore:
         validate.check_claim(claim)
         params = time_params(self._now(), lease=claim.lease_seconds)
         params.update(p_queue=claim.queue, limit=claim.limit, p_worker_id=claim.worker_id)
-        rows = await self._hot(lambda rows: rows.tuples(stmt.CLAIM, params), single=True)
+        # for a job someone enqueued, the wait for a connection goes first (budget's prompt
+        # tier), and a hint while it waits hurries it there
+        prompt = self._wakeups.take_prompt(claim.queue)
+        ticket = budget.Ticket(budget.PROMPT if prompt else budget.NORMAL)
+        with (
+            self._wakeups.claiming(claim.queue, lambda: budget.promote(ticket)),
+            budget.waiting_as(ticket),
+        ):
+            rows = await self._hot(lambda rows: rows.tuples(stmt.CLAIM, params), single=True)
         claimed = [stmt.claimed_job(row) for row in rows]
         return sorted(claimed, key=lambda job: (job.priority, job.run_at, job.id))
 
