@@ -20,10 +20,11 @@ after `idle_seconds`, so an idle tenant holds none.
 
 Statements that keep leases (heartbeats, settlements) are `urgent()`: when callers wait, they go
 first, so that a herd of schedule sweeps or claims cannot hold them back until leases expire.
-A claim for a job someone else just enqueued (a hint from the application) is `prompt()`: it
-goes after those, but before the work that has waited less than PROMPT_AHEAD_SECONDS. After a
-tick a hundred tenants' sweeps and the claims of their tick jobs each want a connection at
-once; the job an application enqueued into one tenant meanwhile would otherwise wait behind
+A claim for a job someone else just enqueued (a hint from the application) waits with a
+PROMPT `Ticket` (`waiting_as`), or is `promote`d to one when the hint comes while it waits: it
+goes after the urgent ones, but before the work that has waited less than PROMPT_AHEAD_SECONDS.
+After a tick a hundred tenants' sweeps and the claims of their tick jobs each want a connection
+at once; the job an application enqueued into one tenant meanwhile would otherwise wait behind
 them all, for a second or more.
 
 Connections held across a handler's own code (an engine's: `ctx.db`, `ctx.tx`) may take at most
@@ -35,13 +36,12 @@ holding a transaction cannot starve the heartbeats that keep their leases.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -468,7 +468,7 @@ def waiting_as(ticket: Ticket) -> Iterator[Ticket]:
         _TICKET.reset(token)
 
 
-def urgent() -> contextlib.AbstractContextManager[Ticket]:
+def urgent() -> AbstractContextManager[Ticket]:
     """Within the block, a wait for room goes before the others (see the module's text)."""
     return waiting_as(Ticket(URGENT))
 

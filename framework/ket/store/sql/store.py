@@ -381,17 +381,24 @@ class SqlStore:
         validate.check_claim(claim)
         params = time_params(self._now(), lease=claim.lease_seconds)
         params.update(p_queue=claim.queue, limit=claim.limit, p_worker_id=claim.worker_id)
-        # for a job someone enqueued, the wait for a connection goes first (budget's prompt
-        # tier), and a hint while it waits hurries it there
-        prompt = self._wakeups.take_prompt(claim.queue)
-        ticket = budget.Ticket(budget.PROMPT if prompt else budget.NORMAL)
-        with (
-            self._wakeups.claiming(claim.queue, lambda: budget.promote(ticket)),
-            budget.waiting_as(ticket),
-        ):
+        if self._channel is None:  # one tenant: its connections are its own
             rows = await self._hot(lambda rows: rows.tuples(stmt.CLAIM, params), single=True)
+        else:
+            rows = await self._claim_hinted(claim.queue, params)
         claimed = [stmt.claimed_job(row) for row in rows]
         return sorted(claimed, key=lambda job: (job.priority, job.run_at, job.id))
+
+    async def _claim_hinted(self, queue: str, params: dict[str, Any]) -> list[Any]:
+        """A claim among many tenants: for a job someone enqueued (the control channel's hint),
+        its wait for a connection goes first (the budget's prompt tier), and such a hint while
+        it waits hurries it there."""
+        prompt = self._wakeups.take_prompt(queue)
+        ticket = budget.Ticket(budget.PROMPT if prompt else budget.NORMAL)
+        with (
+            self._wakeups.claiming(queue, lambda: budget.promote(ticket)),
+            budget.waiting_as(ticket),
+        ):
+            return await self._hot(lambda rows: rows.tuples(stmt.CLAIM, params), single=True)
 
     async def job_settle(self, settlements: Sequence[Settle]) -> SettleResult:
         """Apply outcomes whose fence is current, all in one transaction."""
