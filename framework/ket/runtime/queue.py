@@ -3,8 +3,9 @@ are short), launch them, and wait for a wake-up (or the adaptive poll interval) 
 runs dry.
 
 Prefetch: while the queue's recent jobs take less than PREFETCH_BELOW_SECONDS, a claim also
-takes up to `slots` jobs that wait here for a slot, so a claim and a settle cover many jobs even
-at a small concurrency. They are leased and heartbeated like running work, started the moment a
+takes up to `slots` jobs, and at least PREFETCH_AT_LEAST, that wait here for a slot, so a claim
+and a settle cover many jobs even at a small concurrency (32 such jobs are at most about 1.6 s of
+work at one slot). They are leased and heartbeated like running work, started the moment a
 slot frees, and handed back at once when the worker stops. Long jobs get no prefetch: a job must
 not wait behind a long one in this worker while another worker is idle.
 """
@@ -29,6 +30,8 @@ Launch = Callable[["QueueSlots"], None]
 # Prefetch only while the queue's jobs take less than this on average (recent jobs weigh most).
 PREFETCH_BELOW_SECONDS = 0.05
 _WEIGHT = 0.2  # of the newest job in the running average of durations
+# How many claimed jobs may wait for a slot at least, at any concurrency (while jobs are short).
+PREFETCH_AT_LEAST = 32
 
 
 @dataclass(eq=False)
@@ -48,7 +51,7 @@ class QueueSlots:
     def prefetch(self) -> int:
         """How many claimed jobs may wait for a slot."""
         short = self.average_seconds is not None and self.average_seconds < PREFETCH_BELOW_SECONDS
-        return self.slots if short else 0
+        return max(self.slots, PREFETCH_AT_LEAST) if short else 0
 
     @property
     def room(self) -> int:

@@ -17,6 +17,7 @@ from ket.catalog import Catalog
 from ket.errors import JobRejected
 from ket.runtime.contexts import Contexts
 from ket.runtime.events import Event, Hooks
+from ket.runtime.queue import PREFETCH_AT_LEAST
 from ket.runtime.rescue import RescueService
 from ket.runtime.worker import TenantWorker
 from ket.store import JobQuery, JobRecord, NewJob
@@ -380,9 +381,9 @@ async def until(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> 
 
 
 async def claimed_ahead(store: MemoryStore, count: int) -> tuple[list[int], set[int]]:
-    """Enqueue `count` gated jobs on a queue of short jobs (4 slots), and wait until 8 are
-    claimed: 4 running behind the gate, 4 waiting for a slot. Their ids, and the n of those
-    running."""
+    """Enqueue `count` gated jobs on a queue of short jobs (4 slots), and wait until all are
+    claimed (at most 4 + PREFETCH_AT_LEAST): 4 running behind the gate, the others waiting for
+    a slot. Their ids, and the n of those running."""
     global gate
     gate = asyncio.Event()
     gate.set()
@@ -391,10 +392,12 @@ async def claimed_ahead(store: MemoryStore, count: int) -> tuple[list[int], set[
     gate.clear()
     ids = [await enqueue(store, "t.gated", {"n": n}) for n in range(count)]
 
-    async def eight() -> bool:
-        return len(await executing(store)) == 8
+    assert count <= 4 + PREFETCH_AT_LEAST
 
-    await until(eight)
+    async def all_claimed() -> bool:
+        return len(await executing(store)) == count
+
+    await until(all_claimed)
     await asyncio.sleep(0.05)  # the four with a slot have started
     ran = {int(c.split()[1]) for c in calls}
     assert len(ran) == 4
@@ -410,6 +413,29 @@ def test_a_queue_of_short_jobs_claims_a_slot_ahead_and_starts_them_as_slots_free
         records = [await settled(store, job_id) for job_id in ids]
         assert [(r.state, r.attempt) for r in records] == [("completed", 1)] * 10
         assert sorted(calls) == sorted(f"gated {n}" for n in range(10))
+
+    run(scenario)
+
+
+def test_a_queue_of_short_jobs_claims_no_more_ahead_than_its_prefetch() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        global gate
+        gate = asyncio.Event()
+        gate.set()
+        await short_jobs_ran(store)
+        gate.clear()
+        limit = 4 + PREFETCH_AT_LEAST  # 4 slots, and the jobs that may wait for one
+        ids = [await enqueue(store, "t.gated", {"n": n}) for n in range(limit + 5)]
+
+        async def claimed() -> bool:
+            return len(await executing(store)) == limit
+
+        await until(claimed)
+        await asyncio.sleep(0.2)  # claim rounds enough to take more, if it would
+        assert len(await executing(store)) == limit
+        assert len(await store.job_list(JobQuery(state="available"))) == 5
+        gate.set()
+        assert {(await settled(store, job_id)).state for job_id in ids} == {"completed"}
 
     run(scenario)
 
