@@ -166,7 +166,26 @@ class QueueLoop:
                 # a wake-up never waits for that statement's connection
                 self._learn_when_due()
             woken = await watch
+            if woken and self._paced is not None:
+                woken = await self._unless_seen(idle)
             idle = poll_min if woken else min(idle * 2, ceiling)
+
+    async def _unless_seen(self, timeout: float) -> bool:
+        """A wake-up came; if it came before the last claim's statement began (that claim saw
+        its job), wait for the next one instead: after a tick, the tick jobs' wake-ups reach a
+        claim still waiting for a connection, and claiming again for each would only add to
+        the wait of every tenant. True when woken after the claim began."""
+        assert self._paced is not None
+        name = self.queue.name
+        while not self._paced.woken_since_claim(name):
+            watch = self._watch(timeout)
+            await asyncio.sleep(0)  # its waiter is registered: nothing slips in between
+            if self._paced.woken_since_claim(name):
+                watch.cancel()
+                return True
+            if not await watch:
+                return False
+        return True
 
     def _learn_when_due(self) -> None:
         """`_when_due` in a task of its own, one at a time (a wait for a connection within a

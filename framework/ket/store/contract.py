@@ -148,6 +148,11 @@ class PacedStore(Protocol):
         """Seconds until the earliest lease of an executing job ends; None when none runs."""
         ...
 
+    def woken_since_claim(self, queue: str) -> bool:
+        """Whether `queue` was woken since its last claim here began: a wake-up that came
+        while that claim waited for its connection announced a job the claim saw already."""
+        ...
+
 
 @runtime_checkable
 class QueryableStore(Protocol):

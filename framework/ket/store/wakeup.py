@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -39,6 +40,9 @@ class Wakeups:
         # and how to hurry the claims of each queue that wait now
         self._prompted: set[str] = set()
         self._claiming: dict[str, list[Callable[[], None]]] = {}
+        # queue -> the monotonic time of its latest wake-up (the worker's claims compare it
+        # with when their statement began: a wake-up before that, the claim saw to already)
+        self.woken_at: dict[str, float] = {}
 
     def notify_prompt(self, queues: Iterable[str]) -> None:
         """`notify`, for jobs an application enqueued: their claim should not wait its turn,
@@ -71,10 +75,13 @@ class Wakeups:
 
     def notify(self, queues: Iterable[str]) -> None:
         """Wake every waiter serving any of `queues`."""
-        if not self._waiters:  # a producer's store, most often: nobody here to wake
+        if not self._waiters and not self.woken_at:  # a producer's: nobody here to wake
             return
         names = set(queues)
         if names:
+            now = time.monotonic()
+            for name in names:
+                self.woken_at[name] = now
             self._wake(lambda waiter: not waiter.queues.isdisjoint(names))
 
     def heard_from(self, payload: str, pid: int) -> None:
@@ -84,6 +91,9 @@ class Wakeups:
 
     def notify_all(self) -> None:
         """Wake every waiter (after a reconnect, when notifications may have been missed)."""
+        now = time.monotonic()
+        for name in self.woken_at:
+            self.woken_at[name] = now
         self._wake(lambda waiter: True)
 
     def _wake(self, wanted: Callable[[_Waiter], bool]) -> None:

@@ -39,6 +39,9 @@ class Visited(MemoryStore):
         ends = [job.lease_until for job in running if job.lease_until is not None]
         return None if not ends else max((min(ends) - now).total_seconds(), 0.0)
 
+    def woken_since_claim(self, queue: str) -> bool:
+        return True
+
 
 def test_a_visit_rescues_then_wakes_every_queue_and_paces_itself() -> None:
     async def main() -> None:

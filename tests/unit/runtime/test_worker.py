@@ -20,7 +20,7 @@ from ket.runtime.events import Event, Hooks
 from ket.runtime.queue import PREFETCH_AT_LEAST
 from ket.runtime.rescue import RescueService
 from ket.runtime.worker import TenantWorker
-from ket.store import JobQuery, JobRecord, NewJob
+from ket.store import ClaimedJob, JobClaim, JobQuery, JobRecord, NewJob
 from ket.store.memory import MemoryStore
 from ket.transport import CaptureSender
 
@@ -126,7 +126,11 @@ CATALOG = Catalog.build(define_deployment(name="test", modules=[module], worker=
 Scenario = Callable[[MemoryStore, TenantWorker, list[Event]], Awaitable[None]]
 
 
-def run(scenario: Scenario, make_store: Callable[[], MemoryStore] = MemoryStore) -> None:
+def run(
+    scenario: Scenario,
+    make_store: Callable[[], MemoryStore] = MemoryStore,
+    catalog: Catalog = CATALOG,
+) -> None:
     calls.clear()
 
     async def main() -> None:
@@ -137,7 +141,7 @@ def run(scenario: Scenario, make_store: Callable[[], MemoryStore] = MemoryStore)
         with ThreadPoolExecutor(4) as executor:
             contexts = Contexts(
                 store=store,
-                catalog=CATALOG,
+                catalog=catalog,
                 tenant="default",
                 sender=CaptureSender(),
                 storage_root=tempfile.mkdtemp(prefix="ket-test-"),
@@ -145,7 +149,7 @@ def run(scenario: Scenario, make_store: Callable[[], MemoryStore] = MemoryStore)
             )
             worker = TenantWorker(
                 store=store,
-                catalog=CATALOG,
+                catalog=catalog,
                 tenant="default",
                 worker_id="w1",
                 executor=executor,
@@ -526,6 +530,9 @@ class SlowDueTimes(MemoryStore):
     async def lease_end(self) -> float | None:
         return None
 
+    def woken_since_claim(self, queue: str) -> bool:
+        return True
+
 
 def test_a_wake_up_is_not_held_back_by_the_question_of_when_work_is_due() -> None:
     async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
@@ -536,3 +543,57 @@ def test_a_wake_up_is_not_held_back_by_the_question_of_when_work_is_due() -> Non
         assert record.state == "completed"
 
     run(scenario, SlowDueTimes)
+
+
+class TimedClaims(MemoryStore):
+    """A paced store that, like the SQL store, knows when each claim began and when each queue
+    was last woken; it counts the claims."""
+
+    paced = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.claims = 0
+        self.began: dict[str, float] = {}
+
+    def idle_poll(self, poll_max: float) -> float:
+        return 3_600.0
+
+    async def wake_when_due(self, queue: str) -> None:
+        return None
+
+    def wake(self, queues: Collection[str]) -> None:
+        return None  # the safety visit's wake-up, left out: this test counts claims
+
+    async def lease_end(self) -> float | None:
+        return None
+
+    async def job_claim(self, claim: JobClaim) -> list[ClaimedJob]:
+        self.claims += 1
+        self.database.wakeups.woken_at.setdefault(claim.queue, 0.0)
+        self.began[claim.queue] = time.monotonic()
+        return await super().job_claim(claim)
+
+    def woken_since_claim(self, queue: str) -> bool:
+        return self.database.wakeups.woken_at.get(queue, 0.0) >= self.began.get(queue, -1.0)
+
+
+def test_a_wake_up_the_last_claim_saw_to_brings_no_claim_and_a_later_one_does() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        assert isinstance(store, TimedClaims)
+        first = await enqueue(store, "t.ok_async")
+        await settled(store, first)
+        await asyncio.sleep(0.1)  # the queue waits for a wake-up now (its poll: 60 s)
+        claims = store.claims
+        # a wake-up stamped before the last claim began: what it announced, that claim saw
+        store.database.wakeups.woken_at["default"] = store.began["default"] - 1.0
+        store.database.wakeups._wake(lambda waiter: True)
+        await asyncio.sleep(0.2)
+        assert store.claims == claims
+        second = await enqueue(store, "t.ok_async")  # a wake-up after it: claimed at once
+        assert (await settled(store, second, timeout=2.0)).state == "completed"
+        assert store.claims == claims + 1
+
+    slow_poll = {**FAST, "poll_min_ms": 60_000, "poll_max_ms": 60_000}
+    catalog = Catalog.build(define_deployment(name="test", modules=[module], worker=slow_poll))
+    run(scenario, TimedClaims, catalog)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -133,6 +134,8 @@ class SqlStore:
         self._listener: listening.Listener | None = None  # shared; taken on the first wait
         # several tenants: wake-ups go through the control database (control_channel.py)
         self._channel = channel if self.dialect == "postgresql" else None
+        # queue -> when its last claim here began its statement (monotonic)
+        self._claimed_at: dict[str, float] = {}
         # queue -> (loop time, timer): a wake-up when the queue's next job is due
         self._due: dict[str, tuple[float, asyncio.TimerHandle]] = {}
         self._closed = False
@@ -381,14 +384,24 @@ class SqlStore:
         validate.check_claim(claim)
         params = time_params(self._now(), lease=claim.lease_seconds)
         params.update(p_queue=claim.queue, limit=claim.limit, p_worker_id=claim.worker_id)
+        self._wakeups.woken_at.setdefault(claim.queue, 0.0)  # from now on wake-ups are timed
+        began = [0.0]
+
+        async def statement(rows: Rows) -> list[Any]:
+            began[0] = time.monotonic()  # the claim sees every job committed before this
+            return await rows.tuples(stmt.CLAIM, params)
+
         if self._channel is None:  # one tenant: its connections are its own
-            rows = await self._hot(lambda rows: rows.tuples(stmt.CLAIM, params), single=True)
+            rows = await self._hot(statement, single=True)
         else:
-            rows = await self._claim_hinted(claim.queue, params)
+            rows = await self._claim_hinted(claim.queue, statement)
+        self._claimed_at[claim.queue] = began[0]
         claimed = [stmt.claimed_job(row) for row in rows]
         return sorted(claimed, key=lambda job: (job.priority, job.run_at, job.id))
 
-    async def _claim_hinted(self, queue: str, params: dict[str, Any]) -> list[Any]:
+    async def _claim_hinted(
+        self, queue: str, statement: Callable[[Rows], Awaitable[list[Any]]]
+    ) -> list[Any]:
         """A claim among many tenants: for a job someone enqueued (the control channel's hint),
         its wait for a connection goes first (the budget's prompt tier), and such a hint while
         it waits hurries it there."""
@@ -398,7 +411,12 @@ class SqlStore:
             self._wakeups.claiming(queue, lambda: budget.promote(ticket)),
             budget.waiting_as(ticket),
         ):
-            return await self._hot(lambda rows: rows.tuples(stmt.CLAIM, params), single=True)
+            return await self._hot(statement, single=True)
+
+    def woken_since_claim(self, queue: str) -> bool:
+        """Whether `queue` was woken after its last claim here began its statement (a wake-up
+        before that announced a job the claim saw already, or found taken)."""
+        return self._wakeups.woken_at.get(queue, 0.0) >= self._claimed_at.get(queue, -1.0)
 
     async def job_settle(self, settlements: Sequence[Settle]) -> SettleResult:
         """Apply outcomes whose fence is current, all in one transaction."""
