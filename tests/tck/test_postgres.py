@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from ket.store import JobClaim, NewJob, Settle
 from ket.store.clock import Clock, ManualClock
@@ -44,12 +46,34 @@ class PostgresFactory:
         return await open_starved(self.url, clock, connect_args=options)
 
     async def cleanup(self) -> None:
-        pass  # the postgres_schema fixture drops the schema
+        pass  # the ket_store_factory fixture drops the schema
+
+
+@pytest.fixture(scope="session")
+def kit_database(postgres_url: str, worker_id: str) -> Iterator[str]:
+    """A database of this test process's own for the kit's schemas. NOTIFY reaches every
+    session of a database, whatever its schema: in the shared one, another test's jobs in
+    queue `mail` woke the kit's waiters while it asserted that nobody wakes them."""
+    name = f"ket_kit_{worker_id}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.fixture
-def ket_store_factory(postgres_url: str, postgres_schema: str) -> PostgresFactory:
-    return PostgresFactory(postgres_url, postgres_schema)
+def ket_store_factory(kit_database: str) -> Iterator[PostgresFactory]:
+    schema = f"ket_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(kit_database, autocommit=True) as connection:
+        connection.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    try:
+        yield PostgresFactory(kit_database, schema)
+    finally:
+        with psycopg.connect(kit_database, autocommit=True) as connection:
+            connection.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 # -- beyond the kit ------------------------------------------------------------------------------
