@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import pytest
-
-from ket.store.sql import control_channel
-from ket.store.sql.control_channel import ECHO_SECONDS, Router, hint
+from ket.store.sql.control_channel import Router, hint
 from ket.store.wakeup import Wakeups
 
 
@@ -55,28 +52,24 @@ def test_a_hint_from_another_process_wakes_even_while_an_echo_is_awaited() -> No
     assert worker.woken == ["default"]
 
 
-def test_an_echo_whose_send_failed_is_not_awaited() -> None:
-    router, worker = Router(), Recorded()
-    router.add("acme", worker)
-    router.expect(SENDER, hint("acme", "default"), frozenset({worker}))
-    router.unexpect(SENDER, hint("acme", "default"))
-    router.heard_from(hint("acme", "default"), SENDER)  # it was sent after all
-    assert worker.woken == ["default"]
-
-
-def test_an_echo_that_never_came_does_not_swallow_a_later_one(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    now = [1_000.0]
-    monkeypatch.setattr(control_channel.time, "monotonic", lambda: now[0])
+def test_the_echoes_of_a_connection_that_went_away_are_not_awaited() -> None:
+    """A send that failed, or a connection dropped before its echoes came: the next hint from
+    that server process (sent after all, or a new process with the PID) wakes everyone."""
     router, worker, other = Router(), Recorded(), Recorded()
     router.add("acme", worker)
     router.add("acme", other)
-    router.expect(SENDER, hint("acme", "default"), frozenset({worker, other}))
-    now[0] += ECHO_SECONDS + 1  # the listener was away: that echo is lost
     router.expect(SENDER, hint("acme", "default"), frozenset({worker}))
-    router.heard_from(hint("acme", "default"), SENDER)  # the second send's echo: it woke worker
-    assert (worker.woken, other.woken) == ([], ["default"])
+    router.expect(777, hint("acme", "default"), frozenset({worker}))
+    router.forget(SENDER)
+    router.heard_from(hint("acme", "default"), SENDER)
+    assert (worker.woken, other.woken) == (["default"], ["default"])
+    router.heard_from(hint("acme", "default"), 777)  # another connection's echo still counts
+    assert (worker.woken, other.woken) == (["default"], ["default", "default"])
+
+
+def test_a_reconnect_of_the_listener_awaits_no_echo_any_more() -> None:
+    router, worker = Router(), Recorded()
+    router.add("acme", worker)
     router.expect(SENDER, hint("acme", "default"), frozenset({worker}))
     router.notify_all()  # a reconnect: every tenant looks, and no echo is awaited any more
     router.heard_from(hint("acme", "default"), SENDER)

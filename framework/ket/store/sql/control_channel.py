@@ -45,7 +45,6 @@ log = logging.getLogger("ket.store.listener")
 
 SEPARATOR = ":"  # never in a tenant name (ket.store.tenant), so `tenant:queue` splits at the first
 SAY_EVERY_SECONDS = 60.0
-ECHO_SECONDS = 5.0  # an echo not heard within this is given up (its connection went away)
 SEND = f"SELECT pg_notify('{CHANNEL}', hint) FROM unnest(%s::text[]) AS hint"
 
 
@@ -61,40 +60,25 @@ class Router(Wakeups):
     def __init__(self) -> None:
         super().__init__()
         self._routes: dict[str, list[Wakeups]] = {}
-        # (sending server process, hint) -> when it was sent and the waiters it woke itself,
+        # (sending server process, hint) -> the waiters each send of it woke here already,
         # oldest first: the echoes this process still awaits of its own hints
-        self._echoes: dict[tuple[int, str], deque[tuple[float, frozenset[Wakeups]]]] = {}
+        self._echoes: dict[tuple[int, str], deque[frozenset[Wakeups]]] = {}
 
     def expect(self, pid: int, payload: str, woken: frozenset[Wakeups]) -> None:
         """This process sends `payload` from server process `pid` after waking `woken` itself:
         its echo skips them."""
-        self._echoes.setdefault((pid, payload), deque()).append((time.monotonic(), woken))
-        if len(self._echoes) > 1_000:  # echoes whose connection died before they were sent
-            self._forget(time.monotonic() - ECHO_SECONDS)
+        self._echoes.setdefault((pid, payload), deque()).append(woken)
 
-    def unexpect(self, pid: int, payload: str) -> None:
-        """The send of `payload` failed: no echo of it is awaited."""
-        echoes = self._echoes.get((pid, payload))
-        if echoes:
-            echoes.pop()
-            if not echoes:
-                del self._echoes[(pid, payload)]
-
-    def _forget(self, before: float) -> None:
-        for key, echoes in list(self._echoes.items()):
-            while echoes and echoes[0][0] < before:
-                echoes.popleft()
-            if not echoes:
-                del self._echoes[key]
+    def forget(self, pid: int) -> None:
+        """The connection of server process `pid` is gone: no echo of it is awaited any more."""
+        for key in [key for key in self._echoes if key[0] == pid]:
+            del self._echoes[key]
 
     def _woken_already(self, pid: int, payload: str) -> frozenset[Wakeups]:
         echoes = self._echoes.get((pid, payload))
         if not echoes:
             return frozenset()
-        stale = time.monotonic() - ECHO_SECONDS
-        while len(echoes) > 1 and echoes[0][0] < stale:
-            echoes.popleft()  # sent from a connection whose echoes never came
-        woken = echoes.popleft()[1]
+        woken = echoes.popleft()
         if not echoes:
             del self._echoes[(pid, payload)]
         return woken
@@ -167,6 +151,7 @@ class _Sender:
         self._pending: dict[str, set[Wakeups]] = {}
         self._task: asyncio.Task[None] | None = None
         self._connection: psycopg.AsyncConnection[Any] | None = None
+        self._pid = 0  # its server process: a notification from it is this process's echo
         self._dropped = _Dropped(dsn)
 
     def send(self, hints: Iterable[str], woken: Wakeups | None = None) -> None:
@@ -182,36 +167,40 @@ class _Sender:
         while self._pending:
             pending, self._pending = self._pending, {}
             batch = sorted(pending)
-            router = _ROUTERS.get(self._key)
-            expected: list[str] = []
-            pid = 0
             try:
                 connection = await self._connect()
-                pid = connection.info.backend_pid
+                router = _ROUTERS.get(self._key)
                 if router is not None:  # one NOTIFY per distinct hint: one echo each
-                    expected = [one for one in batch if pending[one]]
-                    for one in expected:
-                        router.expect(pid, one, frozenset(pending[one]))
+                    for one in batch:
+                        if pending[one]:
+                            router.expect(self._pid, one, frozenset(pending[one]))
                 await connection.execute(SEND, (batch,))
             except Exception as error:  # a hint is not worth more than a log line
-                if router is not None:
-                    for one in expected:
-                        router.unexpect(pid, one)
-                await self._drop()
+                await self._drop()  # and the echoes its connection would have sent
                 self._dropped.said(error, len(batch))
                 continue
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         connection = self._connection
         if connection is None or connection.closed:
+            self._forget_echoes()
             options = listening.TIMING.connect_options(self._dsn)
             connection = self._connection = await budget.connect(
                 lambda: psycopg.AsyncConnection.connect(self._dsn, **options), kind="other"
             )
+            self._pid = connection.info.backend_pid
         return connection
+
+    def _forget_echoes(self) -> None:
+        """The connection is gone: the echoes it would have sent are awaited no more."""
+        router = _ROUTERS.get(self._key)
+        if router is not None and self._pid:
+            router.forget(self._pid)
+        self._pid = 0
 
     async def _drop(self) -> None:
         connection, self._connection = self._connection, None
+        self._forget_echoes()
         if connection is not None:
             try:
                 await connection.close()
