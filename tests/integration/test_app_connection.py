@@ -269,3 +269,37 @@ def test_an_async_session_hints_the_control_channel_after_its_commit_and_never_b
             )
     assert sorted(heard) == ["t1:also", "t1:kept"]
     assert asyncio.run(_names(url, args)) == ["app.kept", "app.kept"]
+
+
+def test_a_store_closed_right_after_an_enqueue_still_sends_its_hint(
+    postgres: tuple[str, dict[str, str]], postgres_url: str
+) -> None:
+    """`asyncio.run(main())` whose last step enqueues and closes the client: the hint goes out
+    before the loop ends (its sending task would otherwise be cancelled, and the job would wait
+    for the tenant's safety visit)."""
+    url, args = postgres
+    name = f"ket_control_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    control = f"{postgres_url.rsplit('/', 1)[0]}/{name}"
+
+    async def produce(queue: str) -> None:
+        channel = ControlChannel(libpq_dsn(parse_url(control)), "t1")
+        store = await SqlStore.open(url, connect_args=args, channel=channel)
+        try:
+            await store.job_insert([NewJob(name="app.kept", queue=queue)])
+        finally:
+            await store.close()
+
+    try:
+        with psycopg.connect(control, autocommit=True) as listener:
+            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+            for queue in ("first", "second", "third"):  # a new event loop each time
+                asyncio.run(produce(queue))
+            heard = [n.payload for n in listener.notifies(timeout=2.0, stop_after=3)]
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+    assert heard == ["t1:first", "t1:second", "t1:third"]

@@ -46,6 +46,9 @@ log = logging.getLogger("ket.store.listener")
 SEPARATOR = ":"  # never in a tenant name (ket.store.tenant), so `tenant:queue` splits at the first
 SAY_EVERY_SECONDS = 60.0
 SEND = f"SELECT pg_notify('{CHANNEL}', hint) FROM unnest(%s::text[]) AS hint"
+# How long a store that closes waits for its hints to go out (a client closed right after an
+# enqueue, at the end of `asyncio.run`, would otherwise have its hint cancelled unsent).
+FLUSH_SECONDS = 1.0
 
 
 def hint(tenant: str, queue: str) -> str:
@@ -207,9 +210,13 @@ class _Sender:
             except Exception:
                 return
 
+    async def flushed(self) -> None:
+        """Return once what was gathered so far is sent (or FLUSH_SECONDS passed)."""
+        if self._task is not None and not self._task.done():
+            await asyncio.wait([self._task], timeout=FLUSH_SECONDS)
+
     async def close(self) -> None:
-        if self._task is not None:
-            await asyncio.wait([self._task], timeout=1.0)
+        await self.flushed()
         await self._drop()
 
 
@@ -257,11 +264,15 @@ class ControlChannel:
         return self._listener
 
     async def release(self) -> None:
-        """This store is closing: its routes and its use of the listener go."""
+        """This store is closing: the hints gathered so far are sent, then its routes and its
+        use of the listener go."""
+        key = (self.dsn, id(asyncio.get_running_loop()))
+        sender = _SENDERS.get(key)
+        if sender is not None:
+            await sender.flushed()
         listener, self._listener = self._listener, None
         if listener is None:
             return
-        key = (self.dsn, id(asyncio.get_running_loop()))
         router = _ROUTERS.get(key)
         if router is not None and self._wakeups is not None:
             router.remove(self.tenant, self._wakeups)
