@@ -597,3 +597,19 @@ def test_a_wake_up_the_last_claim_saw_to_brings_no_claim_and_a_later_one_does() 
     slow_poll = {**FAST, "poll_min_ms": 60_000, "poll_max_ms": 60_000}
     catalog = Catalog.build(define_deployment(name="test", modules=[module], worker=slow_poll))
     run(scenario, TimedClaims, catalog)
+
+
+def test_a_queue_woken_by_hints_claims_nothing_more_after_a_job_until_it_is_woken() -> None:
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        assert isinstance(store, TimedClaims)
+        first = await enqueue(store, "t.ok_async")
+        await settled(store, first)
+        claims = store.claims
+        # poll_min is 5 ms: a queue polling down from it would claim about 7 times in 0.6 s
+        await asyncio.sleep(0.6)
+        assert store.claims == claims
+        second = await enqueue(store, "t.ok_async")  # its hint wakes the queue at once
+        assert (await settled(store, second, timeout=2.0)).state == "completed"
+        assert store.claims == claims + 1
+
+    run(scenario, TimedClaims)
