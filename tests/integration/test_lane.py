@@ -4,15 +4,18 @@ and what it does with connections the server killed."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
 from ket.errors import StoreError
-from ket.store.sql.lane import Lane
+from ket.store.sql import budget
+from ket.store.sql.lane import OWN_WAIT_SECONDS, Lane
 
 
 def _lane(postgres_url: str, tag: str, *, size: int, timeout: float = 5.0) -> Lane:
@@ -179,3 +182,103 @@ def test_a_transaction_left_open_by_a_cancelled_caller_never_reaches_the_next_on
         await lane.close()
 
     _run(body)
+
+
+async def _backend(lane: Lane, sleep: float = 0.0, *, lasting: bool = False) -> int:
+    """The server process that ran a statement on `lane` (sleeping `sleep` seconds first)."""
+
+    async def body(connection: Any) -> int:
+        cursor = await connection.raw.execute(
+            "SELECT pg_backend_pid() FROM pg_sleep(%s::float)", (sleep,)
+        )
+        row = await cursor.fetchone()
+        assert row is not None
+        return int(row[0])
+
+    return await lane.run(body, single=True, lasting=lasting)
+
+
+def _spent_budget(postgres_url: str, tag: str) -> Callable[[], Awaitable[tuple[Lane, Lane]]]:
+    """A budget of 3 installed for the process, with two idle connections of another lane (a
+    tenant that just finished): what a caller opens now must close one of those first."""
+
+    async def make() -> tuple[Lane, Lane]:
+        budget.install(budget.ConnectionBudget(3))
+        others = _lane(postgres_url, f"{tag}-others", size=2)
+        await asyncio.gather(_backend(others, 0.05), _backend(others, 0.05))
+        return _lane(postgres_url, tag, size=3), others
+
+    return make
+
+
+def test_with_the_budget_spent_a_lane_waits_for_its_own_busy_connection_not_a_new_one(
+    postgres_url: str,
+) -> None:
+    """After a tick, a tenant's claim comes while its sweep's statement still runs: it takes
+    the sweep's connection a moment later rather than closing another tenant's to open one."""
+    tag = f"ket-lane-{uuid.uuid4().hex[:8]}"
+
+    async def body() -> tuple[int, int, int]:
+        lane, others = await _spent_budget(postgres_url, tag)()
+        try:
+            first = asyncio.ensure_future(_backend(lane, 0.3))
+            await asyncio.sleep(0.1)  # the first statement runs
+            second = await _backend(lane)
+            opened = await asyncio.to_thread(_open_backends, postgres_url, f"{tag}-others")
+            return await first, second, opened
+        finally:
+            await lane.close()
+            await others.close()
+            budget.install(None)
+
+    first, second, others_open = asyncio.run(body())
+    assert second == first  # the same server process: no connection was opened for it
+    assert others_open == 2  # and the other tenant's idle connections were left alone
+
+
+def test_a_lane_does_not_wait_for_its_connection_held_by_a_lasting_statement(
+    postgres_url: str,
+) -> None:
+    """A VACUUM holds the tenant's connection: its claims and settlements open their own."""
+    tag = f"ket-lane-{uuid.uuid4().hex[:8]}"
+
+    async def body() -> tuple[int, int, bool]:
+        lane, others = await _spent_budget(postgres_url, tag)()
+        try:
+            lasting = asyncio.ensure_future(_backend(lane, 1.5, lasting=True))
+            await asyncio.sleep(0.1)
+            short = await _backend(lane)
+            return await lasting, short, lasting.done()
+        finally:
+            await lane.close()
+            await others.close()
+            budget.install(None)
+
+    lasting, short, _ = asyncio.run(body())
+    assert short != lasting
+
+
+def test_a_lane_waits_for_its_own_connection_only_so_long_then_opens_one(
+    postgres_url: str,
+) -> None:
+    """A statement that turns out long (a lock wait, say) holds the others up by at most
+    OWN_WAIT_SECONDS."""
+    tag = f"ket-lane-{uuid.uuid4().hex[:8]}"
+
+    async def body() -> tuple[int, int, float]:
+        lane, others = await _spent_budget(postgres_url, tag)()
+        try:
+            slow = asyncio.ensure_future(_backend(lane, OWN_WAIT_SECONDS + 2.0))
+            await asyncio.sleep(0.1)
+            began = time.monotonic()
+            quick = await _backend(lane)
+            waited = time.monotonic() - began
+            return await slow, quick, waited
+        finally:
+            await lane.close()
+            await others.close()
+            budget.install(None)
+
+    slow, quick, waited = asyncio.run(body())
+    assert quick != slow
+    assert OWN_WAIT_SECONDS <= waited < OWN_WAIT_SECONDS + 1.5

@@ -60,7 +60,11 @@ RECHECK_SECONDS = 0.5
 # A connection that went idle is kept this long for its own holder's next statement (the claim
 # after a sweep fired a tick, the settlement after a job) before a waiter may close it for room:
 # with a thousand tenants, taking it at once would make every step of a job open a connection.
-KEEP_FOR_OWNER_SECONDS = 0.1
+# Short, because while the budget is spent it bounds how fast connections turn over: 0.1 s
+# capped a worker of 20 connections at about 120 a second, fewer than a thousand tenants' ticks
+# needed (bench/README.md). The holder's statements that come while its connection is still
+# busy wait for it (ket.store.sql.lane), so they need no keep.
+KEEP_FOR_OWNER_SECONDS = 0.02
 SAY_EVERY_SECONDS = 60.0  # the longest silence between two "budget spent" lines
 # A prompt wait goes before the others, but for those that waited this long already: a steady
 # stream of application hints cannot hold sweeps and ticks back for longer.
@@ -136,6 +140,10 @@ class ConnectionBudget:
         return draining + sum(
             self._opening[k] + sum(1 for c in self._live[k] if not _closed(c)) for k in kinds
         )
+
+    def spent(self) -> bool:
+        """Whether one more connection would have to wait, or to close an idle one."""
+        return bool(self._waiters) or self.open_count() >= self.ceiling()
 
     def released(self, holder: Holder | None = None) -> None:
         """A connection closed, or went idle in `holder` (which the budget may then ask to

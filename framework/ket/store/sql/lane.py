@@ -18,6 +18,14 @@ uses the engine, made on first use.
 A lane's pool is small and lazy: it opens a connection when no idle one is left and fewer than
 `size` are open, drops one that broke, and makes a caller wait at most `timeout` seconds for a
 free one.
+
+While the process's connection budget is spent (a worker serving many tenants), a lane whose
+own connection is busy with a short statement waits for that one (up to OWN_WAIT_SECONDS)
+rather than opening another: a new connection would cost a server process started, and another
+tenant's idle connection closed to make room, where the wait costs a statement's few
+milliseconds. After a tick, a tenant's sweep, the claim of its tick job, the question of when
+its next job is due and the settlement would otherwise each open a connection of their own.
+A connection held by a lasting statement (VACUUM, pruning) is not waited for.
 """
 
 from __future__ import annotations
@@ -49,6 +57,9 @@ T = TypeVar("T")
 PREPARE_AFTER = 1
 # How long closing a connection waits for its server process to hang up (see _close_quietly).
 SERVER_GONE_SECONDS = 1.0
+# With the budget spent, how long a caller waits for one of its lane's busy connections before
+# it opens one of its own anyway (a statement that takes longer than this is not a short one).
+OWN_WAIT_SECONDS = 1.0
 
 
 def text_of(statement: Statement) -> Compiled:
@@ -108,6 +119,7 @@ class Lane:
         # idle connections with the monotonic time each went idle, the oldest first
         self._idle: deque[tuple[psycopg.AsyncConnection[Any], float]] = deque()
         self._open = 0  # connections open or being opened
+        self._lasting = 0  # of those, held by a lasting statement (see the module's text)
         self._waiters: deque[asyncio.Future[psycopg.AsyncConnection[Any] | None]] = deque()
         self._closed = False
         self._closing: set[asyncio.Task[None]] = set()  # broken connections being closed
@@ -125,18 +137,25 @@ class Lane:
             self._release(raw)
 
     async def run(
-        self, body: Callable[[LaneConnection], Awaitable[T]], *, single: bool = False
+        self,
+        body: Callable[[LaneConnection], Awaitable[T]],
+        *,
+        single: bool = False,
+        lasting: bool = False,
     ) -> T:
-        """`body` on one connection, in one transaction (`single`: one statement, autocommit)."""
+        """`body` on one connection, in one transaction (`single`: one statement, autocommit).
+        `lasting`: it may take long (VACUUM, pruning): nobody waits for its connection."""
         # the connection() block written out: a single enqueue is this and one statement, and
         # an async context manager's generator costs as much as the rest of this method
         raw = await self._acquire()
+        self._lasting += lasting
         try:
             if single:
                 return await body(LaneConnection(raw))
             async with raw.transaction():
                 return await body(LaneConnection(raw))
         finally:
+            self._lasting -= lasting
             self._release(raw)
 
     async def close(self) -> None:
@@ -171,7 +190,7 @@ class Lane:
             self._budget.released()
         return len(closing)
 
-    async def _acquire(self) -> psycopg.AsyncConnection[Any]:
+    async def _acquire(self, *, share: bool = True) -> psycopg.AsyncConnection[Any]:
         if self._closed:
             raise StoreError("the store is closed")
         while self._idle:
@@ -180,6 +199,12 @@ class Lane:
                 return raw
             self._open -= 1
         if self._open < self.size:
+            if share and self._open > self._lasting and self._spent():
+                try:  # one of ours is on a short statement: take it when it comes back
+                    handed = await self._handed(OWN_WAIT_SECONDS)
+                except TimeoutError:
+                    handed = None
+                return handed if handed is not None else await self._acquire(share=False)
             self._open += 1
             try:
                 return await self._connect()
@@ -189,13 +214,31 @@ class Lane:
                 raise
         return await self._wait()
 
+    def _spent(self) -> bool:
+        return self._budget is not None and self._budget.spent()
+
     async def _wait(self) -> psycopg.AsyncConnection[Any]:
+        try:
+            raw = await self._handed(self.timeout)
+        except TimeoutError as error:
+            raise StoreError(
+                f"no database connection free within {self.timeout:g} s "
+                f"(pool of {self.size}): every connection is in use; hold them for less "
+                "time, or raise pool_size"
+            ) from error
+        if raw is None:  # a slot came free, or the lane closed
+            return await self._acquire()
+        return raw
+
+    async def _handed(self, timeout: float) -> psycopg.AsyncConnection[Any] | None:
+        """The connection another caller hands back next, within `timeout` (else
+        TimeoutError); None when a slot came free instead, or the lane closed."""
         waiter: asyncio.Future[psycopg.AsyncConnection[Any] | None]
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            raw = await asyncio.wait_for(waiter, self.timeout)
-        except BaseException as error:
+            return await asyncio.wait_for(waiter, timeout)
+        except BaseException:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
             elif waiter.done() and not waiter.cancelled():  # handed over as we gave up
@@ -204,16 +247,7 @@ class Lane:
                     self._release(given)
                 else:
                     self._wake_one()
-            if isinstance(error, TimeoutError):
-                raise StoreError(
-                    f"no database connection free within {self.timeout:g} s "
-                    f"(pool of {self.size}): every connection is in use; hold them for less "
-                    "time, or raise pool_size"
-                ) from error
             raise
-        if raw is None:  # a slot came free, or the lane closed
-            return await self._acquire()
-        return raw
 
     def _release(self, raw: psycopg.AsyncConnection[Any]) -> None:
         healthy = not raw.closed and raw.info.transaction_status == TransactionStatus.IDLE

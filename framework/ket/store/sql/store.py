@@ -279,15 +279,17 @@ class SqlStore:
                 delay = min(delay * 2, 1.0)
         raise AssertionError("unreachable")
 
-    async def _hot(self, body: Callable[[Rows], Awaitable[T]], *, single: bool = False) -> T:
+    async def _hot(
+        self, body: Callable[[Rows], Awaitable[T]], *, single: bool = False, lasting: bool = False
+    ) -> T:
         """Run a hot operation's `body` in one transaction: on the lane where there is one,
-        else on the engine (as `_transact`)."""
+        else on the engine (as `_transact`). `lasting`: it may take long (see Lane.run)."""
         if self._lane is None:
             return await self._transact(lambda conn: body(EngineRows(conn)), single=single)
         if self._closed:
             raise StoreError("the store is closed")
         try:
-            return await self._lane.run(body, single=single)
+            return await self._lane.run(body, single=single, lasting=lasting)
         except StoreError:
             raise
         except Exception as error:
@@ -593,7 +595,7 @@ class SqlStore:
         """Delete a bounded batch of terminal jobs past retention, oldest first."""
         validate.check_prune(prune)
         now = self._now()
-        return await self._hot(lambda rows: command.prune(rows, now, prune))
+        return await self._hot(lambda rows: command.prune(rows, now, prune), lasting=True)
 
     async def job_vacuum(self, vacuum: Vacuum) -> Vacuumed:
         """VACUUM the jobs table once dead row versions pile up (PostgreSQL; see vacuum.py)."""
@@ -601,7 +603,7 @@ class SqlStore:
         if self.dialect != "postgresql":  # SQLite rewrites rows in place: nothing is left dead
             return Vacuumed(outcome="not_needed")
         # single: an autocommit connection, as VACUUM cannot run inside a transaction
-        return await self._hot(lambda rows: vacuum_jobs(rows, vacuum), single=True)
+        return await self._hot(lambda rows: vacuum_jobs(rows, vacuum), single=True, lasting=True)
 
     # -- schedules --------------------------------------------------------------------------
 
@@ -689,7 +691,7 @@ class SqlStore:
         the jobs table's dead rows and the transactions open longer than `long_after` s (on the
         lane: a worker reading them for its metrics loads no SQLAlchemy)."""
         now = self._now()
-        return await self._hot(lambda rows: stats.job_stats(rows, now, long_after))
+        return await self._hot(lambda rows: stats.job_stats(rows, now, long_after), lasting=True)
 
     # -- the audit log (AuditLog; statements in audit.py) ----------------------------------
 
