@@ -8,8 +8,9 @@
 The databases (`ketbench_t0001` ..., a template and a registry) are made once and reused: a
 later run creates only what is missing and truncates ket's tables (tenants_setup.py). Each pass
 (one per `--workers` count) starts real `ket worker` processes on the bench's deployment
-(tenants_app.py: a probe job, a backlog job, schedules every 1 minute and every 30 s) and
-measures, in order:
+(tenants_app.py: a probe job, a backlog job, schedules every 1 minute and every 30 s, or
+every hour and daily at 03:00 UTC with `--quiet-schedules`, to measure an idle fleet's cost
+apart from a thousand tenants' ticks) and measures, in order:
 
 1. connections: `pg_stat_activity`'s client backends every 0.5 s for the whole pass, told apart
    by `application_name` (each worker runs with PGAPPNAME=ketbench-w<i>, which libpq sends);
@@ -56,7 +57,7 @@ from database import admin_url  # noqa: E402
 from executable import script  # noqa: E402
 from procfs import load_average  # noqa: E402
 from side import Command  # noqa: E402
-from tenants_app import BACKLOG, STARTS_ENV  # noqa: E402
+from tenants_app import BACKLOG, SCHEDULES_ENV, STARTS_ENV  # noqa: E402
 from tenants_measure import (  # noqa: E402
     HARNESS_APP_NAME,
     Connections,
@@ -145,6 +146,7 @@ async def run_pass(
                     "KET_REGISTRY_URL": server.registry,
                     "PGAPPNAME": worker_app_name(i),
                     STARTS_ENV: str(start_files[i]),
+                    SCHEDULES_ENV: os.environ.get(SCHEDULES_ENV, ""),
                 },
             ),
             folder,
@@ -504,6 +506,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=120.0,
         help="probes of one measure not sent within this are counted unsent (120)",
     )
+    parser.add_argument(
+        "--quiet-schedules",
+        action="store_true",
+        help="schedules every hour and daily instead of every minute and 30 s (idle cost)",
+    )
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--json", type=Path, metavar="PATH")
     parser.add_argument(
@@ -523,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
         dropped = drop_all(server)
         print(f"dropped {len(dropped)} databases: {', '.join(dropped) or 'none'}")
         return 0
+    if args.quiet_schedules:  # the workers' app and the harness's tick count alike
+        os.environ[SCHEDULES_ENV] = "quiet"
     # the harness's clients find the tenants where the workers do
     os.environ["KET_DATABASE_URL"] = server.template
     os.environ["KET_REGISTRY_URL"] = server.registry

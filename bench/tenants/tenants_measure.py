@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psycopg
 from procfs import cpu_seconds, peak_rss_bytes, rss_bytes
-from tenants_app import PROBE, SCHEDULES, deployment
+from tenants_app import PROBE, deployment, schedules
 from tenants_setup import PREFIX, Server
 
 from ket.client import AsyncClient, open_async_client
@@ -362,7 +362,7 @@ def read_ticks(server: Server, tenants: Sequence[str], began: float, ended: floa
     """Read every tenant's tick jobs. A tick is expected of every tenant when it falls after
     the first sweeps had time to install the schedules (35 s after the workers started) and
     a sweep had time to fire it (35 s before they stopped)."""
-    fired: dict[str, dict[str, list[tuple[float, float, int]]]] = {n: {} for n in SCHEDULES}
+    fired: dict[str, dict[str, list[tuple[float, float, int]]]] = {n: {} for n in schedules()}
     for tenant in tenants:
         with psycopg.connect(
             server.url(PREFIX + tenant), autocommit=True, application_name=HARNESS_APP_NAME
@@ -377,7 +377,7 @@ def read_ticks(server: Server, tenants: Sequence[str], began: float, ended: floa
             )
     return [
         _ticks(name, interval, fired.get(name, {}), tenants, began, ended)
-        for name, interval in SCHEDULES.items()
+        for name, interval in schedules().items()
     ]
 
 
