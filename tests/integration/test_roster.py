@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import create_engine, inspect
 
 from ket.store.roster import WorkerInfo
+from ket.store.sql import budget
 from ket.store.sql.control import metadata
 from ket.store.sql.control_migration import CONTROL_MIGRATIONS
 from ket.store.sql.roster import SqlRoster
@@ -124,3 +125,52 @@ def test_a_roster_reads_back_reports_marks_stale_forgets_and_removes(
         await roster.close()
 
     asyncio.run(run())
+
+
+def test_a_report_goes_before_work_that_waits_for_a_spent_budget(
+    postgres_url: str, postgres_schema: str
+) -> None:
+    """A worker's report keeps its tenants as a heartbeat keeps a lease: behind a thousand
+    tenants' sweeps waiting for the budget, it would come late enough for its peers to take
+    the worker for gone."""
+    url = f"{postgres_url}?options=-c%20search_path%3D{postgres_schema}"
+    order: list[str] = []
+
+    async def run() -> None:
+        spent = budget.ConnectionBudget(3)
+        budget.install(spent)
+        try:
+            roster = SqlRoster(url)
+            await roster.worker_report(_info("w1"))  # installs the table: not what is measured
+            gates = [asyncio.Event() for _ in range(3)]
+
+            async def hold(gate: asyncio.Event) -> None:
+                async with spent.held():
+                    await gate.wait()
+
+            holders = [asyncio.ensure_future(hold(gate)) for gate in gates]
+            await asyncio.sleep(0.05)
+
+            async def sweep(n: int) -> None:
+                async with spent.held():
+                    order.append(f"sweep {n}")
+
+            async def report() -> None:
+                await roster.worker_report(_info("w1"))
+                order.append("report")
+
+            herd = [asyncio.ensure_future(sweep(n)) for n in range(5)]
+            await asyncio.sleep(0.05)  # the herd waits first
+            reported = asyncio.ensure_future(report())
+            await asyncio.sleep(0.05)
+            gates[0].set()  # one connection's room comes free
+            await asyncio.wait_for(reported, 10)
+            for gate in gates[1:]:
+                gate.set()
+            await asyncio.wait_for(asyncio.gather(*holders, *herd), 10)
+            await roster.close()
+        finally:
+            budget.install(None)
+
+    asyncio.run(run())
+    assert order[0] == "report", order

@@ -112,10 +112,15 @@ class SqlRoster:
 
         params = psycopg_params(self._parsed)
         options = {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in params}
-        raw = await budget.connect(
-            lambda: psycopg.AsyncConnection.connect(autocommit=True, **params, **options),
-            kind="other",
-        )
+        # urgent, as a heartbeat is: a worker's report keeps its tenants as a heartbeat keeps a
+        # lease. Behind the herd of a thousand tenants starting (or taken over), it came late
+        # enough for the peers to take this worker for gone and share its tenants out, and
+        # back again at its next report.
+        with budget.urgent():
+            raw = await budget.connect(
+                lambda: psycopg.AsyncConnection.connect(autocommit=True, **params, **options),
+                kind="other",
+            )
         async with raw:
             await raw.execute("SET TIME ZONE 'UTC'")
             async with raw.transaction():
