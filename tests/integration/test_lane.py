@@ -282,3 +282,40 @@ def test_a_lane_waits_for_its_own_connection_only_so_long_then_opens_one(
     slow, quick, waited = asyncio.run(body())
     assert quick != slow
     assert OWN_WAIT_SECONDS <= waited < OWN_WAIT_SECONDS + 1.5
+
+
+def test_a_lane_waits_for_its_connection_still_being_opened_however_long_the_budget_takes(
+    postgres_url: str,
+) -> None:
+    """A tenant starting in a herd: its visit waits for the budget's room, and its sweep and
+    claim wait for the visit's connection rather than queueing for rooms of their own."""
+    tag = f"ket-lane-{uuid.uuid4().hex[:8]}"
+
+    async def body() -> tuple[int, int, int]:
+        spent = budget.ConnectionBudget(3)
+        budget.install(spent)
+        gate = asyncio.Event()
+
+        async def hold() -> None:
+            async with spent.held():
+                await gate.wait()
+
+        holders = [asyncio.ensure_future(hold()) for _ in range(3)]
+        lane = _lane(postgres_url, tag, size=3)
+        try:
+            await asyncio.sleep(0.05)
+            first = asyncio.ensure_future(_backend(lane))  # waits for room
+            await asyncio.sleep(0.05)
+            second = asyncio.ensure_future(_backend(lane))
+            third = asyncio.ensure_future(_backend(lane))
+            await asyncio.sleep(OWN_WAIT_SECONDS + 0.5)  # longer than a busy one is waited for
+            gate.set()  # room for one more
+            return await first, await second, await third
+        finally:
+            gate.set()
+            await asyncio.gather(*holders)
+            await lane.close()
+            budget.install(None)
+
+    first, second, third = asyncio.run(body())
+    assert first == second == third  # one server process served all three

@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ket.catalog import Catalog
 from ket.cli import concurrency, metrics
@@ -205,6 +205,22 @@ class Stopping:
             stop()
 
 
+class Registry(Protocol):
+    def databases(self) -> dict[str, str | None]:
+        """Every registered tenant, with its own database URL if it has one."""
+        ...
+
+
+async def read_tenants(registry: Registry) -> dict[str, str | None]:
+    """The registered tenants, read in a thread within the process's budget (the reader opens
+    a connection for the read and closes it). Urgent, as a worker's reports to the control
+    database are: behind a herd of tenants starting, a refresh that waited its turn left the
+    worker serving, for half a minute, tenants its peers had taken."""
+    with budget.urgent():
+        async with budget.held():
+            return await asyncio.to_thread(registry.databases)
+
+
 async def serve(
     catalog: Catalog,
     database_url: str | None,
@@ -228,8 +244,7 @@ async def serve(
     registry = registry_reader(database_url)
 
     async def list_tenants() -> dict[str, str | None]:
-        async with budget.held():  # the reader opens a connection for the read and closes it
-            return await asyncio.to_thread(registry.databases)
+        return await read_tenants(registry)
 
     pool, wait = pool_settings(catalog, os.environ)
     loops = loop_connections(catalog.worker)
