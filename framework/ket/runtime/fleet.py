@@ -102,6 +102,7 @@ class Fleet:
         self._blobs = blobs if blobs is not None else default_blobs()
         self._repeats = Repeats()
         self._refused: dict[str, str] = {}  # tenant -> why it is not served, as last logged
+        self._servable = 0  # registered tenants that can be served, by this worker or others
         self.workers: dict[str, TenantWorker] = {}
 
     async def run(self, stop: asyncio.Event, services: Sequence[Service] = ()) -> None:
@@ -156,6 +157,7 @@ class Fleet:
             if self._refused.get(name) != reason:  # said once, until the reason changes
                 log.error("not serving tenant %r: %s", name, reason)
         self._refused = tenancy.refused
+        self._servable = len(tenancy.urls)
         self._several = bool(tenancy.registered)
         if self._share is None:
             return tenancy.urls
@@ -203,6 +205,7 @@ class Fleet:
             contexts=contexts,
             repeats=self._repeats,
             served=lambda: len(self.workers),
+            fleet=lambda: max(self._servable, len(self.workers)),
         )
         worker.start()
         self.workers[name] = worker

@@ -2,10 +2,12 @@
 
 A worker sweeps a tenant's schedules when it starts, at each schedule's next tick (known from
 the catalog and the states it just read: no polling for it), and every `schedule_sweep_ms`
-while no tick is due sooner, so that a resumed schedule is seen. A process serving many
+while no tick is due sooner, so that a resumed schedule is seen. A fleet serving many
 tenants spreads their sweeps after each tick rather than sweeping them all at its instant: each
-tenant sweeps at its own fixed offset within `tenants / SWEEPS_PER_SECOND` seconds, and never
-later than half the shortest schedule's period after the tick.
+tenant sweeps at its own fixed offset within `tenants / SWEEPS_PER_SECOND` seconds, `tenants`
+being how many the worker processes sharing them serve together (so that four workers make
+about as many sweeps a second as one), and never later than half the shortest schedule's period
+after the tick.
 """
 
 from __future__ import annotations
@@ -113,12 +115,12 @@ async def run_now(store: JobStore, catalog: Catalog, name: str) -> Inserted:
 # How long after its tick a sweep comes at the earliest: enough for the database's clock to
 # have passed it.
 AFTER_TICK_SECONDS = 0.01
-# How many tenants a process sweeps a second, at most, after a tick they share.
+# How many tenants the worker processes sweep a second together, at most, after a tick they share.
 SWEEPS_PER_SECOND = 50.0
 
 
 def sweep_offset(tenant: str, tenants: int) -> float:
-    """The tenant's own offset after each tick, when the process serves `tenants` (before the
+    """The tenant's own offset after each tick, when the fleet serves `tenants` (before the
     cap at half a period): fixed for the tenant, spread evenly over the tenants."""
     share = zlib.crc32(tenant.encode()) / 2**32
     return share * tenants / SWEEPS_PER_SECOND
@@ -138,13 +140,13 @@ class SweepService:
         hooks: Hooks,
         *,
         tenant: str,
-        served: Callable[[], int] = lambda: 1,
+        served: Callable[[], int] = lambda: 1,  # how many tenants the fleet serves
     ) -> None:
         self._store = store
         self._catalog = catalog
         self._hooks = hooks
         self._tenant = tenant
-        self._served = served  # how many tenants the process serves
+        self._served = served
         self.interval = catalog.worker.schedule_sweep_ms / 1000
 
     async def tick(self) -> float:

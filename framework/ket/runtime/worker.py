@@ -77,9 +77,11 @@ class TenantWorker:
         hooks: Hooks | None = None,
         repeats: Repeats | None = None,
         served: Callable[[], int] | None = None,
+        fleet: Callable[[], int] | None = None,
     ) -> None:
-        """`served`: how many tenants the process serves now (the fleet's), which paces the
-        safety visits and spreads the schedule sweeps; None: this one."""
+        """`served`: how many tenants the process serves now, which paces the safety visits;
+        `fleet`: how many the worker processes sharing them serve together (the registry's),
+        which spreads the schedule sweeps. None: this one."""
         self.store = store
         self.catalog = catalog
         self.tenant = tenant
@@ -110,6 +112,7 @@ class TenantWorker:
         self.settler = Settler(store, self.runner.report, self.supervisor)
         self._queues = {q: QueueSlots(q, n) for q, n in config.queues.items()}
         self._served = served or (lambda: 1)
+        self._fleet = fleet or self._served
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -148,7 +151,7 @@ class TenantWorker:
                 )
             )
         sweep = SweepService(
-            store, self.catalog, self.hooks, tenant=self.tenant, served=self._served
+            store, self.catalog, self.hooks, tenant=self.tenant, served=self._fleet
         )
         sup.every(sweep, at_once=True)
         sup.every(PruneService(store, retention_ms=self._config.retention_ms), timeout=120.0)

@@ -260,3 +260,19 @@ def test_a_fleet_of_one_tenant_refreshes_once_per_change_of_peers_not_in_a_loop(
             await running
 
     asyncio.run(main())
+
+
+def test_tenant_workers_spread_their_sweeps_over_the_whole_fleet_s_tenants() -> None:
+    """Four workers sharing a thousand tenants together sweep about as many a second after a
+    tick as one worker would (sweep offsets over every registered tenant), while each paces
+    its safety visits by the tenants it serves itself."""
+
+    async def scenario(fleet: Fleet, roster: Roster, opened: list[str]) -> None:
+        three = owned("me", TENANTS, ["me", "w2", "w3"])
+        await _until(lambda: set(fleet.workers) == three, "the first share")
+        assert len(three) < len(TENANTS)
+        for worker in fleet.workers.values():
+            assert worker._fleet() == len(TENANTS)
+            assert worker._served() == len(three)
+
+    _serving(scenario)

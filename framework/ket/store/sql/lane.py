@@ -20,12 +20,11 @@ A lane's pool is small and lazy: it opens a connection when no idle one is left 
 free one.
 
 While the process's connection budget is spent (a worker serving many tenants), a lane whose
-own connection is busy with a short statement waits for that one (up to OWN_WAIT_SECONDS; for
-one still being opened, as long as that takes) rather than opening another: a new connection
-would cost a server process started, and another tenant's idle connection closed to make room,
-where the wait costs a statement's few milliseconds. After a tick, a tenant's sweep, the claim
-of its tick job, the question of when its next job is due and the settlement would otherwise
-each open a connection of their own; a tenant starting would open three at once.
+own connection is busy with a short statement waits for that one (up to OWN_WAIT_SECONDS)
+rather than opening another: a new connection would cost a server process started, and another
+tenant's idle connection closed to make room, where the wait costs a statement's few
+milliseconds. After a tick, a tenant's sweep, the claim of its tick job, the question of when
+its next job is due and the settlement would otherwise each open a connection of their own.
 A connection held by a lasting statement (VACUUM, pruning) is not waited for.
 """
 
@@ -121,7 +120,6 @@ class Lane:
         self._idle: deque[tuple[psycopg.AsyncConnection[Any], float]] = deque()
         self._open = 0  # connections open or being opened
         self._lasting = 0  # of those, held by a lasting statement (see the module's text)
-        self._opening = 0  # of those, being opened (waiting for the budget's room, say)
         self._waiters: deque[asyncio.Future[psycopg.AsyncConnection[Any] | None]] = deque()
         self._closed = False
         self._closing: set[asyncio.Task[None]] = set()  # broken connections being closed
@@ -202,25 +200,21 @@ class Lane:
             self._open -= 1
         if self._open < self.size:
             if share and self._open > self._lasting and self._spent():
-                # one of ours is on a short statement, or still waits for the budget's room:
-                # take it when it comes back (a wait for room can be long in a herd, and this
-                # one would only queue behind it)
-                patience = self.timeout if self._opening else OWN_WAIT_SECONDS
+                # one of ours is on a short statement, or waits for the budget's room: take it
+                # when it comes back. Not for long: this may be a heartbeat or a settlement,
+                # which the budget would serve before the sweep whose connection it waits for.
                 try:
-                    handed = await self._handed(patience)
+                    handed = await self._handed(OWN_WAIT_SECONDS)
                 except TimeoutError:
                     handed = None
                 return handed if handed is not None else await self._acquire(share=False)
             self._open += 1
-            self._opening += 1
             try:
                 return await self._connect()
             except BaseException:
                 self._open -= 1
                 self._wake_one()
                 raise
-            finally:
-                self._opening -= 1
         return await self._wait()
 
     def _spent(self) -> bool:
