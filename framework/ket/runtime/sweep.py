@@ -6,8 +6,8 @@ while no tick is due sooner, so that a resumed schedule is seen. A fleet serving
 tenants spreads their sweeps after each tick rather than sweeping them all at its instant: each
 tenant sweeps at its own fixed offset within `tenants / SWEEPS_PER_SECOND` seconds, `tenants`
 being how many the worker processes sharing them serve together (so that four workers make
-about as many sweeps a second as one), and never later than half the shortest schedule's period
-after the tick.
+about as many sweeps a second as one), or over half the shortest schedule's period when that
+is shorter.
 """
 
 from __future__ import annotations
@@ -119,11 +119,13 @@ AFTER_TICK_SECONDS = 0.01
 SWEEPS_PER_SECOND = 50.0
 
 
-def sweep_offset(tenant: str, tenants: int) -> float:
-    """The tenant's own offset after each tick, when the fleet serves `tenants` (before the
-    cap at half a period): fixed for the tenant, spread evenly over the tenants."""
+def sweep_offset(tenant: str, tenants: int, period: float) -> float:
+    """The tenant's own offset after each tick, when the fleet serves `tenants` and the
+    shortest schedule's period is `period`: fixed for the tenant, spread evenly over
+    `tenants / SWEEPS_PER_SECOND` seconds, or over half the period when that is shorter (so
+    that no tick is swept later than that, and none of them all at the same last instant)."""
     share = zlib.crc32(tenant.encode()) / 2**32
-    return share * tenants / SWEEPS_PER_SECOND
+    return share * min(tenants / SWEEPS_PER_SECOND, period / 2)
 
 
 class SweepService:
@@ -155,5 +157,5 @@ class SweepService:
         )
         if due is None or period is None or due > self.interval:
             return self.interval * random.uniform(0.5, 1.0)
-        offset = min(sweep_offset(self._tenant, self._served()), period / 2)
+        offset = sweep_offset(self._tenant, self._served(), period)
         return due + max(offset, AFTER_TICK_SECONDS)

@@ -307,3 +307,37 @@ def test_tenant_refresh_follows_the_registry_and_keeps_its_tenants_when_it_fails
                 del fleet.workers[name]
 
     run(scenario)
+
+
+def test_a_short_period_spreads_the_sweeps_over_half_of_it_not_onto_its_last_instant() -> None:
+    """A thousand tenants at 50 sweeps a second would take 20 s; an `every: 30s` schedule
+    leaves 15 s. The sweeps spread evenly over those 15 s: capping each offset at 15 s would
+    have a quarter of the tenants sweep at that one instant, and the application's jobs of that
+    moment wait behind them."""
+    thirty = Catalog.build(
+        define_deployment(
+            name="t",
+            modules=[
+                define_module(
+                    name="t",
+                    jobs={
+                        "tick": define_job(idempotent=True, schedule={"every": "30s"}, handler=noop)
+                    },
+                )
+            ],
+        )
+    )
+
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        clock.advance(seconds=10)  # 12:00:40: the next 30 s tick is 20 s away
+        offsets = []
+        for tenant in [f"t{n:04}" for n in range(400)]:
+            service = SweepService(
+                store, thirty, hooks_of(events), tenant=tenant, served=lambda: 1_000
+            )
+            offsets.append(await service.tick() - 20.0)
+        assert max(offsets) <= 15.0 and min(offsets) >= 0.0
+        at_the_end = sum(1 for offset in offsets if offset > 14.9)
+        assert at_the_end < len(offsets) * 0.03  # about 1 % of them in its last 0.1 s
+
+    run(scenario)
