@@ -151,7 +151,12 @@ class TenantWorker:
                 )
             )
         sweep = SweepService(
-            store, self.catalog, self.hooks, tenant=self.tenant, served=self._fleet
+            store,
+            self.catalog,
+            self.hooks,
+            tenant=self.tenant,
+            served=self._served,
+            fleet=self._fleet,
         )
         sup.every(sweep, at_once=True)
         sup.every(PruneService(store, retention_ms=self._config.retention_ms), timeout=120.0)

@@ -18,6 +18,7 @@ from ket.runtime.fleet import Fleet, TenantRefresh
 from ket.runtime.prune import PruneService
 from ket.runtime.rescue import RescueService
 from ket.runtime.sweep import SweepService, run_now
+from ket.runtime.visit import visit_every
 from ket.store import JobClaim, JobQuery, NewJob, Settle
 from ket.store.clock import ManualClock
 from ket.store.contract import JobStore
@@ -209,11 +210,11 @@ def test_many_tenants_sweep_at_their_own_offsets_after_a_tick_within_half_its_pe
         offsets = []
         for tenant in [f"t{n:04}" for n in range(200)]:
             service = SweepService(
-                store, CATALOG, hooks_of(events), tenant=tenant, served=lambda: 1_000
+                store, CATALOG, hooks_of(events), tenant=tenant, fleet=lambda: 1_000
             )
             offsets.append(await service.tick() - 20.0)
             again = SweepService(
-                store, CATALOG, hooks_of(events), tenant=tenant, served=lambda: 1_000
+                store, CATALOG, hooks_of(events), tenant=tenant, fleet=lambda: 1_000
             )
             assert await again.tick() - 20.0 == pytest.approx(offsets[-1])  # its own, fixed
         # a thousand tenants at 50 sweeps a second: over 20 s, within half the 1m period
@@ -333,11 +334,42 @@ def test_a_short_period_spreads_the_sweeps_over_half_of_it_not_onto_its_last_ins
         offsets = []
         for tenant in [f"t{n:04}" for n in range(400)]:
             service = SweepService(
-                store, thirty, hooks_of(events), tenant=tenant, served=lambda: 1_000
+                store, thirty, hooks_of(events), tenant=tenant, fleet=lambda: 1_000
             )
             offsets.append(await service.tick() - 20.0)
         assert max(offsets) <= 15.0 and min(offsets) >= 0.0
         at_the_end = sum(1 for offset in offsets if offset > 14.9)
         assert at_the_end < len(offsets) * 0.03  # about 1 % of them in its last 0.1 s
+
+    run(scenario)
+
+
+def test_a_process_of_many_tenants_sweeps_between_ticks_as_seldom_as_it_visits() -> None:
+    """With no tick due soon, one tenant is swept again within `schedule_sweep_ms`; a process
+    of a thousand tenants sweeps each about every `visit_every(1000)` seconds (some 8 sweeps a
+    second in all, not 40), but never past the next tick."""
+    hourly = Catalog.build(
+        define_deployment(
+            name="t",
+            modules=[
+                define_module(
+                    name="t",
+                    jobs={
+                        "tick": define_job(idempotent=True, schedule={"every": "1h"}, handler=noop)
+                    },
+                )
+            ],
+        )
+    )
+
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        alone = SweepService(store, hourly, hooks_of(events), tenant="acme")
+        assert alone.interval / 2 <= await alone.tick() <= alone.interval
+        many = SweepService(store, hourly, hooks_of(events), tenant="acme", served=lambda: 1_000)
+        longest = visit_every(1_000)
+        assert longest > 2 * many.interval
+        assert longest / 2 <= await many.tick() <= longest
+        clock.advance(seconds=3_600 - 30 - 60)  # 12:59:00: the next tick is 60 s away
+        assert 60.0 <= await many.tick() <= 60.0 + 1_000 / 50
 
     run(scenario)
