@@ -129,15 +129,19 @@ class Supervisor:
         service: Service,
         *,
         at_once: bool = False,
+        first_within: float = 0.0,
         timeout: float | None = None,
         gate: asyncio.Event | None = None,
     ) -> None:
         """Tick `service` every `service.interval` seconds (the first time at once, or after a
         random part of one interval; after a first tick at once, the second comes after a
         random part of one: so replicas and tenants spread out), or when its tick says. With a
-        `gate`, only while the gate is set: once it opens, the first tick is an interval later."""
+        `gate`, only while the gate is set: once it opens, the first tick is an interval later.
+        `first_within`: with `at_once`, the first tick comes at a random moment within that
+        many seconds (a thousand tenants starting together spread out)."""
         bound = timeout if timeout is not None else max(service.interval, 5.0)
-        self._spawn(service.name, self._periodic(service, at_once, bound, gate))
+        first = first_within if at_once else None
+        self._spawn(service.name, self._periodic(service, first, bound, gate))
 
     def keep(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
         """Run `loop()` for as long as the worker runs, restarting it if it ends."""
@@ -161,14 +165,18 @@ class Supervisor:
     # -- the policy -------------------------------------------------------------------------
 
     async def _periodic(
-        self, service: Service, at_once: bool, timeout: float, gate: asyncio.Event | None
+        self, service: Service, first: float | None, timeout: float, gate: asyncio.Event | None
     ) -> None:
+        """`first`: the first tick within that many seconds (None: after a random part of one
+        interval)."""
         where = self.where(service.name)
-        if not at_once:
+        if first is None:
             await self.sleep(service.interval * random.uniform(0.5, 1.0))
+        elif first > 0:
+            await self.sleep(random.uniform(0.0, first))
         # after a first tick at once, the next comes after a random part of one interval too:
         # tenants started together (and replicas) do not go on ticking at the same instant
-        spread = at_once
+        spread = first is not None
         failures = 0
         while not self._stopping.is_set():
             if gate is not None and not gate.is_set():

@@ -44,6 +44,8 @@ log = logging.getLogger("ket.worker")
 # Connections a tenant worker's own services may hold at once besides its running jobs: one claim
 # per queue, and the settler, heartbeat, rescue, sweep, prune and vacuum.
 SERVICE_CONNECTIONS = 6
+# How many tenants' first visits and sweeps a process starts a second (see _start_spread).
+STARTS_PER_SECOND = 50.0
 # A VACUUM reads the table's indexes whole: minutes for a table of many millions of rows.
 VACUUM_TIMEOUT_SECONDS = 1_800.0
 
@@ -143,7 +145,12 @@ class TenantWorker:
             )
             # at once: a tenant taken over from a worker that died has its jobs rescued when
             # their leases end, not a whole visit interval later
-            sup.every(visit, at_once=True, timeout=max(attempts.lease_seconds, 5.0))
+            sup.every(
+                visit,
+                at_once=True,
+                first_within=self._start_spread(),
+                timeout=max(attempts.lease_seconds, 5.0),
+            )
         else:
             sup.every(
                 RescueService(
@@ -158,11 +165,19 @@ class TenantWorker:
             served=self._served,
             fleet=self._fleet,
         )
-        sup.every(sweep, at_once=True)
+        sup.every(sweep, at_once=True, first_within=self._start_spread())
         sup.every(PruneService(store, retention_ms=self._config.retention_ms), timeout=120.0)
         if isinstance(store, VacuumStore):
             vacuum = VacuumService(store, attempts, tenant=self.tenant)
             sup.every(vacuum, timeout=VACUUM_TIMEOUT_SECONDS, gate=watched)
+
+    def _start_spread(self) -> float:
+        """Within how many seconds this tenant's first visit and sweep come: tenants started
+        together (a fleet starting, a dead worker's tenants taken over) spread out over
+        `fleet / STARTS_PER_SECOND` seconds, within half a lease, rather than all asking for a
+        connection at once (a thousand of them kept a budget of 20 busy for over 30 s). The
+        fleet's count, known before the first tenant starts, not the count started so far."""
+        return min(self._fleet() / STARTS_PER_SECOND, self.attempts.lease_seconds / 2)
 
     async def stop(self, grace_seconds: float | None = None) -> None:
         """Stop claiming; wait for running work up to the grace, then abort and hand it back."""

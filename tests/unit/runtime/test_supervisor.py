@@ -559,3 +559,29 @@ def test_backoff_jitter_stays_within_half_to_all_of_the_value() -> None:
     delays = [backoff(4.0, 2) for _ in range(2_000)]
     assert all(4.0 <= delay <= 8.0 for delay in delays)
     assert min(delays) < 4.5 and max(delays) > 7.5  # it does spread
+
+
+def test_services_started_together_at_once_within_a_spread_tick_first_at_spread_moments() -> None:
+    """A thousand tenants starting together: their first visits come within the spread, not
+    all at the same instant, and none later than it."""
+    firsts: list[float] = []
+
+    async def scenario(sup: Supervisor) -> None:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+
+        async def first(count: int) -> None:
+            if count == 1:
+                firsts.append(loop.time() - began)
+
+        for n in range(40):
+            sup.every(
+                Service(f"visit {n}", first, interval=3_600.0), at_once=True, first_within=0.3
+            )
+        await asyncio.sleep(0.5)
+
+    run(scenario)
+    assert len(firsts) == 40
+    assert max(firsts) <= 0.3 + 0.1
+    assert sum(1 for t in firsts if t < 0.05) < 20  # spread out, not all at once
+    assert max(firsts) - min(firsts) > 0.15
