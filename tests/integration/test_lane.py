@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from ket.errors import StoreError
@@ -198,28 +199,44 @@ async def _backend(lane: Lane, sleep: float = 0.0, *, lasting: bool = False) -> 
     return await lane.run(body, single=True, lasting=lasting)
 
 
-def _spent_budget(postgres_url: str, tag: str) -> Callable[[], Awaitable[tuple[Lane, Lane]]]:
+@pytest.fixture(scope="module")
+def elsewhere(postgres_url: str) -> Iterator[str]:
+    """A database of these tests' own: a statement that sleeps holds a snapshot, which in the
+    other tests' database would keep their VACUUM from removing dead rows."""
+    name = f"ket_lane_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield f"{postgres_url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def _spent_budget(elsewhere: str, tag: str) -> Callable[[], Awaitable[tuple[Lane, Lane]]]:
     """A budget of 3 installed for the process, with two idle connections of another lane (a
     tenant that just finished): what a caller opens now must close one of those first."""
 
     async def make() -> tuple[Lane, Lane]:
         budget.install(budget.ConnectionBudget(3))
-        others = _lane(postgres_url, f"{tag}-others", size=2)
+        others = _lane(elsewhere, f"{tag}-others", size=2)
         await asyncio.gather(_backend(others, 0.05), _backend(others, 0.05))
-        return _lane(postgres_url, tag, size=3), others
+        return _lane(elsewhere, tag, size=3), others
 
     return make
 
 
 def test_with_the_budget_spent_a_lane_waits_for_its_own_busy_connection_not_a_new_one(
-    postgres_url: str,
+    postgres_url: str, elsewhere: str
 ) -> None:
     """After a tick, a tenant's claim comes while its sweep's statement still runs: it takes
     the sweep's connection a moment later rather than closing another tenant's to open one."""
     tag = f"ket-lane-{uuid.uuid4().hex[:8]}"
 
     async def body() -> tuple[int, int, int]:
-        lane, others = await _spent_budget(postgres_url, tag)()
+        lane, others = await _spent_budget(elsewhere, tag)()
         try:
             first = asyncio.ensure_future(_backend(lane, 0.3))
             await asyncio.sleep(0.1)  # the first statement runs
@@ -237,13 +254,13 @@ def test_with_the_budget_spent_a_lane_waits_for_its_own_busy_connection_not_a_ne
 
 
 def test_a_lane_does_not_wait_for_its_connection_held_by_a_lasting_statement(
-    postgres_url: str,
+    postgres_url: str, elsewhere: str
 ) -> None:
     """A VACUUM holds the tenant's connection: its claims and settlements open their own."""
     tag = f"ket-lane-{uuid.uuid4().hex[:8]}"
 
     async def body() -> tuple[int, int, bool]:
-        lane, others = await _spent_budget(postgres_url, tag)()
+        lane, others = await _spent_budget(elsewhere, tag)()
         try:
             lasting = asyncio.ensure_future(_backend(lane, 1.5, lasting=True))
             await asyncio.sleep(0.1)
@@ -259,14 +276,14 @@ def test_a_lane_does_not_wait_for_its_connection_held_by_a_lasting_statement(
 
 
 def test_a_lane_waits_for_its_own_connection_only_so_long_then_opens_one(
-    postgres_url: str,
+    postgres_url: str, elsewhere: str
 ) -> None:
     """A statement that turns out long (a lock wait, say) holds the others up by at most
     OWN_WAIT_SECONDS."""
     tag = f"ket-lane-{uuid.uuid4().hex[:8]}"
 
     async def body() -> tuple[int, int, float]:
-        lane, others = await _spent_budget(postgres_url, tag)()
+        lane, others = await _spent_budget(elsewhere, tag)()
         try:
             slow = asyncio.ensure_future(_backend(lane, OWN_WAIT_SECONDS + 2.0))
             await asyncio.sleep(0.1)

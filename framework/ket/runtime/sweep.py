@@ -20,7 +20,7 @@ from datetime import datetime
 from ket.catalog import Catalog, JobSpec
 from ket.errors import JobRejected, StoreError
 from ket.runtime.events import Event, Hooks
-from ket.runtime.visit import visit_every
+from ket.runtime.visit import VISITS_PER_SECOND
 from ket.store.contract import JobStore, ScheduleControl
 from ket.store.types import Inserted, ScheduleState, TickClaim
 
@@ -133,8 +133,9 @@ class SweepService:
     """Sweeps the deployment's schedules for one tenant at each tick, and every
     `schedule_sweep_ms` while no tick is due sooner (at a random part of it, so that tenants
     spread out). A process serving more tenants than it visits in that time sweeps them while
-    no tick is due as seldom as it visits them (`visit_every`): with a thousand tenants whose
-    schedules tick hourly, sweeping each every 30 s would open some 40 connections a second."""
+    no tick is due at the visits' pace (every `tenants / VISITS_PER_SECOND` seconds): with a
+    thousand tenants whose schedules tick hourly, sweeping each every 30 s would open some 40
+    connections a second."""
 
     name = "schedule sweep"
 
@@ -160,7 +161,8 @@ class SweepService:
         _, due, period = await sweep_until(
             self._store, self._catalog, tenant=self._tenant, hooks=self._hooks
         )
-        idle = max(self.interval, visit_every(self._served())) * random.uniform(0.5, 1.0)
+        every = max(self.interval, self._served() / VISITS_PER_SECOND)
+        idle = every * random.uniform(0.5, 1.0)
         if due is None or period is None:
             return idle
         at_tick = due + max(sweep_offset(self._tenant, self._fleet(), period), AFTER_TICK_SECONDS)

@@ -18,7 +18,7 @@ from ket.runtime.fleet import Fleet, TenantRefresh
 from ket.runtime.prune import PruneService
 from ket.runtime.rescue import RescueService
 from ket.runtime.sweep import SweepService, run_now
-from ket.runtime.visit import visit_every
+from ket.runtime.visit import VISITS_PER_SECOND
 from ket.store import JobClaim, JobQuery, NewJob, Settle
 from ket.store.clock import ManualClock
 from ket.store.contract import JobStore
@@ -346,7 +346,7 @@ def test_a_short_period_spreads_the_sweeps_over_half_of_it_not_onto_its_last_ins
 
 def test_a_process_of_many_tenants_sweeps_between_ticks_as_seldom_as_it_visits() -> None:
     """With no tick due soon, one tenant is swept again within `schedule_sweep_ms`; a process
-    of a thousand tenants sweeps each about every `visit_every(1000)` seconds (some 8 sweeps a
+    of a thousand tenants sweeps each about every `1000 / VISITS_PER_SECOND` seconds (8 sweeps a
     second in all, not 40), but never past the next tick."""
     hourly = Catalog.build(
         define_deployment(
@@ -366,10 +366,29 @@ def test_a_process_of_many_tenants_sweeps_between_ticks_as_seldom_as_it_visits()
         alone = SweepService(store, hourly, hooks_of(events), tenant="acme")
         assert alone.interval / 2 <= await alone.tick() <= alone.interval
         many = SweepService(store, hourly, hooks_of(events), tenant="acme", served=lambda: 1_000)
-        longest = visit_every(1_000)
+        longest = 1_000 / VISITS_PER_SECOND
         assert longest > 2 * many.interval
         assert longest / 2 <= await many.tick() <= longest
         clock.advance(seconds=3_600 - 30 - 60)  # 12:59:00: the next tick is 60 s away
         assert 60.0 <= await many.tick() <= 60.0 + 1_000 / 50
+
+    run(scenario)
+
+
+def test_a_short_sweep_interval_is_kept_by_a_process_of_few_tenants() -> None:
+    """`schedule_sweep_ms` of 1 s: a resumed schedule is seen within a second, not at the
+    visits' 30 s floor."""
+    quick = Catalog.build(
+        define_deployment(
+            name="t",
+            modules=[MODULE],
+            worker={"queues": {"default": 2}, "schedule_sweep_ms": 1_000},
+        )
+    )
+
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        assert await store.schedule_pause("t.tick", True)
+        service = SweepService(store, quick, hooks_of(events), tenant="acme", served=lambda: 5)
+        assert 0.5 <= await service.tick() <= 1.0
 
     run(scenario)
