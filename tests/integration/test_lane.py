@@ -215,17 +215,29 @@ def elsewhere(postgres_url: str) -> Iterator[str]:
             )
 
 
-def _spent_budget(elsewhere: str, tag: str) -> Callable[[], Awaitable[tuple[Lane, Lane]]]:
-    """A budget of 3 installed for the process, with two idle connections of another lane (a
-    tenant that just finished): what a caller opens now must close one of those first."""
-
-    async def make() -> tuple[Lane, Lane]:
-        budget.install(budget.ConnectionBudget(3))
-        others = _lane(elsewhere, f"{tag}-others", size=2)
+async def _while_busy(
+    server: str, elsewhere: str, tag: str, busy_seconds: float, *, lasting: bool = False
+) -> tuple[int, int, float, int]:
+    """With a budget of 3 spent (two idle connections of another lane, a tenant that just
+    finished: what a caller opens now must close one of those first), a lane runs a statement
+    of `busy_seconds`, and 0.1 s later a short one: the server processes of both, how long the
+    short one took, and how many connections the other lane still has on the server then."""
+    budget.install(budget.ConnectionBudget(3))
+    others = _lane(elsewhere, f"{tag}-others", size=2)
+    lane = _lane(elsewhere, tag, size=3)
+    try:
         await asyncio.gather(_backend(others, 0.05), _backend(others, 0.05))
-        return _lane(elsewhere, tag, size=3), others
-
-    return make
+        busy = asyncio.ensure_future(_backend(lane, busy_seconds, lasting=lasting))
+        await asyncio.sleep(0.1)  # the busy statement runs
+        began = time.monotonic()
+        short = await _backend(lane)
+        waited = time.monotonic() - began
+        others_open = await asyncio.to_thread(_open_backends, server, f"{tag}-others")
+        return await busy, short, waited, others_open
+    finally:
+        await lane.close()
+        await others.close()
+        budget.install(None)
 
 
 def test_with_the_budget_spent_a_lane_waits_for_its_own_busy_connection_not_a_new_one(
@@ -234,21 +246,7 @@ def test_with_the_budget_spent_a_lane_waits_for_its_own_busy_connection_not_a_ne
     """After a tick, a tenant's claim comes while its sweep's statement still runs: it takes
     the sweep's connection a moment later rather than closing another tenant's to open one."""
     tag = f"ket-lane-{uuid.uuid4().hex[:8]}"
-
-    async def body() -> tuple[int, int, int]:
-        lane, others = await _spent_budget(elsewhere, tag)()
-        try:
-            first = asyncio.ensure_future(_backend(lane, 0.3))
-            await asyncio.sleep(0.1)  # the first statement runs
-            second = await _backend(lane)
-            opened = await asyncio.to_thread(_open_backends, postgres_url, f"{tag}-others")
-            return await first, second, opened
-        finally:
-            await lane.close()
-            await others.close()
-            budget.install(None)
-
-    first, second, others_open = asyncio.run(body())
+    first, second, _, others_open = asyncio.run(_while_busy(postgres_url, elsewhere, tag, 0.3))
     assert second == first  # the same server process: no connection was opened for it
     assert others_open == 2  # and the other tenant's idle connections were left alone
 
@@ -256,23 +254,14 @@ def test_with_the_budget_spent_a_lane_waits_for_its_own_busy_connection_not_a_ne
 def test_a_lane_does_not_wait_for_its_connection_held_by_a_lasting_statement(
     postgres_url: str, elsewhere: str
 ) -> None:
-    """A VACUUM holds the tenant's connection: its claims and settlements open their own."""
+    """A VACUUM holds the tenant's connection: its claims and settlements open their own at
+    once, rather than waiting OWN_WAIT_SECONDS for it."""
     tag = f"ket-lane-{uuid.uuid4().hex[:8]}"
-
-    async def body() -> tuple[int, int, bool]:
-        lane, others = await _spent_budget(elsewhere, tag)()
-        try:
-            lasting = asyncio.ensure_future(_backend(lane, 1.5, lasting=True))
-            await asyncio.sleep(0.1)
-            short = await _backend(lane)
-            return await lasting, short, lasting.done()
-        finally:
-            await lane.close()
-            await others.close()
-            budget.install(None)
-
-    lasting, short, _ = asyncio.run(body())
+    lasting, short, waited, _ = asyncio.run(
+        _while_busy(postgres_url, elsewhere, tag, 1.5, lasting=True)
+    )
     assert short != lasting
+    assert waited < OWN_WAIT_SECONDS / 2
 
 
 def test_a_lane_waits_for_its_own_connection_only_so_long_then_opens_one(
@@ -281,21 +270,8 @@ def test_a_lane_waits_for_its_own_connection_only_so_long_then_opens_one(
     """A statement that turns out long (a lock wait, say) holds the others up by at most
     OWN_WAIT_SECONDS."""
     tag = f"ket-lane-{uuid.uuid4().hex[:8]}"
-
-    async def body() -> tuple[int, int, float]:
-        lane, others = await _spent_budget(elsewhere, tag)()
-        try:
-            slow = asyncio.ensure_future(_backend(lane, OWN_WAIT_SECONDS + 2.0))
-            await asyncio.sleep(0.1)
-            began = time.monotonic()
-            quick = await _backend(lane)
-            waited = time.monotonic() - began
-            return await slow, quick, waited
-        finally:
-            await lane.close()
-            await others.close()
-            budget.install(None)
-
-    slow, quick, waited = asyncio.run(body())
+    slow, quick, waited, _ = asyncio.run(
+        _while_busy(postgres_url, elsewhere, tag, OWN_WAIT_SECONDS + 2.0)
+    )
     assert quick != slow
     assert OWN_WAIT_SECONDS <= waited < OWN_WAIT_SECONDS + 1.5

@@ -152,6 +152,11 @@ class QueueLoop:
                 queue.ready.append(attempts.add(job, sent))
             self._launch(queue)
             busy = len(claimed) == free
+            if busy:
+                if watch is not None:
+                    watch.cancel()
+                idle = poll_min
+                continue  # there may be more: claim again as soon as slots allow
             # A queue woken by hints (the control channel, its listener up) claims when told: a
             # claim that took less than it could saw every job committed before it began, and
             # a later one comes with a hint or a due time. It waits for those (or the backstop
@@ -159,13 +164,7 @@ class QueueLoop:
             # ladder of dry claims after every job made most of the worker's connections.
             ceiling = poll_max if self._paced is None else self._paced.idle_poll(poll_max)
             rest = ceiling if ceiling > poll_max else poll_min
-            if busy:
-                if watch is not None:
-                    watch.cancel()
-                idle = rest
-                continue  # there may be more: claim again as soon as slots allow
-            if claimed:
-                idle = rest
+            idle = rest if claimed else max(idle, rest)
             watch = watch or self._watch(idle)
             if ceiling > poll_max and not watch.done():
                 # waits may be long: learn when the next job is due, beside the wait, so that
@@ -174,7 +173,7 @@ class QueueLoop:
             woken = await watch
             if woken and self._paced is not None:
                 woken = await self._unless_seen(idle)
-            idle = rest if woken else min(max(idle * 2, rest), ceiling)
+            idle = rest if woken else min(idle * 2, ceiling)
 
     async def _unless_seen(self, timeout: float) -> bool:
         """A wake-up came; if it came before the last claim's statement began (that claim saw

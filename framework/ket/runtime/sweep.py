@@ -20,7 +20,7 @@ from datetime import datetime
 from ket.catalog import Catalog, JobSpec
 from ket.errors import JobRejected, StoreError
 from ket.runtime.events import Event, Hooks
-from ket.runtime.visit import VISITS_PER_SECOND
+from ket.runtime.visit import visit_every
 from ket.store.contract import JobStore, ScheduleControl
 from ket.store.types import Inserted, ScheduleState, TickClaim
 
@@ -133,7 +133,7 @@ class SweepService:
     """Sweeps the deployment's schedules for one tenant at each tick, and every
     `schedule_sweep_ms` while no tick is due sooner (at a random part of it, so that tenants
     spread out). A process serving more tenants than it visits in that time sweeps them while
-    no tick is due at the visits' pace (every `tenants / VISITS_PER_SECOND` seconds): with a
+    no tick is due at the visits' pace (`visit_every`, `schedule_sweep_ms` its floor): with a
     thousand tenants whose schedules tick hourly, sweeping each every 30 s would open some 40
     connections a second."""
 
@@ -161,8 +161,7 @@ class SweepService:
         _, due, period = await sweep_until(
             self._store, self._catalog, tenant=self._tenant, hooks=self._hooks
         )
-        every = max(self.interval, self._served() / VISITS_PER_SECOND)
-        idle = every * random.uniform(0.5, 1.0)
+        idle = visit_every(self._served(), at_least=self.interval) * random.uniform(0.5, 1.0)
         if due is None or period is None:
             return idle
         at_tick = due + max(sweep_offset(self._tenant, self._fleet(), period), AFTER_TICK_SECONDS)

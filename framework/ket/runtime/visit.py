@@ -28,9 +28,11 @@ VISITS_PER_SECOND = 8.0
 AFTER_LEASE_SECONDS = 1.0
 
 
-def visit_every(tenants: int) -> float:
-    """The seconds between two visits of a tenant when a process serves `tenants` of them."""
-    return max(VISIT_AT_LEAST_SECONDS, tenants / VISITS_PER_SECOND)
+def visit_every(tenants: int, at_least: float = VISIT_AT_LEAST_SECONDS) -> float:
+    """The seconds between two visits of a tenant when a process serves `tenants` of them
+    (`at_least`: the interval with few tenants; the schedule sweep between ticks passes its
+    own)."""
+    return max(at_least, tenants / VISITS_PER_SECOND)
 
 
 class VisitedStore(JobStore, PacedStore, Protocol):

@@ -33,7 +33,7 @@ from ket.runtime.rescue import RescueService
 from ket.runtime.runner import ABORT_GRACE_SECONDS, JobRunner, Result
 from ket.runtime.settler import Settler
 from ket.runtime.supervisor import Repeats, Supervisor
-from ket.runtime.sweep import SweepService
+from ket.runtime.sweep import SWEEPS_PER_SECOND, SweepService
 from ket.runtime.vacuum import VacuumService
 from ket.runtime.visit import VisitService
 from ket.store.contract import JobStore, PacedStore, VacuumStore
@@ -44,8 +44,6 @@ log = logging.getLogger("ket.worker")
 # Connections a tenant worker's own services may hold at once besides its running jobs: one claim
 # per queue, and the settler, heartbeat, rescue, sweep, prune and vacuum.
 SERVICE_CONNECTIONS = 6
-# How many tenants' first visits and sweeps a process starts a second (see _start_spread).
-STARTS_PER_SECOND = 50.0
 # A VACUUM reads the table's indexes whole: minutes for a table of many millions of rows.
 VACUUM_TIMEOUT_SECONDS = 1_800.0
 
@@ -139,6 +137,7 @@ class TenantWorker:
         heartbeat = HeartbeatService(store, attempts)
         self._leases.every(heartbeat, timeout=heartbeat.interval, gate=watched)
         self._leases.every(LeaseGuard(attempts, tenant=self.tenant), gate=watched)
+        first = self._start_spread()
         if isinstance(store, PacedStore) and store.paced:
             visit = VisitService(
                 store, self.hooks, tenant=self.tenant, queues=self._queues, served=self._served
@@ -148,7 +147,7 @@ class TenantWorker:
             sup.every(
                 visit,
                 at_once=True,
-                first_within=self._start_spread(),
+                first_within=first,
                 timeout=max(attempts.lease_seconds, 5.0),
             )
         else:
@@ -165,7 +164,7 @@ class TenantWorker:
             served=self._served,
             fleet=self._fleet,
         )
-        sup.every(sweep, at_once=True, first_within=self._start_spread())
+        sup.every(sweep, at_once=True, first_within=first)
         sup.every(PruneService(store, retention_ms=self._config.retention_ms), timeout=120.0)
         if isinstance(store, VacuumStore):
             vacuum = VacuumService(store, attempts, tenant=self.tenant)
@@ -173,11 +172,12 @@ class TenantWorker:
 
     def _start_spread(self) -> float:
         """Within how many seconds this tenant's first visit and sweep come: tenants started
-        together (a fleet starting, a dead worker's tenants taken over) spread out over
-        `fleet / STARTS_PER_SECOND` seconds, within half a lease, rather than all asking for a
-        connection at once (a thousand of them kept a budget of 20 busy for over 30 s). The
-        fleet's count, known before the first tenant starts, not the count started so far."""
-        return min(self._fleet() / STARTS_PER_SECOND, self.attempts.lease_seconds / 2)
+        together (a fleet starting, a dead worker's tenants taken over) spread out at the pace
+        of the sweeps after a tick, `fleet / SWEEPS_PER_SECOND` seconds, within half a lease,
+        rather than all asking for a connection at once (a thousand of them kept a budget of
+        20 busy for over 30 s). The fleet's count, known before the first tenant starts, not
+        the count started so far."""
+        return min(self._fleet() / SWEEPS_PER_SECOND, self.attempts.lease_seconds / 2)
 
     async def stop(self, grace_seconds: float | None = None) -> None:
         """Stop claiming; wait for running work up to the grace, then abort and hand it back."""

@@ -43,6 +43,14 @@ CATALOG = Catalog.build(
 START = datetime(2026, 3, 1, 12, 0, 30, tzinfo=UTC)
 
 
+def ticking(schedule: dict[str, str], **worker: int) -> Catalog:
+    """A catalog of one scheduled job `t.tick` (and `worker` settings besides one queue)."""
+    job = define_job(idempotent=True, schedule=schedule, handler=noop)
+    module = define_module(name="t", jobs={"tick": job})
+    settings = {"queues": {"default": 2}, **worker}
+    return Catalog.build(define_deployment(name="t", modules=[module], worker=settings))
+
+
 def run(scenario: Callable[[MemoryStore, ManualClock, list[Event]], Awaitable[None]]) -> None:
     async def main() -> None:
         clock = ManualClock(START)
@@ -204,19 +212,21 @@ def test_the_sweep_comes_back_at_the_next_tick_not_a_sweep_interval_later() -> N
     run(scenario)
 
 
+async def sweep_offsets(store: MemoryStore, catalog: Catalog, tenants: int) -> list[float]:
+    """At 12:00:40, with a tick due at 12:01:00: when each of `tenants` tenants of a fleet of
+    1,000 sweeps after that tick."""
+    offsets = []
+    for n in range(tenants):
+        service = SweepService(store, catalog, Hooks(), tenant=f"t{n:04}", fleet=lambda: 1_000)
+        offsets.append(await service.tick() - 20.0)
+    return offsets
+
+
 def test_many_tenants_sweep_at_their_own_offsets_after_a_tick_within_half_its_period() -> None:
     async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
         clock.advance(seconds=10)  # 12:00:40: the next 1m tick is 20 s away
-        offsets = []
-        for tenant in [f"t{n:04}" for n in range(200)]:
-            service = SweepService(
-                store, CATALOG, hooks_of(events), tenant=tenant, fleet=lambda: 1_000
-            )
-            offsets.append(await service.tick() - 20.0)
-            again = SweepService(
-                store, CATALOG, hooks_of(events), tenant=tenant, fleet=lambda: 1_000
-            )
-            assert await again.tick() - 20.0 == pytest.approx(offsets[-1])  # its own, fixed
+        offsets = await sweep_offsets(store, CATALOG, 200)
+        assert await sweep_offsets(store, CATALOG, 200) == pytest.approx(offsets)  # fixed
         # a thousand tenants at 50 sweeps a second: over 20 s, within half the 1m period
         assert max(offsets) <= 20.0 and min(offsets) >= 0.0
         assert max(offsets) - min(offsets) > 15.0  # spread, not at one instant
@@ -315,28 +325,11 @@ def test_a_short_period_spreads_the_sweeps_over_half_of_it_not_onto_its_last_ins
     leaves 15 s. The sweeps spread evenly over those 15 s: capping each offset at 15 s would
     have a quarter of the tenants sweep at that one instant, and the application's jobs of that
     moment wait behind them."""
-    thirty = Catalog.build(
-        define_deployment(
-            name="t",
-            modules=[
-                define_module(
-                    name="t",
-                    jobs={
-                        "tick": define_job(idempotent=True, schedule={"every": "30s"}, handler=noop)
-                    },
-                )
-            ],
-        )
-    )
+    thirty = ticking({"every": "30s"})
 
     async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
         clock.advance(seconds=10)  # 12:00:40: the next 30 s tick is 20 s away
-        offsets = []
-        for tenant in [f"t{n:04}" for n in range(400)]:
-            service = SweepService(
-                store, thirty, hooks_of(events), tenant=tenant, fleet=lambda: 1_000
-            )
-            offsets.append(await service.tick() - 20.0)
+        offsets = await sweep_offsets(store, thirty, 400)
         assert max(offsets) <= 15.0 and min(offsets) >= 0.0
         at_the_end = sum(1 for offset in offsets if offset > 14.9)
         assert at_the_end < len(offsets) * 0.03  # about 1 % of them in its last 0.1 s
@@ -348,19 +341,7 @@ def test_a_process_of_many_tenants_sweeps_between_ticks_as_seldom_as_it_visits()
     """With no tick due soon, one tenant is swept again within `schedule_sweep_ms`; a process
     of a thousand tenants sweeps each about every `1000 / VISITS_PER_SECOND` seconds (8 sweeps a
     second in all, not 40), but never past the next tick."""
-    hourly = Catalog.build(
-        define_deployment(
-            name="t",
-            modules=[
-                define_module(
-                    name="t",
-                    jobs={
-                        "tick": define_job(idempotent=True, schedule={"every": "1h"}, handler=noop)
-                    },
-                )
-            ],
-        )
-    )
+    hourly = ticking({"every": "1h"})
 
     async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
         alone = SweepService(store, hourly, hooks_of(events), tenant="acme")
@@ -378,13 +359,7 @@ def test_a_process_of_many_tenants_sweeps_between_ticks_as_seldom_as_it_visits()
 def test_a_short_sweep_interval_is_kept_by_a_process_of_few_tenants() -> None:
     """`schedule_sweep_ms` of 1 s: a resumed schedule is seen within a second, not at the
     visits' 30 s floor."""
-    quick = Catalog.build(
-        define_deployment(
-            name="t",
-            modules=[MODULE],
-            worker={"queues": {"default": 2}, "schedule_sweep_ms": 1_000},
-        )
-    )
+    quick = ticking({"every": "1m"}, schedule_sweep_ms=1_000)
 
     async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
         assert await store.schedule_pause("t.tick", True)
