@@ -195,8 +195,13 @@ class QueueLoop:
     def _learn_when_due(self) -> None:
         """`_when_due` in a task of its own, one at a time (a wait for a connection within a
         spent budget may outlast the wait for work)."""
-        if self._due is None or self._due.done():
+        if self._due is None:
             self._due = asyncio.ensure_future(self._when_due())
+            self._due.add_done_callback(self._learnt)
+
+    def _learnt(self, task: asyncio.Future[None]) -> None:
+        if self._due is task:
+            self._due = None  # not kept once done: a thousand tenants' finished tasks add up
 
     async def _when_due(self) -> None:
         """Have the store wake this queue when its next job is due; a failure is logged (rate
@@ -225,27 +230,19 @@ class QueueLoop:
         return asyncio.ensure_future(self._wait_for_work(timeout))
 
     async def _wait_for_work(self, timeout: float) -> bool:
-        """True when woken for this queue; False on timeout or stop (cancellable anywhere)."""
+        """True when woken for this queue; False on timeout (cancellable anywhere). The stop
+        signal does not end the wait: the loop claims nothing once it is set, and the
+        supervisor's stop cancels the wait (a thousand idle tenants' queues would otherwise
+        hold two more tasks each)."""
         if self._push is None:
             await self._supervisor.sleep(timeout)
             return False
-        waiting = asyncio.ensure_future(self._push.wait_for_jobs([self.queue.name], timeout))
-        stopping = asyncio.ensure_future(self._stopping.wait())
         try:
-            await asyncio.wait([waiting, stopping], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-            if not waiting.done():
-                waiting.cancel()
-                await asyncio.wait([waiting])  # let it unregister its waiter
-        if waiting.cancelled():
-            return False
-        error = waiting.exception()
-        if error is not None:  # wake-ups are hints: poll meanwhile, and say so (rate-limited)
+            return await self._push.wait_for_jobs([self.queue.name], timeout)
+        except Exception as error:  # wake-ups are hints: poll meanwhile, and say so (limited)
             where = self._supervisor.where(f"wake-ups of queue {self.queue.name}")
             self._supervisor.repeats.failure(where, error, level=logging.WARNING)
             return False
-        return bool(waiting.result())
 
 
 async def _first(*waits: object) -> None:

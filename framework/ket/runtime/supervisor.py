@@ -119,6 +119,9 @@ class Supervisor:
         self._stopping = stopping
         self.repeats = repeats or Repeats()
         self._tasks: list[asyncio.Task[None]] = []
+        # one wait for the stop signal that every sleep of this supervisor shares: a thousand
+        # tenants' sleeping services would otherwise hold a task each just to wake at the stop
+        self._stop_seen: asyncio.Task[bool] | None = None
 
     def where(self, name: str) -> str:
         """How logs name a service: `heartbeat (tenant acme)`."""
@@ -156,11 +159,18 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        if self._stop_seen is not None:
+            self._stop_seen.cancel()
+            self._stop_seen = None
 
     async def sleep(self, seconds: float) -> None:
         """Sleep, waking early when the worker stops."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
+        if self._stopping.is_set():
+            return
+        if self._stop_seen is None or self._stop_seen.done():
+            self._stop_seen = asyncio.ensure_future(self._stopping.wait())
+        # asyncio.wait, unlike wait_for, neither cancels the shared wait nor starts a task
+        await asyncio.wait({self._stop_seen}, timeout=seconds)
 
     # -- the policy -------------------------------------------------------------------------
 
@@ -180,7 +190,8 @@ class Supervisor:
         failures = 0
         while not self._stopping.is_set():
             if gate is not None and not gate.is_set():
-                await self._until(gate)
+                # no task beside it to wake at the stop signal: stop() cancels this one
+                await gate.wait()
                 await self.sleep(service.interval)
                 if self._stopping.is_set():
                     return
@@ -200,16 +211,6 @@ class Supervisor:
                 due = service.interval * (random.uniform(0.5, 1.0) if spread else 1.0)
             await self.sleep(due)
             spread = False
-
-    async def _until(self, gate: asyncio.Event) -> None:
-        """Wait until `gate` is set or the supervisor stops."""
-        opened = asyncio.ensure_future(gate.wait())
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        try:
-            await asyncio.wait([opened, stopping], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            opened.cancel()
-            stopping.cancel()
 
     async def _kept(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
         where = self.where(name)

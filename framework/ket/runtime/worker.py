@@ -19,7 +19,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from ket.catalog import Catalog
 from ket.declare.worker import WorkerConfig
@@ -41,6 +42,8 @@ from ket.store.types import ErrorInfo, Settle
 
 log = logging.getLogger("ket.worker")
 
+T = TypeVar("T")
+
 # Connections a tenant worker's own services may hold at once besides its running jobs: one claim
 # per queue, and the settler, heartbeat, rescue, sweep, prune and vacuum.
 SERVICE_CONNECTIONS = 6
@@ -60,6 +63,27 @@ def loop_connections(config: WorkerConfig) -> int:
     prune and vacuum (on PostgreSQL the store's lane serves them, and the handlers' enqueues
     and sent-ledger calls); the rest are the job slots' (a handler in `ctx.tx` holds one)."""
     return len(config.queues) + SERVICE_CONNECTIONS
+
+
+class OnDemandThreads(Executor):
+    """A ThreadPoolExecutor made at the first plain handler: a tenant whose handlers are all
+    async (or that runs nothing) costs no executor's queue, locks and condition at all."""
+
+    def __init__(self, *, max_workers: int, thread_name_prefix: str) -> None:
+        self._max_workers = max_workers
+        self._prefix = thread_name_prefix
+        self._pool: ThreadPoolExecutor | None = None
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                max_workers=self._max_workers, thread_name_prefix=self._prefix
+            )
+        return self._pool.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
 class TenantWorker:
@@ -91,7 +115,7 @@ class TenantWorker:
         # A tenant's plain handlers get threads of their own, one per slot: a slot stays taken
         # while its thread runs, so a job always finds a thread, and no tenant takes another's.
         self._own_executor = executor is None
-        self._executor = executor or ThreadPoolExecutor(
+        self._executor = executor or OnDemandThreads(
             max_workers=max(1, sum(config.queues.values())), thread_name_prefix=f"ket-{tenant}"
         )
         self._stopping = asyncio.Event()

@@ -618,3 +618,27 @@ def test_a_queue_woken_by_hints_claims_nothing_more_after_a_job_until_it_is_woke
         assert store.claims_of["default"] == claims + 1
 
     run(scenario, TimedClaims)
+
+
+def test_an_idle_tenant_worker_holds_a_task_per_loop_and_service_and_no_waits_beside_them() -> None:
+    # a thousand tenants' idle workers: each task beside the supervised ones (a wait_for for
+    # a sleep, a task to wake at the stop signal or at a gate) cost about 1 KB a tenant each
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        job_id = await enqueue(store, "t.ok_async")
+        await settled(store, job_id)
+        await asyncio.sleep(0.2)  # the attempt is over: its gate closed, every service waits
+        supervised = set(worker.supervisor._tasks) | set(worker._leases._tasks)
+        current = asyncio.current_task()
+        beside = Counter(
+            task.get_coro().__qualname__  # type: ignore[union-attr]
+            for task in asyncio.all_tasks()
+            if task not in supervised and task is not current
+        )
+        # each queue's wait for work, and one wait for the stop shared by a supervisor's sleeps
+        assert beside["QueueLoop._wait_for_work"] == len(FAST["queues"])  # type: ignore[arg-type]
+        assert beside["Event.wait"] <= 2
+        assert sum(beside.values()) == beside["QueueLoop._wait_for_work"] + beside["Event.wait"]
+        # the settler, two queue loops, heartbeat, lease guard, rescue, sweep and prune
+        assert len(supervised) == 8
+
+    run(scenario)
