@@ -31,9 +31,6 @@ A connection held by a lasting statement (VACUUM, pruning) is not waited for.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -47,6 +44,7 @@ from psycopg.rows import namedtuple_row
 from ket.errors import StoreError
 from ket.store.sql import budget
 from ket.store.sql.address import psycopg_params
+from ket.store.sql.goodbye import close_quietly
 from ket.store.sql.postgres_text import TEXT
 from ket.store.sql.statement import Compiled, Statement
 from ket.store.url import DatabaseUrl
@@ -55,8 +53,6 @@ T = TypeVar("T")
 # A statement is prepared on a connection once it ran there this many times before (psycopg's
 # prepare_threshold): the second run prepares it, the later ones use it.
 PREPARE_AFTER = 1
-# How long closing a connection waits for its server process to hang up (see _close_quietly).
-SERVER_GONE_SECONDS = 1.0
 # With the budget spent, how long a caller waits for one of its lane's busy connections before
 # it opens one of its own anyway (a statement that takes longer than this is not a short one).
 OWN_WAIT_SECONDS = 1.0
@@ -167,7 +163,7 @@ class Lane:
                 waiter.set_result(None)
         idle, self._idle = [raw for raw, _ in self._idle], deque()
         self._open -= len(idle)
-        await asyncio.gather(*(_close_quietly(raw) for raw in idle))
+        await asyncio.gather(*(close_quietly(raw) for raw in idle))
         if idle and self._budget is not None:
             self._budget.released()
 
@@ -185,7 +181,7 @@ class Lane:
             closing.append(self._idle.popleft()[0])
         self._open -= len(closing)
         for raw in closing:
-            await _close_quietly(raw)
+            await close_quietly(raw)
         if closing and self._budget is not None:
             self._budget.released()
         return len(closing)
@@ -262,7 +258,7 @@ class Lane:
                 stale = [raw]
             self._open -= len(stale)
             for dropped in stale:
-                task = asyncio.ensure_future(_close_quietly(dropped))
+                task = asyncio.ensure_future(close_quietly(dropped))
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)
                 self._wake_one()
@@ -290,7 +286,7 @@ class Lane:
             # instants come back in UTC, as the engine's Instant type gives them
             await raw.execute("SET TIME ZONE 'UTC'")
         except BaseException:
-            await _close_quietly(raw)
+            await close_quietly(raw)
             raise
         return raw
 
@@ -298,28 +294,3 @@ class Lane:
         return await psycopg.AsyncConnection.connect(
             autocommit=True, prepare_threshold=PREPARE_AFTER, **self._connect_args
         )
-
-
-async def _close_quietly(raw: psycopg.AsyncConnection[Any]) -> None:
-    """Close `raw`, and return once its server process is gone (within SERVER_GONE_SECONDS):
-    closing only sends the server a goodbye, and a budget that opened the next connection at
-    once would have the server count one more than the budget while the old one exits."""
-    peer: socket.socket | None = None
-    try:
-        if not raw.closed:  # a second handle on the socket, to hear the server hang up
-            peer = socket.socket(fileno=os.dup(raw.pgconn.socket))
-            peer.setblocking(False)
-    except (OSError, psycopg.Error):
-        peer = None
-    with contextlib.suppress(Exception):  # a broken connection is gone either way
-        await raw.close()
-    if peer is None:
-        return
-    try:
-        loop = asyncio.get_running_loop()
-        while await asyncio.wait_for(loop.sock_recv(peer, 4096), SERVER_GONE_SECONDS):
-            pass  # whatever the server still sends, until it hangs up
-    except (OSError, TimeoutError):
-        pass  # it did not hang up in time: the connection is closed on our side anyway
-    finally:
-        peer.close()

@@ -102,6 +102,8 @@ class RegistryReader:
         import psycopg  # here: a worker on SQLite never needs it
         from psycopg import errors
 
+        from ket.store.sql.goodbye import close_quietly_sync
+
         # the URL's parts as the engine passes them (a DSN rendered anew would turn a space
         # in `?options=-c%20search_path%3Dx` into a `+` that libpq keeps)
         own = self._params
@@ -112,11 +114,13 @@ class RegistryReader:
             if missing_database(error, own.get("dbname")):
                 return None
             raise
-        with connection:
-            try:
-                return connection.execute(query).fetchall()
-            except errors.UndefinedTable:
-                return None
+        try:
+            return connection.execute(query).fetchall()
+        except errors.UndefinedTable:
+            return None
+        finally:
+            # counted by the budget (budget.held) until its server process is gone
+            close_quietly_sync(connection)
 
 
 def missing_database(error: Exception, name: str | None) -> bool:

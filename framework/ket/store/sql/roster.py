@@ -108,6 +108,7 @@ class SqlRoster:
     async def _on_postgres(self, body: Body[T]) -> T:
         import psycopg
 
+        from ket.store.sql.goodbye import close_quietly
         from ket.store.sql.lane import LaneConnection
 
         params = psycopg_params(self._parsed)
@@ -121,7 +122,7 @@ class SqlRoster:
                 lambda: psycopg.AsyncConnection.connect(autocommit=True, **params, **options),
                 kind="other",
             )
-        async with raw:
+        try:
             await raw.execute("SET TIME ZONE 'UTC'")
             async with raw.transaction():
 
@@ -129,6 +130,8 @@ class SqlRoster:
                     await raw.execute(text)  # our own constant DDL: no parameters
 
                 return await body(LaneConnection(raw), ddl)
+        finally:
+            await close_quietly(raw)  # counted until its server process is gone
 
     async def _on_sqlite(self, body: Body[T]) -> T:
         from ket.store.database_file import ensure_sqlite_folder

@@ -1,0 +1,67 @@
+"""Closing a PostgreSQL connection and waiting until its server process is gone.
+
+Closing only sends the server a goodbye; its process exits a moment later. A budget that
+counted the connection closed at once, and opened the next one, would have the server count
+one more than the budget meanwhile (`pg_stat_activity` shows the leaving process too). So
+every connection the budget counts closes here: it returns once the server has hung up, or
+after SERVER_GONE_SECONDS (the connection is closed on this side anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from typing import Any
+
+import psycopg
+
+SERVER_GONE_SECONDS = 1.0
+
+
+async def close_quietly(raw: psycopg.AsyncConnection[Any]) -> None:
+    """Close `raw`; return once its server process is gone (within SERVER_GONE_SECONDS)."""
+    peer = _peer(raw)
+    with contextlib.suppress(Exception):  # a broken connection is gone either way
+        await raw.close()
+    if peer is None:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+        while await asyncio.wait_for(loop.sock_recv(peer, 4096), SERVER_GONE_SECONDS):
+            pass  # whatever the server still sends, until it hangs up
+    except (OSError, TimeoutError):
+        pass
+    finally:
+        peer.close()
+
+
+def close_quietly_sync(raw: psycopg.Connection[Any]) -> None:
+    """`close_quietly` for a connection of the synchronous driver (a call made in a thread)."""
+    peer = _peer(raw)
+    with contextlib.suppress(Exception):
+        raw.close()
+    if peer is None:
+        return
+    try:
+        peer.setblocking(True)
+        peer.settimeout(SERVER_GONE_SECONDS)
+        while peer.recv(4096):
+            pass
+    except OSError:  # socket.timeout included
+        pass
+    finally:
+        peer.close()
+
+
+def _peer(raw: psycopg.AsyncConnection[Any] | psycopg.Connection[Any]) -> socket.socket | None:
+    """A second handle on the connection's socket, to hear the server hang up."""
+    try:
+        if raw.closed:
+            return None
+        peer = socket.socket(fileno=os.dup(raw.pgconn.socket))
+        peer.setblocking(False)
+        return peer
+    except (OSError, psycopg.Error):
+        return None

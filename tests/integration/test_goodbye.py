@@ -1,0 +1,66 @@
+"""Connections the budget counts are counted until their server process is gone: a report to
+the control database and a read of the tenant registry return only then (else, with the
+budget's room taken again at once, the server would count one connection more than the
+budget meanwhile)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+import psycopg
+
+from ket.store.roster import WorkerInfo
+from ket.store.sql.registry_reader import RegistryReader
+from ket.store.sql.roster import SqlRoster
+
+
+def _left_behind(url: str, tag: str, call: Callable[[], Awaitable[object]]) -> list[int]:
+    """After each of 20 calls, how many server processes named `tag` are still there."""
+
+    async def body() -> list[int]:
+        seen = []
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+            for _ in range(20):
+                await call()
+                cursor = await admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (tag,)
+                )
+                seen.append((await cursor.fetchone() or (None,))[0])
+        return seen
+
+    return asyncio.run(body())
+
+
+def test_a_report_to_the_control_database_returns_once_its_server_process_is_gone(
+    postgres_url: str, postgres_schema: str
+) -> None:
+    tag = f"ket-roster-{uuid.uuid4().hex[:8]}"
+    url = f"{postgres_url}?application_name={tag}&options=-c%20search_path%3D{postgres_schema}"
+    roster = SqlRoster(url)
+    info = WorkerInfo(
+        id="w1",
+        host="box",
+        pid=7,
+        started_at=datetime.now(UTC),
+        tenants=None,
+        queues={"default": 1},
+        version="1",
+        manifest_hash="f" * 64,
+        interval_seconds=60.0,
+    )
+    assert _left_behind(postgres_url, tag, lambda: roster.worker_report(info)) == [0] * 20
+
+
+def test_a_read_of_the_tenant_registry_returns_once_its_server_process_is_gone(
+    postgres_url: str,
+) -> None:
+    tag = f"ket-registry-{uuid.uuid4().hex[:8]}"
+    reader = RegistryReader(f"{postgres_url}?application_name={tag}")
+
+    async def read() -> object:
+        return await asyncio.to_thread(reader.exists)
+
+    assert _left_behind(postgres_url, tag, read) == [0] * 20
