@@ -15,6 +15,9 @@ apart from a thousand tenants' ticks) and measures, in order:
 1. connections: `pg_stat_activity`'s client backends every 0.5 s for the whole pass, told apart
    by `application_name` (each worker runs with PGAPPNAME=ketbench-w<i>, which libpq sends);
 2. idle CPU (utime + stime over `--idle-seconds`) and VmRSS of each worker, VmHWM at the end;
+   the window opens once every tenant had a second safety visit (`steady_after`): the first
+   visits come within seconds of the start and the next ones a whole visit interval later (2 min
+   at 1,000 tenants), so a window opened sooner would see no visits at all;
 3. wake-up: `--probes` jobs, each into a random tenant through `open_async_client`, `--probe-gap`
    apart (150 ms: 200 probes span a whole 30 s schedule period, so every run meets one tick);
    latency = handler start - time.time() just before the enqueue call;
@@ -166,6 +169,7 @@ async def run_pass(
         sampler.start()
         await _warm_up(result, prober, tenants[0], began)
         await _settle(sampler, workers)
+        await asyncio.sleep(max(0.0, began + steady_after(len(tenants), workers) - time.time()))
         await _idle(result, procs, args.idle_seconds, server)
         result.wake_up = await _series(prober, tenants, args.probes, args, rng, args.probe_gap)
         await _fairness(result, prober, tenants, args, rng)
@@ -217,6 +221,16 @@ async def _warm_up(result: PassResult, prober: Prober, tenant: str, began: float
             return
         await asyncio.sleep(1)
     result.notes.append(f"warm-up: could not enqueue into {tenant} within the time")
+
+
+def steady_after(tenants: int, workers: int) -> float:
+    """Seconds from the spawn until the workers visit their tenants at their steady pace: the
+    first visits' spread, then the longest interval to the second (ket.runtime.visit)."""
+    from ket.runtime.sweep import SWEEPS_PER_SECOND
+    from ket.runtime.visit import visit_every
+
+    spread = min(tenants / SWEEPS_PER_SECOND, 15.0)  # at most half the default 30 s lease
+    return spread + 1.2 * visit_every(-(-tenants // workers))
 
 
 async def _settle(sampler: Sampler, workers: int) -> None:

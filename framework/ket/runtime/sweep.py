@@ -2,7 +2,8 @@
 
 A worker sweeps a tenant's schedules when it starts, at each schedule's next tick (known from
 the catalog and the states it just read: no polling for it), and every `schedule_sweep_ms`
-while no tick is due sooner, so that a resumed schedule is seen. A fleet serving many
+while no tick is due sooner, so that a resumed schedule is seen (a tenant woken by hints is
+swept between ticks by its safety visit instead, runtime/visit.py). A fleet serving many
 tenants spreads their sweeps after each tick rather than sweeping them all at its instant: each
 tenant sweeps at its own fixed offset within `tenants / SWEEPS_PER_SECOND` seconds, `tenants`
 being how many the worker processes sharing them serve together (so that four workers make
@@ -148,21 +149,34 @@ class SweepService:
         tenant: str,
         served: Callable[[], int] = lambda: 1,  # how many tenants this process serves
         fleet: Callable[[], int] | None = None,  # how many all the worker processes serve
+        between_ticks: bool = True,
     ) -> None:
+        """`between_ticks` False: the tenant's safety visit sweeps it too, on the connection
+        it opens anyway, every `visit_every(served())` seconds; this sweeps between ticks only
+        where `schedule_sweep_ms` asks for sooner than that (None from `tick()`: no sweep
+        before the next visit)."""
         self._store = store
         self._catalog = catalog
         self._hooks = hooks
         self._tenant = tenant
         self._served = served
         self._fleet = fleet or served
+        self._between_ticks = between_ticks
         self.interval = catalog.worker.schedule_sweep_ms / 1000
 
-    async def tick(self) -> float:
+    async def tick(self) -> float | None:
         _, due, period = await sweep_until(
             self._store, self._catalog, tenant=self._tenant, hooks=self._hooks
         )
-        idle = visit_every(self._served(), at_least=self.interval) * random.uniform(0.5, 1.0)
+        idle = self._idle()
         if due is None or period is None:
             return idle
         at_tick = due + max(sweep_offset(self._tenant, self._fleet(), period), AFTER_TICK_SECONDS)
-        return at_tick if due <= self.interval else min(idle, at_tick)
+        return at_tick if due <= self.interval or idle is None else min(idle, at_tick)
+
+    def _idle(self) -> float | None:
+        """When to sweep again if no tick comes sooner (None: the visits see to it)."""
+        pace = visit_every(self._served(), at_least=self.interval)
+        if not self._between_ticks and self.interval >= visit_every(self._served()):
+            return None
+        return pace * random.uniform(0.5, 1.0)

@@ -7,12 +7,15 @@ lease expired, then have every queue claim (a job enqueued with no hint, a hint 
 come every `visit_every(served())` seconds, give or take a fifth, `served()` being how many
 tenants the process serves: so the whole process makes about VISITS_PER_SECOND visits however
 many tenants it serves. A visit that finds a running job comes back when its
-lease ends, so a job whose worker died is rescued about when its lease expires.
+lease ends, so a job whose worker died is rescued about when its lease expires. The visit
+sweeps the tenant's schedules too, on the same connection, and its timer also brings the sweep
+of each schedule tick: an idle tenant costs one connection a visit, not one more per sweep.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Collection
 from typing import Protocol
 
@@ -26,6 +29,8 @@ VISIT_AT_LEAST_SECONDS = 30.0
 VISITS_PER_SECOND = 8.0
 # A visit that found a running job comes back this long after the job's lease ends.
 AFTER_LEASE_SECONDS = 1.0
+# A timer may wake this much before its time: what is due by then is done now.
+EARLY_SECONDS = 0.01
 
 
 def visit_every(tenants: int, at_least: float = VISIT_AT_LEAST_SECONDS) -> float:
@@ -39,8 +44,15 @@ class VisitedStore(JobStore, PacedStore, Protocol):
     """A store the worker visits (both capabilities)."""
 
 
+class Sweep(Protocol):
+    """The tenant's schedule sweep (runtime/sweep.py), made with `between_ticks=False`."""
+
+    async def tick(self) -> float | None: ...
+
+
 class VisitService:
-    """Visits one tenant: rescue, then a claim on every queue."""
+    """Visits one tenant: rescue, then a claim on every queue; with a `sweep`, a schedule
+    sweep too, and the sweeps of the schedules' ticks in between (one timer for both)."""
 
     name = "safety visit"
 
@@ -52,15 +64,40 @@ class VisitService:
         tenant: str,
         queues: Collection[str],
         served: Callable[[], int],
+        sweep: Sweep | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`sweep`: swept at every visit, on the visit's connection (a resumed schedule is
+        seen then), and at each tick it asks for; so a thousand idle tenants open one
+        connection each per visit, not one more per sweep between ticks."""
         self._store = store
         self._hooks = hooks
         self._tenant = tenant
         self._queues = tuple(queues)
         self._served = served
+        self._sweep = sweep
+        self._clock = clock
+        self._visit_at: float | None = None  # on `clock`; None: at the next tick
+        self._sweep_at: float | None = None  # the next tick's sweep; None: none due
         self.interval = visit_every(served())
 
     async def tick(self) -> float:
+        now = self._clock()
+        # woken for a tick's sweep, with the visit not due: that sweep alone; else a visit
+        # (and a sweep with it)
+        sweep_due = self._sweep_at is not None and self._sweep_at <= now + EARLY_SECONDS
+        visit_due = self._visit_at is None or self._visit_at <= now + EARLY_SECONDS
+        if visit_due or not sweep_due:
+            self._visit_at = now + await self._visit()
+        if self._sweep is not None:
+            due = await self._sweep.tick()
+            self._sweep_at = None if due is None else now + due
+        assert self._visit_at is not None
+        wake = self._visit_at if self._sweep_at is None else min(self._visit_at, self._sweep_at)
+        return max(wake - now, 0.0)
+
+    async def _visit(self) -> float:
+        """Rescue and claim; the seconds until the next visit."""
         store = self._store
         await rescue(store, self._hooks, tenant=self._tenant)
         store.wake(self._queues)  # they claim on the connection the rescue just used

@@ -162,9 +162,24 @@ class TenantWorker:
         self._leases.every(heartbeat, timeout=heartbeat.interval, gate=watched)
         self._leases.every(LeaseGuard(attempts, tenant=self.tenant), gate=watched)
         first = self._start_spread()
+        paced = isinstance(store, PacedStore) and store.paced
+        sweep = SweepService(
+            store,
+            self.catalog,
+            self.hooks,
+            tenant=self.tenant,
+            served=self._served,
+            fleet=self._fleet,
+            between_ticks=not paced,
+        )
         if isinstance(store, PacedStore) and store.paced:
             visit = VisitService(
-                store, self.hooks, tenant=self.tenant, queues=self._queues, served=self._served
+                store,
+                self.hooks,
+                tenant=self.tenant,
+                queues=self._queues,
+                served=self._served,
+                sweep=sweep,
             )
             # at once: a tenant taken over from a worker that died has its jobs rescued when
             # their leases end, not a whole visit interval later
@@ -180,15 +195,7 @@ class TenantWorker:
                     store, self.hooks, tenant=self.tenant, interval=attempts.lease_seconds
                 )
             )
-        sweep = SweepService(
-            store,
-            self.catalog,
-            self.hooks,
-            tenant=self.tenant,
-            served=self._served,
-            fleet=self._fleet,
-        )
-        sup.every(sweep, at_once=True, first_within=first)
+            sup.every(sweep, at_once=True, first_within=first)
         sup.every(PruneService(store, retention_ms=self._config.retention_ms), timeout=120.0)
         if isinstance(store, VacuumStore):
             vacuum = VacuumService(store, attempts, tenant=self.tenant)

@@ -367,3 +367,21 @@ def test_a_short_sweep_interval_is_kept_by_a_process_of_few_tenants() -> None:
         assert 0.5 <= await service.tick() <= 1.0
 
     run(scenario)
+
+
+def test_a_sweep_its_safety_visits_also_make_sleeps_until_the_next_tick() -> None:
+    """A tenant woken by hints is swept between ticks by its visits: its own sweep comes only
+    at ticks, unless `schedule_sweep_ms` asks for sooner than the visits come."""
+    hourly = ticking({"every": "1h"})
+    quick = ticking({"every": "1h"}, schedule_sweep_ms=1_000)
+
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        visited = SweepService(store, hourly, hooks_of(events), tenant="acme", between_ticks=False)
+        # 12:00:30: the next tick is at 13:00, and its sweep within a second of it
+        assert 3_570.0 <= await visited.tick() <= 3_571.0
+        assert await store.schedule_pause("t.tick", True)
+        assert await visited.tick() is None  # nothing ticks: the visits see to a resume
+        kept = SweepService(store, quick, hooks_of(events), tenant="acme", between_ticks=False)
+        assert 0.5 <= await kept.tick() <= 1.0
+
+    run(scenario)

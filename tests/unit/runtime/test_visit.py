@@ -77,3 +77,45 @@ def test_the_pace_keeps_a_process_near_its_visits_per_second() -> None:
 
 def test_the_memory_store_stands_in_for_a_job_store() -> None:
     assert isinstance(Visited(ManualClock()), JobStore)
+
+
+class Sweeps:
+    """A tenant's schedule sweep as the visit sees it: it records each sweep and answers with
+    the seconds until the next tick's sweep it was told."""
+
+    def __init__(self, answers: list[float | None]) -> None:
+        self.answers = answers
+        self.swept = 0
+
+    async def tick(self) -> float | None:
+        self.swept += 1
+        return self.answers.pop(0)
+
+
+def test_a_visit_sweeps_the_schedules_and_wakes_for_a_tick_s_sweep_alone() -> None:
+    # one timer and, between ticks, one connection: the sweep rides on the visit
+    async def main() -> None:
+        store = Visited(ManualClock())
+        now = [1_000.0]
+        sweeps = Sweeps([5.0, None, 40.0])
+        visit = VisitService(
+            store,
+            Hooks(),
+            tenant="acme",
+            queues=["default"],
+            served=lambda: 800,
+            sweep=sweeps,
+            clock=lambda: now[0],
+        )
+        assert await visit.tick() == 5.0  # visited and swept; the next tick's sweep in 5 s
+        assert (len(store.woken), sweeps.swept) == (1, 1)
+        now[0] += 5.0
+        until_visit = await visit.tick()  # the tick's sweep alone: no visit
+        assert (len(store.woken), sweeps.swept) == (1, 2)
+        assert 75.0 <= until_visit <= 115.0  # the visit's own pace (80 to 120 s) from before
+        now[0] += until_visit
+        assert await visit.tick() == 40.0  # the visit, with a sweep
+        assert (len(store.woken), sweeps.swept) == (2, 3)
+        await store.close()
+
+    asyncio.run(main())
