@@ -32,6 +32,9 @@ PREFETCH_BELOW_SECONDS = 0.05
 _WEIGHT = 0.2  # of the newest job in the running average of durations
 # How many claimed jobs may wait for a slot at least, at any concurrency (while jobs are short).
 PREFETCH_AT_LEAST = 32
+# A paced queue's first claim waits for the tenant's first visit at most this long past the
+# start spread.
+FIRST_VISIT_SLACK_SECONDS = 1.0
 
 
 @dataclass(eq=False)
@@ -83,7 +86,13 @@ class QueueLoop:
         supervisor: Supervisor,
         hooks: Hooks,
         stopping: asyncio.Event,
+        first_claim_within: float | None = None,
     ) -> None:
+        """`first_claim_within`: the tenant's safety visit, which has every queue claim, comes
+        within that many seconds of the start; the first claim waits for it (or for a hint),
+        on the visit's connection, rather than come at once: a thousand tenants starting
+        together (or taken over from a worker that died) would each open a connection for it
+        at the same instant, and again for their visit."""
         self.queue = queue
         self.name = f"claim loop of queue {queue.name}"
         self._store = store
@@ -98,6 +107,7 @@ class QueueLoop:
         self._hooks = hooks
         self._stopping = stopping
         self._due: asyncio.Future[None] | None = None  # a `_when_due` under way
+        self._first_claim_within = first_claim_within
 
     async def run(self) -> None:
         try:
@@ -114,6 +124,13 @@ class QueueLoop:
         idle = poll_min
         failures = 0
         busy = False  # the last claim filled every free slot: work is flowing
+        if self._first_claim_within is not None:
+            within, self._first_claim_within = self._first_claim_within, None  # once
+            # a wake-up lost to the race with a visit at the very start costs only this wait
+            await self._wait_for_work(within + FIRST_VISIT_SLACK_SECONDS)
+            if self._paced is not None:  # and the wait beside it is a paced queue's too
+                ceiling = self._paced.idle_poll(poll_max)
+                idle = ceiling if ceiling > poll_max else poll_min
         while not self._stopping.is_set():
             free = queue.room
             # while work flows with prefetch on, claim once a slot's worth of room is free, not

@@ -143,6 +143,8 @@ class TenantWorker:
     def start(self) -> None:
         """Start the queue loops, the settler and the services on the running loop."""
         sup, store, attempts = self.supervisor, self.store, self.attempts
+        first = self._start_spread()
+        paced = isinstance(store, PacedStore) and store.paced
         sup.keep(self.settler.name, self.settler.run)
         for queue in self._queues.values():
             loop = QueueLoop(
@@ -155,14 +157,14 @@ class TenantWorker:
                 supervisor=sup,
                 hooks=self.hooks,
                 stopping=self._stopping,
+                # the first claim comes with the first visit (the visit has every queue claim)
+                first_claim_within=first if paced else None,
             )
             sup.keep(loop.name, loop.run)
         watched = attempts.watched  # while attempts run, or the database is to be probed
         heartbeat = HeartbeatService(store, attempts)
         self._leases.every(heartbeat, timeout=heartbeat.interval, gate=watched)
         self._leases.every(LeaseGuard(attempts, tenant=self.tenant), gate=watched)
-        first = self._start_spread()
-        paced = isinstance(store, PacedStore) and store.paced
         sweep = SweepService(
             store,
             self.catalog,
@@ -172,7 +174,8 @@ class TenantWorker:
             fleet=self._fleet,
             between_ticks=not paced,
         )
-        if isinstance(store, PacedStore) and store.paced:
+        if paced:
+            assert isinstance(store, PacedStore)
             visit = VisitService(
                 store,
                 self.hooks,
@@ -202,7 +205,8 @@ class TenantWorker:
             sup.every(vacuum, timeout=VACUUM_TIMEOUT_SECONDS, gate=watched)
 
     def _start_spread(self) -> float:
-        """Within how many seconds this tenant's first visit and sweep come: tenants started
+        """Within how many seconds this tenant's first visit and sweep (and, when it is woken
+        by hints, its queues' first claims, which come with the visit) come: tenants started
         together (a fleet starting, a dead worker's tenants taken over) spread out at the pace
         of the sweeps after a tick, `fleet / SWEEPS_PER_SECOND` seconds, within half a lease,
         rather than all asking for a connection at once (a thousand of them kept a budget of

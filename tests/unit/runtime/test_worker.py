@@ -642,3 +642,61 @@ def test_an_idle_tenant_worker_holds_a_task_per_loop_and_service_and_no_waits_be
         assert len(supervised) == 8
 
     run(scenario)
+
+
+class VisitedClaims(TimedClaims):
+    """TimedClaims whose safety visit wakes the queues, as the SQL store's does; it notes
+    when the first visit came."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first_visit: float | None = None
+        self.first_claims: dict[str, float] = {}
+
+    def wake(self, queues: Collection[str]) -> None:
+        if self.first_visit is None:
+            self.first_visit = time.monotonic()
+        self.database.wakeups.notify(queues)
+
+    async def job_claim(self, claim: JobClaim) -> list[ClaimedJob]:
+        self.first_claims.setdefault(claim.queue, time.monotonic())
+        return await super().job_claim(claim)
+
+
+def test_a_paced_tenant_s_queues_claim_first_at_its_first_visit_not_at_the_start() -> None:
+    # a thousand tenants starting together would each open a connection for their first
+    # claims at once, and another for their visit: the claims come with the visit instead
+    async def main() -> None:
+        store = VisitedClaims()
+        waiting = await enqueue(store, "t.ok_async")  # enqueued while no worker ran
+        with ThreadPoolExecutor(2) as executor:
+            contexts = Contexts(
+                store=store,
+                catalog=CATALOG,
+                tenant="acme",
+                sender=CaptureSender(),
+                storage_root=tempfile.mkdtemp(prefix="ket-test-"),
+                hooks=Hooks(),
+            )
+            worker = TenantWorker(
+                store=store,
+                catalog=CATALOG,
+                tenant="acme",
+                worker_id="w1",
+                executor=executor,
+                contexts=contexts,
+                fleet=lambda: 25,  # its first visit within 0.5 s of the start
+            )
+            worker.start()
+            try:
+                assert (await settled(store, waiting)).state == "completed"
+                await asyncio.sleep(0.2)
+            finally:
+                await worker.stop(grace_seconds=0.5)
+        assert store.first_visit is not None
+        assert set(store.first_claims) == set(FAST["queues"])  # type: ignore[arg-type]
+        assert min(store.first_claims.values()) >= store.first_visit
+        assert dict(store.claims_of) == {"default": 1, "slow": 1}  # none at the start
+        await store.close()
+
+    asyncio.run(main())
