@@ -21,7 +21,7 @@ from datetime import datetime
 from ket.catalog import Catalog, JobSpec
 from ket.errors import JobRejected, StoreError
 from ket.runtime.events import Event, Hooks
-from ket.runtime.visit import visit_every
+from ket.runtime.visit import VISIT_AT_LEAST_SECONDS, visit_every
 from ket.store.contract import JobStore, ScheduleControl
 from ket.store.types import Inserted, ScheduleState, TickClaim
 
@@ -153,8 +153,8 @@ class SweepService:
     ) -> None:
         """`between_ticks` False: the tenant's safety visit sweeps it too, on the connection
         it opens anyway, every `visit_every(served())` seconds; this sweeps between ticks only
-        where `schedule_sweep_ms` asks for sooner than that (None from `tick()`: no sweep
-        before the next visit)."""
+        where `schedule_sweep_ms` asks for less than the visits' 30 s (None from `tick()`: no
+        sweep before the next visit)."""
         self._store = store
         self._catalog = catalog
         self._hooks = hooks
@@ -176,7 +176,6 @@ class SweepService:
 
     def _idle(self) -> float | None:
         """When to sweep again if no tick comes sooner (None: the visits see to it)."""
-        pace = visit_every(self._served(), at_least=self.interval)
-        if not self._between_ticks and self.interval >= visit_every(self._served()):
-            return None
-        return pace * random.uniform(0.5, 1.0)
+        if not self._between_ticks and self.interval >= VISIT_AT_LEAST_SECONDS:
+            return None  # the visits come as often as asked for (more seldom past 240 tenants)
+        return visit_every(self._served(), at_least=self.interval) * random.uniform(0.5, 1.0)
