@@ -87,14 +87,16 @@ class VisitService:
         # (and a sweep with it)
         sweep_due = self._sweep_at is not None and self._sweep_at <= now + EARLY_SECONDS
         visit_due = self._visit_at is None or self._visit_at <= now + EARLY_SECONDS
+        # each due time counts from when its answer came
         if visit_due or not sweep_due:
-            self._visit_at = now + await self._visit()
+            delay = await self._visit()
+            self._visit_at = self._clock() + delay
         if self._sweep is not None:
             due = await self._sweep.tick()
-            self._sweep_at = None if due is None else now + due
+            self._sweep_at = None if due is None else self._clock() + due
         assert self._visit_at is not None
         wake = self._visit_at if self._sweep_at is None else min(self._visit_at, self._sweep_at)
-        return max(wake - now, 0.0)
+        return max(wake - self._clock(), 0.0)
 
     async def _visit(self) -> float:
         """Rescue and claim; the seconds until the next visit."""
