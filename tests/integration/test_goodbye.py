@@ -1,7 +1,7 @@
 """Connections the budget counts are counted until their server process is gone: a report to
-the control database and a read of the tenant registry return only then (else, with the
-budget's room taken again at once, the server would count one connection more than the
-budget meanwhile)."""
+the control database, a read of the tenant registry and the listener's probe return only then
+(else, with the budget's room taken again at once, the server would count one connection more
+than the budget meanwhile)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import psycopg
 
 from ket.store.roster import WorkerInfo
+from ket.store.sql.listener import TIMING, send_probe
 from ket.store.sql.registry_reader import RegistryReader
 from ket.store.sql.roster import SqlRoster
 
@@ -64,3 +65,13 @@ def test_a_read_of_the_tenant_registry_returns_once_its_server_process_is_gone(
         return await asyncio.to_thread(reader.exists)
 
     assert _left_behind(postgres_url, tag, read) == [0] * 20
+
+
+def test_the_listener_s_notify_probe_returns_once_its_server_process_is_gone(
+    postgres_url: str,
+) -> None:
+    # the listener probes a quiet channel every half minute, on a connection of its own
+    tag = f"ket-probe-{uuid.uuid4().hex[:8]}"
+    dsn = f"{postgres_url}?application_name={tag}"
+    probe = lambda: send_probe(dsn, "ket-test-probe", TIMING)  # noqa: E731
+    assert _left_behind(postgres_url, tag, probe) == [0] * 20

@@ -42,6 +42,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from ket.store.database_url import shown_url
 from ket.store.sql import budget
 from ket.store.sql.address import POSTGRES_CONNECT_ARGS
+from ket.store.sql.goodbye import close_quietly
 from ket.store.sql.insert import CHANNEL
 from ket.store.url import UrlSyntaxError, make_url
 from ket.store.wakeup import Wakeups
@@ -146,7 +147,7 @@ async def send_probe(dsn: str, payload: str, timing: Timing) -> None:
         sent = connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
         await bounded(connection, sent, timing.probe_timeout, "the NOTIFY probe")
     finally:
-        await connection.close()
+        await close_quietly(connection)  # counted by the budget until its server process is gone
 
 
 class _NotifyCheck:
@@ -289,7 +290,7 @@ class Listener:
                 check.cancel()
         finally:
             self._up = False
-            await connection.close()
+            await close_quietly(connection)
 
     def _connected(self) -> None:
         if self._listening.is_set():
