@@ -73,5 +73,8 @@ def test_the_listener_s_notify_probe_returns_once_its_server_process_is_gone(
     # the listener probes a quiet channel every half minute, on a connection of its own
     tag = f"ket-probe-{uuid.uuid4().hex[:8]}"
     dsn = f"{postgres_url}?application_name={tag}"
-    probe = lambda: send_probe(dsn, "ket-test-probe", TIMING)  # noqa: E731
+
+    async def probe() -> None:
+        await send_probe(dsn, "ket-test-probe", TIMING)
+
     assert _left_behind(postgres_url, tag, probe) == [0] * 20

@@ -128,9 +128,7 @@ class QueueLoop:
             within, self._first_claim_within = self._first_claim_within, None  # once
             # a wake-up lost to the race with a visit at the very start costs only this wait
             await self._wait_for_work(within + FIRST_VISIT_SLACK_SECONDS)
-            if self._paced is not None:  # and the wait beside it is a paced queue's too
-                ceiling = self._paced.idle_poll(poll_max)
-                idle = ceiling if ceiling > poll_max else poll_min
+            _, idle = self._pace(poll_min, poll_max)  # the wait beside the claim: a paced one
         while not self._stopping.is_set():
             free = queue.room
             # while work flows with prefetch on, claim once a slot's worth of room is free, not
@@ -179,8 +177,7 @@ class QueueLoop:
             # a later one comes with a hint or a due time. It waits for those (or the backstop
             # poll) rather than polling again from poll_min: with a thousand tenants, that
             # ladder of dry claims after every job made most of the worker's connections.
-            ceiling = poll_max if self._paced is None else self._paced.idle_poll(poll_max)
-            rest = ceiling if ceiling > poll_max else poll_min
+            ceiling, rest = self._pace(poll_min, poll_max)
             idle = rest if claimed else max(idle, rest)
             watch = watch or self._watch(idle)
             if ceiling > poll_max and not watch.done():
@@ -191,6 +188,12 @@ class QueueLoop:
             if woken and self._paced is not None:
                 woken = await self._unless_seen(idle)
             idle = rest if woken else min(idle * 2, ceiling)
+
+    def _pace(self, poll_min: float, poll_max: float) -> tuple[float, float]:
+        """The longest wait for work now (`poll_max`, or the paced backstop while hints come),
+        and the wait after a claim that found work (`poll_min`, or that backstop)."""
+        ceiling = poll_max if self._paced is None else self._paced.idle_poll(poll_max)
+        return ceiling, ceiling if ceiling > poll_max else poll_min
 
     async def _unless_seen(self, timeout: float) -> bool:
         """A wake-up came; if it came before the last claim's statement began (that claim saw

@@ -144,7 +144,8 @@ class TenantWorker:
         """Start the queue loops, the settler and the services on the running loop."""
         sup, store, attempts = self.supervisor, self.store, self.attempts
         first = self._start_spread()
-        paced = isinstance(store, PacedStore) and store.paced
+        # a tenant woken by hints: its safety visit rescues, has the queues claim and sweeps
+        visited = store if isinstance(store, PacedStore) and store.paced else None
         sup.keep(self.settler.name, self.settler.run)
         for queue in self._queues.values():
             loop = QueueLoop(
@@ -158,7 +159,7 @@ class TenantWorker:
                 hooks=self.hooks,
                 stopping=self._stopping,
                 # the first claim comes with the first visit (the visit has every queue claim)
-                first_claim_within=first if paced else None,
+                first_claim_within=None if visited is None else first,
             )
             sup.keep(loop.name, loop.run)
         watched = attempts.watched  # while attempts run, or the database is to be probed
@@ -172,12 +173,11 @@ class TenantWorker:
             tenant=self.tenant,
             served=self._served,
             fleet=self._fleet,
-            between_ticks=not paced,
+            between_ticks=visited is None,
         )
-        if paced:
-            assert isinstance(store, PacedStore)
+        if visited is not None:
             visit = VisitService(
-                store,
+                visited,
                 self.hooks,
                 tenant=self.tenant,
                 queues=self._queues,

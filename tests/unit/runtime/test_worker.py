@@ -131,7 +131,10 @@ def run(
     scenario: Scenario,
     make_store: Callable[[], MemoryStore] = MemoryStore,
     catalog: Catalog = CATALOG,
+    fleet: int | None = None,
 ) -> None:
+    """`scenario` with a started worker; `fleet`: how many tenants the fleet serves (it
+    spreads the first visit over `fleet / 50` s)."""
     calls.clear()
 
     async def main() -> None:
@@ -156,6 +159,7 @@ def run(
                 executor=executor,
                 hooks=hooks,
                 contexts=contexts,
+                fleet=None if fleet is None else lambda: fleet,
             )
             worker.start()
             try:
@@ -666,37 +670,17 @@ class VisitedClaims(TimedClaims):
 def test_a_paced_tenant_s_queues_claim_first_at_its_first_visit_not_at_the_start() -> None:
     # a thousand tenants starting together would each open a connection for their first
     # claims at once, and another for their visit: the claims come with the visit instead
-    async def main() -> None:
-        store = VisitedClaims()
-        waiting = await enqueue(store, "t.ok_async")  # enqueued while no worker ran
-        with ThreadPoolExecutor(2) as executor:
-            contexts = Contexts(
-                store=store,
-                catalog=CATALOG,
-                tenant="acme",
-                sender=CaptureSender(),
-                storage_root=tempfile.mkdtemp(prefix="ket-test-"),
-                hooks=Hooks(),
-            )
-            worker = TenantWorker(
-                store=store,
-                catalog=CATALOG,
-                tenant="acme",
-                worker_id="w1",
-                executor=executor,
-                contexts=contexts,
-                fleet=lambda: 25,  # its first visit within 0.5 s of the start
-            )
-            worker.start()
-            try:
-                assert (await settled(store, waiting)).state == "completed"
-                await asyncio.sleep(0.2)
-            finally:
-                await worker.stop(grace_seconds=0.5)
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        assert isinstance(store, VisitedClaims)
+        deadline = time.monotonic() + 5
+        while store.first_visit is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         assert store.first_visit is not None
+        await asyncio.sleep(0.2)
         assert set(store.first_claims) == set(FAST["queues"])  # type: ignore[arg-type]
         assert min(store.first_claims.values()) >= store.first_visit
         assert dict(store.claims_of) == {"default": 1, "slow": 1}  # none at the start
-        await store.close()
+        job_id = await enqueue(store, "t.ok_async")  # and the queues claim when woken
+        assert (await settled(store, job_id)).state == "completed"
 
-    asyncio.run(main())
+    run(scenario, VisitedClaims, fleet=25)  # its first visit within 0.5 s of the start

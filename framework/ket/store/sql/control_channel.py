@@ -38,6 +38,7 @@ import psycopg
 
 from ket.store.sql import budget
 from ket.store.sql import listener as listening
+from ket.store.sql.goodbye import close_quietly
 from ket.store.sql.insert import CHANNEL
 from ket.store.wakeup import Wakeups
 
@@ -204,11 +205,8 @@ class _Sender:
     async def _drop(self) -> None:
         connection, self._connection = self._connection, None
         self._forget_echoes()
-        if connection is not None:
-            try:
-                await connection.close()
-            except Exception:
-                return
+        if connection is not None:  # counted by the budget until its server process is gone
+            await close_quietly(connection)
 
     async def flushed(self) -> None:
         """Return once what was gathered so far is sent (or FLUSH_SECONDS passed)."""
