@@ -68,6 +68,7 @@ class InsertSql:
     unnested: Any  # None on SQLite
     last_id: Any
     numbered: Any
+    ticked: Any  # None on SQLite: a schedule's tick, its job and its fire as one statement
 
 
 @cache
@@ -89,7 +90,7 @@ def insert_sql(dialect: str) -> InsertSql:
     from sqlalchemy.dialects import postgresql, sqlite
 
     from ket.store.sql.column import Instant
-    from ket.store.sql.schema import ACTIVE, UNIQUE_ACTIVE, jobs
+    from ket.store.sql.schema import ACTIVE, UNIQUE_ACTIVE, jobs, schedule_fires, schedules
 
     time = TimeSql(dialect)
     now = time.now()
@@ -139,6 +140,9 @@ def insert_sql(dialect: str) -> InsertSql:
         .where(literal_column("name") == "ket_jobs"),
         numbered=insert(jobs).values({**values, "id": bindparam("p_id")}),
         unnested=_unnested(now) if dialect == "postgresql" else None,
+        ticked=_ticked(now, values, jobs, schedules, schedule_fires)
+        if dialect == "postgresql"
+        else None,
         holder=select(jobs.c.id).where(
             jobs.c.name == bindparam("p_name"),
             jobs.c.unique_key == bindparam("p_unique_key"),
@@ -231,6 +235,51 @@ def _unnested(now: Any) -> Any:
     return select(ids).add_cte(inserted)
 
 
+def _ticked(now: Any, values: dict[str, Any], jobs: Any, schedules: Any, fires: Any) -> Any:
+    """PostgreSQL: a schedule's tick as one statement, so that it needs no transaction of its
+    own (four round trips fewer a tick: BEGIN, the job, the fire, COMMIT). The row moves by
+    compare-and-set; only from a row that moved is the job inserted, and only from the job its
+    fire: all or nothing, as the one statement commits. Returns the job's id, or no row when
+    another replica moved the row first."""
+    from sqlalchemy import bindparam, insert, select, update
+
+    tick_type = schedules.c.last_tick.type
+    moved = (
+        update(schedules)
+        .where(
+            schedules.c.schedule_id == bindparam("p_schedule_id"),
+            schedules.c.fingerprint == bindparam("p_expected_fingerprint"),
+            schedules.c.last_tick == bindparam("p_expected_tick", type_=tick_type),
+        )
+        .values(
+            fingerprint=bindparam("p_fingerprint"),
+            last_tick=bindparam("p_tick", type_=tick_type),
+            updated_at=now,
+        )
+        .returning(schedules.c.schedule_id)
+        .cte("moved")
+    )
+    job = (
+        insert(jobs)
+        .from_select(list(values), select(*values.values()).select_from(moved))
+        .returning(jobs.c.id)
+        .cte("job")
+    )
+    fire = insert(fires).from_select(
+        ["schedule_id", "fingerprint", "tick", "skipped", "job_id", "fired_at"],
+        select(
+            bindparam("p_schedule_id"),
+            bindparam("p_fingerprint"),
+            bindparam("p_tick", type_=fires.c.tick.type),
+            bindparam("p_skipped"),
+            job.c.id,
+            now,
+        ).select_from(job),
+    )
+    # a data-modifying CTE runs whether or not the outer query reads it
+    return select(job.c.id).add_cte(fire.cte("fire"))
+
+
 def insert_plan(
     dialect: str,
     now: datetime | None,
@@ -259,7 +308,7 @@ def insert_plan(
             results[index] = Inserted(id=job_id, coalesced=False)
     elif plain:
         rows = yield Step(
-            stmt.INSERT_PLAIN, [_parameters(batch[i], payloads[i], now) for i in plain]
+            stmt.INSERT_PLAIN, [job_parameters(batch[i], payloads[i], now) for i in plain]
         )
         for index, row in zip(plain, rows, strict=True):
             results[index] = Inserted(id=row[0], coalesced=False)
@@ -267,6 +316,12 @@ def insert_plan(
         if job.unique_key is not None:
             results[index] = yield from _insert_unique(job, payloads[index], now)
     return [r for r in results if r is not None]
+
+
+def ticks_in_one(dialect: str, job: NewJob) -> bool:
+    """Whether a schedule's tick that fires `job` is one statement (`ticked`): on PostgreSQL,
+    when the job has no unique key (one with a key may coalesce: statements of its own)."""
+    return dialect == "postgresql" and job.unique_key is None
 
 
 def one_statement(dialect: str, batch: Sequence[NewJob]) -> bool:
@@ -292,7 +347,7 @@ def _numbered(
     yield Step(
         stmt.INSERT_NUMBERED,
         [
-            {**_parameters(job, payload, now), "p_id": job_id}
+            {**job_parameters(job, payload, now), "p_id": job_id}
             for job_id, job, payload in zip(ids, batch, payloads, strict=True)
         ],
     )
@@ -303,7 +358,7 @@ def _insert_unique(
     job: NewJob, payload: str, now: datetime | None
 ) -> Generator[Step, list[Any], Inserted]:
     for _ in range(_UNIQUE_TRIES):
-        rows = yield Step(stmt.INSERT_IGNORING_UNIQUE, _parameters(job, payload, now))
+        rows = yield Step(stmt.INSERT_IGNORING_UNIQUE, job_parameters(job, payload, now))
         if rows:
             return Inserted(id=rows[0][0], coalesced=False)
         rows = yield Step(stmt.INSERT_HOLDER, {"p_name": job.name, "p_unique_key": job.unique_key})
@@ -354,7 +409,7 @@ def _arrays(
     return parameters
 
 
-def _parameters(job: NewJob, payload: str, now: datetime | None) -> dict[str, Any]:
+def job_parameters(job: NewJob, payload: str, now: datetime | None) -> dict[str, Any]:
     return {
         "now": now,
         "p_name": job.name,

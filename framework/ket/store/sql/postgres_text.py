@@ -96,6 +96,23 @@ TEXT: dict[str, Compiled] = {
         },
         returning=True,
     ),
+    'insert.ticked': Compiled(
+        text=(
+            'WITH moved AS \n'
+            '(UPDATE ket_schedules SET fingerprint=%(p_fingerprint)s::VARCHAR, last_tick=%(p_tick)s::TIMESTAMP WITH TIME ZONE, updated_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) WHERE ket_schedules.schedule_id = %(p_schedule_id)s::VARCHAR AND ket_schedules.fingerprint = %(p_expected_fingerprint)s::VARCHAR AND ket_schedules.last_tick = %(p_expected_tick)s::TIMESTAMP WITH TIME ZONE RETURNING ket_schedules.schedule_id), \n'
+            'job AS \n'
+            "(INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped, tags, trace_context) SELECT %(p_name)s AS anon_5, %(p_queue)s AS anon_6, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END AS anon_7, %(p_priority)s AS anon_8, CAST(%(p_payload)s::VARCHAR AS JSONB) AS anon_9, %(p_payload_version)s AS anon_10, 0, %(p_max_attempts)s AS anon_11, %(p_unique_key)s AS anon_12, %(p_company)s AS anon_13, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) AS coalesce_2, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_1, 0, false AS anon_14, %(p_tick)s::TIMESTAMP WITH TIME ZONE AS anon_15, %(p_ticks_skipped)s AS anon_16, CAST(%(p_tags)s::VARCHAR AS JSONB) AS anon_17, CAST(%(p_trace_context)s::VARCHAR AS JSONB) AS anon_18 \n"
+            'FROM moved RETURNING ket_jobs.id), \n'
+            'fire AS \n'
+            '(INSERT INTO ket_schedule_fires (schedule_id, fingerprint, tick, skipped, job_id, fired_at) SELECT %(p_schedule_id)s AS anon_1, %(p_fingerprint)s AS anon_2, %(p_tick)s::TIMESTAMP WITH TIME ZONE AS anon_3, %(p_skipped)s AS anon_4, job.id AS id, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_1 \n'
+            'FROM job)\n'
+            ' SELECT job.id \n'
+            'FROM job'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
     'insert.unnested': Compiled(
         text=(
             'WITH numbered AS MATERIALIZED \n'

@@ -7,8 +7,14 @@ from datetime import datetime
 
 from ket.store.sql import statement as stmt
 from ket.store.sql.fetch import Rows
-from ket.store.sql.insert import insert_plan, run_plan
+from ket.store.sql.insert import insert_plan, job_parameters, run_plan, ticks_in_one
 from ket.store.types import Fire, Inserted, NewJob, ScheduleState, TickClaim, TickResult
+
+
+def one_statement(dialect: str, claim: TickClaim) -> bool:
+    """Whether `claim_tick` claims with one statement (so it needs no transaction of its own):
+    an install, a reset, or on PostgreSQL a tick whose job has no unique key."""
+    return claim.expected is None or claim.job is None or ticks_in_one(dialect, claim.job)
 
 
 async def states(rows: Rows, schedule_ids: Sequence[str]) -> dict[str, ScheduleState]:
@@ -41,6 +47,13 @@ async def claim_tick(
         "p_expected_fingerprint": claim.expected.fingerprint,
         "p_expected_tick": claim.expected.last_tick,
     }
+    if claim.job is not None and ticks_in_one(rows.dialect, claim.job):
+        # the job's tick is the claim's: one parameter, `p_tick`, for both
+        given = {**job_parameters(claim.job, payloads[0], now), **params, **expected}
+        found = await rows.tuples(stmt.INSERT_TICKED, {**given, "p_skipped": claim.skipped})
+        if not found:
+            return TickResult(won=False)
+        return TickResult(won=True, job=Inserted(id=found[0][0], coalesced=False))
     moved = await rows.rows(stmt.SCHEDULE_MOVE, {**params, **expected})
     if len(moved) != 1:
         return TickResult(won=False)

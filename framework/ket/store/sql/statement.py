@@ -104,6 +104,7 @@ INSERT_HOLDER = Statement("insert", "holder")
 INSERT_UNNESTED = Statement("insert", "unnested")  # PostgreSQL: a batch as arrays
 INSERT_LAST_ID = Statement("insert", "last_id", postgres=False)  # SQLite numbers rows itself
 INSERT_NUMBERED = Statement("insert", "numbered", postgres=False)
+INSERT_TICKED = Statement("insert", "ticked")  # PostgreSQL: a tick, its job and its fire
 
 LEDGER_CLAIM = Statement("ledger", "claim")
 LEDGER_CONFIRM = Statement("ledger", "confirm")

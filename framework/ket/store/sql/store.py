@@ -618,7 +618,10 @@ class SqlStore:
         """Compare-and-set the schedule's row; the winner inserts its job and ledger entry."""
         payloads = validate.check_tick_claim(claim)
         now = self._now()
-        result = await self._hot(lambda rows: schedule.claim_tick(rows, now, claim, payloads))
+        result = await self._hot(
+            lambda rows: schedule.claim_tick(rows, now, claim, payloads),
+            single=schedule.one_statement(self.dialect, claim),
+        )
         if result.job is not None and claim.job is not None:
             self._woken([claim.job], now)
         return result
