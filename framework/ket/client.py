@@ -139,7 +139,7 @@ def _registered(database_url: str | None) -> dict[str, str | None] | None:
     `ket_registry` database on a PostgreSQL server, nothing at KET_REGISTRY_URL)."""
     registry = RegistryReader(registry_url(database_url))
     try:
-        return registry.databases() if registry.exists() else None
+        return registry.listing()
     finally:
         registry.close()
 

@@ -71,8 +71,12 @@ async def work(ctx, input):
         await asyncio.wait_for(ctx.signal.wait(), seconds)
     except asyncio.TimeoutError:
         pass
-    fx_end(ctx, ctx.signal.reason or "")
-    ctx.signal.throw_if_aborted()
+    # the log and the outcome read the signal once: an abort that comes while the log is
+    # written is one the handler did not see (it finished its work), as the log says
+    reason = ctx.signal.reason
+    fx_end(ctx, reason or "")
+    if reason:
+        ctx.signal.throw_if_aborted()
 
 def plain_late_write(ctx, input):
     fx_start(ctx)

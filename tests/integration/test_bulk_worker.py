@@ -67,7 +67,9 @@ def test_bulk_cancel_racing_a_worker_leaves_each_job_completed_or_cancelled_neve
     short = fleet.enqueue([NewJob(name="app.work", payload={"ms": 20}) for _ in range(400)])
     fleet.start()
     # the long jobs run (their cancel goes by request) while the short ones drain
-    until(lambda: len(_runs(fleet)) >= 20, 60, "the worker to be under way")
+    # 18 short jobs finished before the cancel: they must end completed
+    finished = "SELECT count(*) FROM fx WHERE ended IS NOT NULL"
+    until(lambda: fleet.query(finished)[0][0] >= 18, 60, "the worker to be under way")
     done = fleet.ket("jobs", "cancel", "--queue", "default", "--yes", "--format", "json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -131,7 +133,9 @@ def test_bulk_retry_of_discarded_jobs_while_a_worker_drains_runs_each_once_more(
     discarded = _discarded(fleet.url, 150)
     backlog = fleet.enqueue([NewJob(name="app.work", payload={"ms": 5}) for _ in range(300)])
     fleet.start()
-    until(lambda: len(_runs(fleet)) >= 20, 60, "the worker to be under way")
+    # 18 short jobs finished before the cancel: they must end completed
+    finished = "SELECT count(*) FROM fx WHERE ended IS NOT NULL"
+    until(lambda: fleet.query(finished)[0][0] >= 18, 60, "the worker to be under way")
     done = fleet.ket("jobs", "retry", "--state", "discarded", "--queue", "default", "--yes")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("retried 150 jobs in tenant default (")

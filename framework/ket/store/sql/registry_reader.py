@@ -50,13 +50,18 @@ class RegistryReader:
 
     def databases(self) -> dict[str, str | None]:
         """Tenant name -> its own database URL (None: the template's), by name."""
+        return self.listing() or {}
+
+    def listing(self) -> dict[str, str | None] | None:
+        """`databases`, or None when the registry does not exist: `exists` and `databases` in
+        one read (one connection, where the two take one each)."""
         try:
             rows = self._rows(_LIST)
         except StoreError:
             raise
         except Exception as error:
             raise self._unreadable(error) from error
-        return {name: database_url for name, database_url in rows or ()}
+        return None if rows is None else {name: database_url for name, database_url in rows}
 
     def exists(self) -> bool:
         """Whether the registry's table exists (its file, or database, and its table); a
