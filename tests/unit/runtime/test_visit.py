@@ -10,7 +10,7 @@ import pytest
 
 from ket.runtime.events import Event, Hooks
 from ket.runtime.visit import VISIT_AT_LEAST_SECONDS, VISITS_PER_SECOND, VisitService, visit_every
-from ket.store import JobClaim, JobQuery, JobStore, NewJob
+from ket.store import JobClaim, JobQuery, JobStore, NewJob, Rescued
 from ket.store.clock import ManualClock
 from ket.store.memory import MemoryStore
 
@@ -64,6 +64,45 @@ def test_a_visit_rescues_then_wakes_every_queue_and_paces_itself() -> None:
         clock.advance(seconds=31)
         await visit.tick()
         assert [(e.kind, e.job_id) for e in events] == [("rescued", job.id)]
+        await store.close()
+
+    asyncio.run(main())
+
+
+class Rescues(Visited):
+    """Counts the rescues asked of it."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.rescues = 0
+
+    async def job_rescue(self, limit: int = 1_000) -> list[Rescued]:
+        self.rescues += 1
+        return await super().job_rescue(limit)
+
+
+def test_a_visit_rescues_only_once_a_lease_has_ended() -> None:
+    # a rescue is a transaction of its own: visits that find no lease ended run none
+    async def main() -> None:
+        clock = ManualClock()
+        store = Rescues(clock)
+        visit = VisitService(store, Hooks(), tenant="acme", queues=["default"], served=lambda: 8)
+        await visit.tick()
+        assert store.rescues == 0  # nothing runs
+        await store.job_insert([NewJob(name="t.work")])
+        [job] = await store.job_claim(
+            JobClaim(queue="default", limit=1, worker_id="gone", lease_seconds=30)
+        )
+        clock.advance(seconds=29)
+        assert await visit.tick() == pytest.approx(2.0)
+        assert store.rescues == 0  # its lease has a second left
+        clock.advance(seconds=2)
+        # rescued, and nothing runs any more: back at its pace
+        assert 0.8 * VISIT_AT_LEAST_SECONDS <= await visit.tick() <= 1.2 * VISIT_AT_LEAST_SECONDS
+        assert store.rescues == 1
+        rescued = await store.job_get(job.id)
+        assert rescued is not None and rescued.state == "retryable"
+        assert store.woken == [("default",)] * 3  # every visit has the queues claim
         await store.close()
 
     asyncio.run(main())
