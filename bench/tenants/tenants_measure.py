@@ -194,6 +194,7 @@ class Probe:
     job_id: int | None = None
     started: float | None = None
     error: str | None = None  # the client could not open or the enqueue failed
+    opened_s: float | None = None  # how long `open_async_client` took (not in the latency)
 
     @property
     def latency(self) -> float | None:
@@ -211,6 +212,7 @@ class ProbeStats:
     p99_ms: float | None
     max_ms: float | None
     unsent: int = 0  # not sent: the measure's time limit (--phase-seconds) came first
+    client_open_p50_ms: float | None = None  # what an application pays to open a client
     errors: dict[str, int] = field(default_factory=dict)  # distinct enqueue errors
     # the slowest probes that started: (tenant, when it was sent as UTC HH:MM:SS.mmm, ms),
     # so a tail can be set beside what else happened then (a tick at :00 or :30, say)
@@ -250,6 +252,7 @@ def probe_stats(probes: Sequence[Probe], timeout: float, *, unsent: int = 0) -> 
         p99_ms=cut(99),
         max_ms=delays[-1] * 1000 if delays else None,
         unsent=unsent,
+        client_open_p50_ms=_median_ms([p.opened_s for p in probes if p.opened_s is not None]),
         errors=dict(Counter(_shape(p.error) for p in failed if p.error).most_common(5)),
         slowest=[
             (p.tenant, _clock(p.sent), round(latency * 1000, 1))
@@ -263,6 +266,10 @@ def probe_stats(probes: Sequence[Probe], timeout: float, *, unsent: int = 0) -> 
 
 
 SLOWEST = 5
+
+
+def _median_ms(seconds: Sequence[float]) -> float | None:
+    return statistics.median(seconds) * 1000 if seconds else None
 
 
 def _clock(instant: float) -> str:
@@ -287,7 +294,9 @@ class Prober:
     async def send(self, tenant: str) -> Probe:
         probe = Probe(tenant=tenant)
         try:
+            opening = time.perf_counter()
             client = await self.client(tenant)
+            probe.opened_s = time.perf_counter() - opening
         except Exception as error:  # a full server refuses: that is a measured outcome
             probe.error = _one_line(error)
             return probe

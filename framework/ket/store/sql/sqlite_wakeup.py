@@ -26,6 +26,7 @@ per use, and on Linux its sockets are addressed through that descriptor
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import errno
 import logging
@@ -295,6 +296,7 @@ def _sender() -> socket.socket:
         if _SENDER is None:
             _SENDER = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             _SENDER.setblocking(False)
+            atexit.register(_SENDER.close)  # closed, not left to the garbage collector
         return _SENDER
 
 
