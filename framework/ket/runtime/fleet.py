@@ -130,9 +130,13 @@ class Fleet:
         cannot be read."""
         async with self._refreshing:
             wanted = await self._wanted()
-            for name, url in sorted(wanted.items()):
-                if name not in self.workers:
-                    await self._start(name, url)
+            new = [name for name in sorted(wanted) if name not in self.workers]
+            # how many tenants the fleet starts with these, as this process can tell: its own
+            # new ones, scaled by its share of the fleet (all of it when a fleet starts; a
+            # dead worker's part when its tenants are taken over; one when a tenant is added)
+            together = len(new) * max(self._servable, len(wanted)) / max(len(wanted), 1)
+            for name in new:
+                await self._start(name, wanted[name], together)
             gone = sorted(set(self.workers) - set(wanted))
             for name in gone:
                 if name in self._refused:
@@ -171,7 +175,7 @@ class Fleet:
             await share.changed()
             await self.refresh()
 
-    async def _start(self, name: str, url: str) -> None:
+    async def _start(self, name: str, url: str, together: float) -> None:
         where = f"opening the database of tenant {name}"
         try:
             if self._several and self._channels is not None and url.startswith("postgres"):
@@ -206,6 +210,7 @@ class Fleet:
             repeats=self._repeats,
             served=lambda: len(self.workers),
             fleet=lambda: max(self._servable, len(self.workers)),
+            together=together,
         )
         worker.start()
         self.workers[name] = worker

@@ -102,10 +102,13 @@ class TenantWorker:
         repeats: Repeats | None = None,
         served: Callable[[], int] | None = None,
         fleet: Callable[[], int] | None = None,
+        together: float | None = None,
     ) -> None:
         """`served`: how many tenants the process serves now, which paces the safety visits;
         `fleet`: how many the worker processes sharing them serve together (the registry's),
-        which spreads the schedule sweeps. None: this one."""
+        which spreads the schedule sweeps. None: this one. `together`: how many tenants the
+        worker processes start with this one, which spreads their first visits (None: the
+        fleet's)."""
         self.store = store
         self.catalog = catalog
         self.tenant = tenant
@@ -137,6 +140,7 @@ class TenantWorker:
         self._queues = {q: QueueSlots(q, n) for q, n in config.queues.items()}
         self._served = served or (lambda: 1)
         self._fleet = fleet or self._served
+        self._together = together
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -208,11 +212,14 @@ class TenantWorker:
         """Within how many seconds this tenant's first visit and sweep (and, when it is woken
         by hints, its queues' first claims, which come with the visit) come: tenants started
         together (a fleet starting, a dead worker's tenants taken over) spread out at the pace
-        of the sweeps after a tick, `fleet / SWEEPS_PER_SECOND` seconds, within half a lease,
-        rather than all asking for a connection at once (a thousand of them kept a budget of
-        20 busy for over 30 s). The fleet's count, known before the first tenant starts, not
-        the count started so far."""
-        return min(self._fleet() / SWEEPS_PER_SECOND, self.attempts.lease_seconds / 2)
+        of the sweeps after a tick, `together / SWEEPS_PER_SECOND` seconds, within half a
+        lease, rather than all asking for a connection at once (a thousand of them kept a
+        budget of 20 busy for over 30 s). A count known before the first of them starts, not
+        the count started so far: the fleet's when a fleet starts, a dead worker's share when
+        its tenants are taken over (so that they are not spread over the fleet's 15 s, when
+        their new jobs have waited for a new worker already)."""
+        together = self._fleet() if self._together is None else self._together
+        return min(together / SWEEPS_PER_SECOND, self.attempts.lease_seconds / 2)
 
     async def stop(self, grace_seconds: float | None = None) -> None:
         """Stop claiming; wait for running work up to the grace, then abort and hand it back."""

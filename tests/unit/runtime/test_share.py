@@ -18,6 +18,7 @@ from ket.runtime.events import Hooks
 from ket.runtime.fleet import Fleet
 from ket.runtime.ownership import owned
 from ket.runtime.share import TenantShare
+from ket.runtime.sweep import SWEEPS_PER_SECOND
 from ket.store.contract import JobStore
 from ket.store.memory import MemoryStore
 from ket.store.roster import SeenWorker, WorkerInfo
@@ -274,5 +275,32 @@ def test_tenant_workers_spread_their_sweeps_over_the_whole_fleet_s_tenants() -> 
         for worker in fleet.workers.values():
             assert worker._fleet() == len(TENANTS)
             assert worker._served() == len(three)
+
+    _serving(scenario)
+
+
+def test_tenants_taken_over_spread_their_first_visits_over_their_share_not_the_fleet_s() -> None:
+    """A fleet's start spreads every tenant's first visit over the whole fleet's count; the
+    tenants of a worker that died, whose new jobs have waited for a new owner already, over
+    about their own number (this worker's new ones, scaled by its share of the fleet)."""
+
+    async def scenario(fleet: Fleet, roster: Roster, opened: list[str]) -> None:
+        three = owned("me", TENANTS, ["me", "w2", "w3"])
+        await _until(lambda: set(fleet.workers) == three, "the first share")
+        fleet_spread = len(TENANTS) / SWEEPS_PER_SECOND
+        for worker in fleet.workers.values():
+            assert worker._start_spread() == pytest.approx(fleet_spread)
+        roster.rows = _rows("me", "w2", "w3", stale=("w3",))  # w3 was killed
+        await roster.report()
+        two = owned("me", TENANTS, ["me", "w2"])
+        await _until(lambda: set(fleet.workers) == two, "w3's tenants taken over")
+        taken = two - three
+        assert taken
+        # w3's part as this worker sees it: its own new ones times the fleet over its share
+        together = len(taken) * len(TENANTS) / len(two)
+        for name, worker in fleet.workers.items():
+            expected = together if name in taken else len(TENANTS)
+            assert worker._start_spread() == pytest.approx(expected / SWEEPS_PER_SECOND)
+        assert together < len(TENANTS)
 
     _serving(scenario)
