@@ -90,7 +90,7 @@ def insert_sql(dialect: str) -> InsertSql:
     from sqlalchemy.dialects import postgresql, sqlite
 
     from ket.store.sql.column import Instant
-    from ket.store.sql.schema import ACTIVE, UNIQUE_ACTIVE, jobs, schedule_fires, schedules
+    from ket.store.sql.schema import ACTIVE, UNIQUE_ACTIVE, jobs, schedule_fires
 
     time = TimeSql(dialect)
     now = time.now()
@@ -140,9 +140,7 @@ def insert_sql(dialect: str) -> InsertSql:
         .where(literal_column("name") == "ket_jobs"),
         numbered=insert(jobs).values({**values, "id": bindparam("p_id")}),
         unnested=_unnested(now) if dialect == "postgresql" else None,
-        ticked=_ticked(now, values, jobs, schedules, schedule_fires)
-        if dialect == "postgresql"
-        else None,
+        ticked=_ticked(now, values, jobs, schedule_fires) if dialect == "postgresql" else None,
         holder=select(jobs.c.id).where(
             jobs.c.name == bindparam("p_name"),
             jobs.c.unique_key == bindparam("p_unique_key"),
@@ -235,30 +233,17 @@ def _unnested(now: Any) -> Any:
     return select(ids).add_cte(inserted)
 
 
-def _ticked(now: Any, values: dict[str, Any], jobs: Any, schedules: Any, fires: Any) -> Any:
+def _ticked(now: Any, values: dict[str, Any], jobs: Any, fires: Any) -> Any:
     """PostgreSQL: a schedule's tick as one statement, so that it needs no transaction of its
     own (four round trips fewer a tick: BEGIN, the job, the fire, COMMIT). The row moves by
-    compare-and-set; only from a row that moved is the job inserted, and only from the job its
-    fire: all or nothing, as the one statement commits. Returns the job's id, or no row when
-    another replica moved the row first."""
-    from sqlalchemy import bindparam, insert, select, update
+    compare-and-set (query.py's `schedule_move`); only from a row that moved is the job
+    inserted, and only from the job its fire: all or nothing, as the one statement commits.
+    Returns the job's id, or no row when another replica moved the row first."""
+    from sqlalchemy import bindparam, insert, select
 
-    tick_type = schedules.c.last_tick.type
-    moved = (
-        update(schedules)
-        .where(
-            schedules.c.schedule_id == bindparam("p_schedule_id"),
-            schedules.c.fingerprint == bindparam("p_expected_fingerprint"),
-            schedules.c.last_tick == bindparam("p_expected_tick", type_=tick_type),
-        )
-        .values(
-            fingerprint=bindparam("p_fingerprint"),
-            last_tick=bindparam("p_tick", type_=tick_type),
-            updated_at=now,
-        )
-        .returning(schedules.c.schedule_id)
-        .cte("moved")
-    )
+    from ket.store.sql.query import statements
+
+    moved = statements("postgresql").schedule_move.cte("moved")
     job = (
         insert(jobs)
         .from_select(list(values), select(*values.values()).select_from(moved))
