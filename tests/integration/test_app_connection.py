@@ -303,3 +303,64 @@ def test_a_store_closed_right_after_an_enqueue_still_sends_its_hint(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
     assert heard == ["t1:first", "t1:second", "t1:third"]
+
+
+def test_the_hint_connection_closes_when_idle_and_when_its_event_loop_ends(
+    postgres: tuple[str, dict[str, str]], postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An application's hints go out on one connection to the control database; it closes
+    after IDLE_SECONDS without a hint (sent again on a new one after that), and when
+    `asyncio.run` ends the loop it was opened on (it was once left open, to be garbage)."""
+    from ket.store.sql import control_channel
+
+    monkeypatch.setattr(control_channel, "IDLE_SECONDS", 0.3)
+    url, args = postgres
+    name = f"ket_control_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    control = f"{postgres_url.rsplit('/', 1)[0]}/{name}"
+
+    def backends() -> int:
+        """Client connections to the control database (the test's listener among them)."""
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = %s AND backend_type = 'client backend'",
+                [name],
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    async def reaches(count: int) -> None:
+        for _ in range(100):
+            if await asyncio.to_thread(backends) == count:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{count} connection(s) to the control database expected")
+
+    async def produce(queues: list[str], *, idle: bool) -> None:
+        channel = ControlChannel(libpq_dsn(parse_url(control)), "t1")
+        store = await SqlStore.open(url, connect_args=args, channel=channel)
+        try:
+            for queue in queues:
+                await store.job_insert([NewJob(name="app.kept", queue=queue)])
+                if idle:
+                    await reaches(2)  # the listener and the hint connection
+                    await reaches(1)  # idle: closed while the loop runs on
+        finally:
+            await store.close()
+
+    try:
+        with psycopg.connect(control, autocommit=True) as listener:
+            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+            asyncio.run(produce(["first", "second"], idle=True))
+            asyncio.run(produce(["third"], idle=False))  # its loop ends with the connection open
+            left = backends()
+            heard = [n.payload for n in listener.notifies(timeout=2.0, stop_after=3)]
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+    assert left == 1  # the listener alone: the hint connection closed with its loop
+    assert heard == ["t1:first", "t1:second", "t1:third"]

@@ -50,6 +50,8 @@ SEND = f"SELECT pg_notify('{CHANNEL}', hint) FROM unnest(%s::text[]) AS hint"
 # How long a store that closes waits for its hints to go out (a client closed right after an
 # enqueue, at the end of `asyncio.run`, would otherwise have its hint cancelled unsent).
 FLUSH_SECONDS = 1.0
+# How long the hint connection stays open with no hint to send.
+IDLE_SECONDS = 30.0
 
 
 def hint(tenant: str, queue: str) -> str:
@@ -146,7 +148,13 @@ class _Dropped:
 
 
 class _Sender:
-    """Gathers the hints of one control database and sends them on a connection of its own."""
+    """Gathers the hints of one control database and sends them on a connection of its own.
+
+    One task sends them and owns the connection: it sends what is gathered, waits for more,
+    and closes the connection once no hint came for IDLE_SECONDS, or when it is cancelled: at
+    `close()`, or when `asyncio.run` ends its loop (which cancels the tasks left and lets them
+    finish). So a connection never outlives its event loop unclosed, and an application that
+    stopped enqueuing holds none on the control database."""
 
     def __init__(self, dsn: str, key: tuple[str, int]) -> None:
         self._dsn = dsn
@@ -154,6 +162,9 @@ class _Sender:
         # hint -> the waiters of this process that woke for it already
         self._pending: dict[str, set[Wakeups]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._more: asyncio.Future[None] | None = None  # set when hints wait to be sent
+        self._sent: list[asyncio.Future[None]] = []  # `flushed` callers: nothing is pending
+        self._sending = False  # a batch is on its way
         self._connection: psycopg.AsyncConnection[Any] | None = None
         self._pid = 0  # its server process: a notification from it is this process's echo
         self._dropped = _Dropped(dsn)
@@ -164,13 +175,38 @@ class _Sender:
             already = self._pending.setdefault(one, set())
             if woken is not None:
                 already.add(woken)
-        if self._pending and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(self._flush(), name="ket-hints")
+        if not self._pending:
+            return
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="ket-hints")
+        elif self._more is not None and not self._more.done():
+            self._more.set_result(None)
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                await self._flush()
+                for waiter in self._sent:
+                    if not waiter.done():
+                        waiter.set_result(None)
+                self._sent.clear()
+                self._more = asyncio.get_running_loop().create_future()
+                try:
+                    await asyncio.wait_for(self._more, IDLE_SECONDS)
+                except TimeoutError:
+                    if not self._pending:
+                        break
+        finally:
+            # idle or cancelled: hints sent from now on go to a new sender
+            if _SENDERS.get(self._key) is self:
+                del _SENDERS[self._key]
+            await self._drop()
 
     async def _flush(self) -> None:
         while self._pending:
             pending, self._pending = self._pending, {}
             batch = sorted(pending)
+            self._sending = True
             try:
                 connection = await self._connect()
                 router = _ROUTERS.get(self._key)
@@ -183,6 +219,8 @@ class _Sender:
                 await self._drop()  # and the echoes its connection would have sent
                 self._dropped.said(error, len(batch))
                 continue
+            finally:
+                self._sending = False
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         connection = self._connection
@@ -210,11 +248,18 @@ class _Sender:
 
     async def flushed(self) -> None:
         """Return once what was gathered so far is sent (or FLUSH_SECONDS passed)."""
-        if self._task is not None and not self._task.done():
-            await asyncio.wait([self._task], timeout=FLUSH_SECONDS)
+        if not (self._pending or self._sending) or self._task is None or self._task.done():
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._sent.append(waiter)
+        await asyncio.wait([waiter], timeout=FLUSH_SECONDS)
 
     async def close(self) -> None:
         await self.flushed()
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
         await self._drop()
 
 
