@@ -132,9 +132,10 @@ class Fleet:
             wanted = await self._wanted()
             new = [name for name in sorted(wanted) if name not in self.workers]
             # how many tenants the fleet starts with these, as this process can tell: its own
-            # new ones, scaled by its share of the fleet (all of it when a fleet starts; a
-            # dead worker's part when its tenants are taken over; one when a tenant is added)
-            together = len(new) * max(self._servable, len(wanted)) / max(len(wanted), 1)
+            # new ones, scaled by its share (`wanted`) of the servable tenants (all of them when
+            # a fleet starts; a dead worker's part when its tenants are taken over; one when a
+            # tenant is added)
+            together = len(new) * self._servable / max(len(wanted), 1)
             for name in new:
                 await self._start(name, wanted[name], together)
             gone = sorted(set(self.workers) - set(wanted))

@@ -151,10 +151,13 @@ def resolve_tenants(
         check_tenant_name(only)
         check_registered(only, names)
     urls, refused = _resolved(tuple(sorted(registered.items())), template)
-    if only is not None:
-        urls = {k: v for k, v in urls.items() if k == only}
-        refused = {k: v for k, v in refused.items() if k == only}
-    return Tenancy(urls=dict(urls), refused=dict(refused), registered=names)
+    if only is None:
+        return Tenancy(urls=dict(urls), refused=dict(refused), registered=names)
+    return Tenancy(
+        urls={only: urls[only]} if only in urls else {},
+        refused={only: refused[only]} if only in refused else {},
+        registered=names,
+    )
 
 
 @functools.lru_cache(maxsize=4)
