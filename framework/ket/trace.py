@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (the `ket[otel]` extra): one span for each enqueue, one for each attempt.
+"""OpenTelemetry traces (the `ket-jobs[otel]` extra): a span for each enqueue and each attempt.
 
 Turned on with `KET_OTEL=1` in every process that enqueues or runs jobs. An enqueue makes a
 short PRODUCER span, `enqueue <job>`, a child of whatever span is current (the web request that
@@ -38,7 +38,7 @@ def enabled(environ: Mapping[str, str] | None = None) -> bool:
     try:
         import opentelemetry.trace  # noqa: F401
     except ImportError:
-        raise KetError(f"{VARIABLE}=1 needs OpenTelemetry: pip install 'ket[otel]'") from None
+        raise KetError(f"{VARIABLE}=1 needs OpenTelemetry: pip install 'ket-jobs[otel]'") from None
     return True
 
 

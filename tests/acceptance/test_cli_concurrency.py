@@ -120,7 +120,7 @@ def _wait_for(predicate: Callable[[], bool], what: Callable[[], str]) -> None:
             None,
             4,
             "queues default=4 (--concurrency), mail=1 (declared); "
-            "up to 20 PostgreSQL connections in all, 13 per tenant",
+            "tenant databases on SQLite",
         ),
         (
             "worker",
@@ -128,7 +128,7 @@ def _wait_for(predicate: Callable[[], bool], what: Callable[[], str]) -> None:
             "default=1",
             1,
             "queues default=1 (KET_WORKER_CONCURRENCY), mail=1 (declared); "
-            "up to 20 PostgreSQL connections in all, 10 per tenant",
+            "tenant databases on SQLite",
         ),
         (
             "worker",
@@ -136,7 +136,7 @@ def _wait_for(predicate: Callable[[], bool], what: Callable[[], str]) -> None:
             "default=1,mail=2",
             3,
             "queues default=3 (--concurrency), mail=2 (KET_WORKER_CONCURRENCY); "
-            "up to 20 PostgreSQL connections in all, 13 per tenant",
+            "tenant databases on SQLite",
         ),
         (
             "dev",
@@ -144,7 +144,7 @@ def _wait_for(predicate: Callable[[], bool], what: Callable[[], str]) -> None:
             None,
             3,
             "queues default=3 (--concurrency), mail=1 (declared); "
-            "up to 20 PostgreSQL connections in all, 12 per tenant",
+            "tenant databases on SQLite",
         ),
     ],
     ids=["flag-raises", "variable-lowers", "flag-wins-over-variable", "dev"],

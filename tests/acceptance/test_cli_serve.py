@@ -261,6 +261,11 @@ def test_dev_all_runs_the_worker_and_the_server_in_one_process(
     assert code == 0, output
     # uvicorn's own INFO lines are quiet (KET_LOG_THIRD_PARTY=1 lets them out): ket says it
     assert "worker stopped" in output and "HTTP server stopped" in output
+    # the first things a user looks for: where the dashboard is and who signs in to it
+    assert f"dashboard at {dev.url}/dashboard/: sign in with a token that " in output
+    assert ".authenticate accepts" in output
+    # the embedded default opens no PostgreSQL connection, and does not say it would
+    assert "tenant databases on SQLite" in output and "PostgreSQL" not in output
 
 
 def test_serve_metrics_count_requests_by_function_and_status_and_gauge_the_jobs(

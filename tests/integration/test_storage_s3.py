@@ -396,5 +396,6 @@ def test_s3_storage_without_the_extra_stops_the_worker_saying_what_to_install(
     )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (
-        "ket: error: KET_STORAGE_URL names S3 storage, which needs obstore: pip install 'ket[s3]'\n"
+        "ket: error: KET_STORAGE_URL names S3 storage, which needs obstore: "
+        "pip install 'ket-jobs[s3]'\n"
     )

@@ -368,5 +368,5 @@ def test_metrics_without_prometheus_client_say_what_to_install(sqlite_worker: Wo
     assert done.returncode == 2
     assert done.stderr == (
         "ket: error: metrics need the prometheus_client package: "
-        "pip install 'ket[metrics]' (or pip install prometheus_client)\n"
+        "pip install 'ket-jobs[metrics]' (or pip install prometheus_client)\n"
     )

@@ -27,7 +27,13 @@ from ket.cli.migrate import migrate_all
 from ket.cli.options import add_log_options, deployment_of, log_format, log_third_party
 from ket.cli.output import clip, configure_logging, escape
 from ket.cli.runtime import run_service, single_tenant, tenant_urls
-from ket.cli.serve import add_http_options, check_servable, http_server, listen_for
+from ket.cli.serve import (
+    add_http_options,
+    announce_dashboard,
+    check_servable,
+    http_server,
+    listen_for,
+)
 from ket.cli.worker import Stopping, serve
 from ket.declare.deployment import DeploymentDecl
 from ket.runtime.call import redactor
@@ -111,6 +117,7 @@ async def _dev(
         stopping.also(server.stop)
         http = asyncio.ensure_future(_stopped_saying_so(server.run()))
         log.info("serving the functions over HTTP on %s", address(sock))
+        announce_dashboard(catalog, address(sock))
         serving = asyncio.ensure_future(_both(serving, http, stopping, server.stop))
     if calls:
         await asyncio.sleep(0.5)

@@ -18,6 +18,7 @@ import tomllib
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ket import distribution
 from ket.errors import KetError
 
 NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
@@ -125,7 +126,7 @@ def pyproject_text(path: Path, root: Path, deployment: str) -> str:
         project = _project_name(root)
         return (
             f'[project]\nname = "{project}"\nversion = "0.1.0"\nrequires-python = ">=3.11"\n'
-            f'dependencies = ["ket"]\n\n{table}'
+            f'dependencies = ["{distribution.NAME}"]\n\n{table}'
         )
     try:
         text = path.read_text(encoding="utf-8")

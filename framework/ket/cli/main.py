@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn, cast
 
+from ket import distribution
 from ket.cli.options import workspace_parent
 from ket.cli.output import clip, escape
 from ket.cli.runtime import database_parent
@@ -54,7 +55,7 @@ class Parser(argparse.ArgumentParser):
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser with every command (or only the command `only`)."""
     parser = Parser(prog="ket", description="Declarative, manifest-driven durable background jobs.")
-    parser.add_argument("--version", action="version", version=f"ket {_version()}")
+    parser.add_argument("--version", action="version", version=f"ket {distribution.version()}")
     parser.add_argument(
         "--debug",
         action="store_true",
@@ -76,16 +77,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             if only is None or name == only:
                 importlib.import_module(f"ket.cli.{name}").add_parser(commands, parents)
     return parser
-
-
-def _version() -> str:
-    """The installed distribution's version (`unknown` when ket runs from a plain checkout)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("ket")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def command_named(argv: Sequence[str]) -> str | None:

@@ -32,7 +32,7 @@ log = logging.getLogger("ket.worker")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_REFRESH_SECONDS = 15.0
-INSTALL = "pip install 'ket[metrics]' (or pip install prometheus_client)"
+INSTALL = "pip install 'ket-jobs[metrics]' (or pip install prometheus_client)"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -16,6 +16,7 @@ import socket
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
+from ket import distribution
 from ket.catalog import Catalog
 from ket.declare.deployment import DeploymentDecl
 from ket.errors import KetError
@@ -32,16 +33,6 @@ def manifest_hash(deployment: DeploymentDecl) -> str:
 
     text = dump_manifest(compile_manifest(deployment))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def ket_version() -> str:
-    """The installed distribution's version (`unknown` when ket runs from a plain checkout)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("ket")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def report_interval(catalog: Catalog, environ: Mapping[str, str]) -> float:
@@ -80,7 +71,7 @@ def presence_service(
 
     async def describe() -> WorkerInfo:
         digest, version = await asyncio.to_thread(
-            lambda: (manifest_hash(deployment), ket_version())
+            lambda: (manifest_hash(deployment), distribution.version())
         )
         return WorkerInfo(
             id=worker_id,

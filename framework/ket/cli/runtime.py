@@ -158,7 +158,7 @@ async def open_store(url: str, *, pool_size: int = 5, **engine_options: Any) -> 
 
 
 def run_service(main: Coroutine[Any, Any, T]) -> T:
-    """Run a long-lived command's event loop: uvloop's when it is installed (`ket[speed]`),
+    """Run a long-lived command's event loop: uvloop's when it is installed (`ket-jobs[speed]`),
     which halves the loop's own cost per job; asyncio's otherwise."""
     try:
         import uvloop

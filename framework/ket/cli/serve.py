@@ -102,16 +102,26 @@ def run(args: argparse.Namespace) -> int:
     return run_service(serve_http(catalog, args, sock, blobs, chosen))
 
 
+def announce_dashboard(catalog: Catalog, url: str) -> None:
+    """Log where the dashboard is and who signs in to it: the first thing a user looks for."""
+    path, authenticate = catalog.serve.dashboard, catalog.serve.authenticate
+    if path is None or authenticate is None:
+        return
+    name = f"{authenticate.__module__}.{getattr(authenticate, '__qualname__', authenticate)}"
+    log.info("dashboard at %s%s/: sign in with a token that %s accepts", url, path, name)
+
+
 def check_servable(catalog: Catalog, command: str) -> None:
     """KetError unless the server's packages are installed and the deployment declares an
     authenticator: the server never serves anonymously."""
     needed = [n for n in PACKAGES if n != "jinja2" or catalog.serve.dashboard is not None]
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:
-        verb = "is" if len(missing) == 1 else "are"
+        verb, them = ("is", "it") if len(missing) == 1 else ("are", "them")
         raise KetError(
             f"{command} needs {' and '.join(PACKAGES[m] for m in missing)}, which {verb} not "
-            "installed: pip install 'ket[serve]'"
+            f"installed (ket-jobs depends on {them}: the install is incomplete): "
+            f"pip install {' '.join(PACKAGES[m] for m in missing)}"
         )
     if catalog.serve.authenticate is None:
         raise KetError(
@@ -211,6 +221,7 @@ async def serve_http(
         address(sock),
         os.getpid(),
     )
+    announce_dashboard(catalog, address(sock))
     code = await server.run()
     log.info("server stopped")
     return code

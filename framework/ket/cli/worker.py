@@ -293,13 +293,11 @@ async def serve(
         share=share,
     )
     log.info(
-        "worker %s serving deployment %s with queues %s; up to %d PostgreSQL connections in "
-        "all, %d per tenant",
+        "worker %s serving deployment %s with queues %s; %s",
         identity,
         catalog.deployment,
         (settings or HostConcurrency(settings={})).describe(catalog.worker),
-        max_connections,
-        pool,
+        _connections(database_template(database_url), registry.url, max_connections, pool),
     )
     log.info("ctx.storage keeps blobs in %r", blobs)
     departing: list[asyncio.Task[None]] = []
@@ -339,6 +337,14 @@ async def serve(
         os._exit(0)
     log.info("worker stopped")
     return 0
+
+
+def _connections(template: str, registry: str, budget: int, pool: int) -> str:
+    """What the start-up line says of connections: the budget counts PostgreSQL's alone, so on
+    SQLite (the embedded default) it is not named."""
+    if template.startswith("postgres") or registry.startswith("postgres"):
+        return f"up to {budget} PostgreSQL connections in all, {pool} per tenant"
+    return "tenant databases on SQLite"
 
 
 def _control_channels(registry: str) -> ControlChannels | None:

@@ -9,7 +9,7 @@ is left. A key is made with::
     python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())"
 
 `cryptography` is imported only when keys are configured; it comes with
-`pip install 'ket[secrets]'`.
+`pip install 'ket-jobs[secrets]'`.
 No message here ever quotes a key or a sealed value.
 """
 
@@ -91,6 +91,6 @@ def _cryptography() -> ModuleType:
     except ImportError:
         raise SecretKeyError(
             f"{KEYS_VARIABLE} is set but the cryptography package is not installed; "
-            "install it with: pip install 'ket[secrets]'"
+            "install it with: pip install 'ket-jobs[secrets]'"
         ) from None
     return fernet

@@ -2,7 +2,7 @@
 
 `ctx.storage` (ket.context.storage) checks effects, keys (ket.storage.key) and the size cap,
 then hands each call to one BlobStore: LocalBlobs (files under a folder, the default) or S3Blobs
-(an S3-compatible bucket, with `ket[s3]`), chosen by `blobs_from_url(KET_STORAGE_URL)`. A room
+(an S3-compatible bucket, with `ket-jobs[s3]`), chosen by `blobs_from_url(KET_STORAGE_URL)`. A room
 of its own, as transport is: backends know tenants, keys and bytes, never jobs or effects.
 """
 

@@ -1,4 +1,4 @@
-"""S3Blobs: blobs as objects `<prefix>/<tenant>/<key>` in an S3-compatible bucket (`ket[s3]`).
+"""S3Blobs: blobs as objects `<prefix>/<tenant>/<key>` in an S3-compatible bucket (`ket-jobs[s3]`).
 
 Built on obstore (Python bindings of the Rust `object_store` crate): one small wheel with no
 dependencies, and a put that is atomic by contract. Its blocking calls run in the event loop's
@@ -32,7 +32,7 @@ from ket.storage.key import key_problem
 if TYPE_CHECKING:
     from ket.storage.url import S3Location
 
-INSTALL = "pip install 'ket[s3]'"
+INSTALL = "pip install 'ket-jobs[s3]'"
 MAX_OBJECT_NAME_BYTES = 1_024  # the longest object name S3 takes, in UTF-8
 MAX_PUT_BYTES = 5 * 1024**3  # the largest object one PUT request may carry
 _MESSAGE_CAP = 500

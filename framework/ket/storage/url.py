@@ -3,7 +3,7 @@
     unset, empty, file: or file://          files under <project root>/.ket/storage
     file:///srv/ket/blobs                   files under that folder
     s3://bucket[/prefix][?endpoint_url=https://host:port&region=eu-west-1]
-                                            an S3-compatible bucket (needs `ket[s3]`)
+                                            an S3-compatible bucket (needs `ket-jobs[s3]`)
 
 Every URL is checked whole before anything uses it, and a refused one is named with whatever
 could be a secret in it masked. S3 credentials never go in the URL: they come from the standard
@@ -60,7 +60,7 @@ def blobs_from_environ(environ: Mapping[str, str] = os.environ) -> BlobStore:
 
 def blobs_from_url(url: str | None) -> BlobStore:
     """The backend a storage URL names (see the module docstring); StorageError when the URL
-    is malformed or names S3 without `ket[s3]` installed."""
+    is malformed or names S3 without `ket-jobs[s3]` installed."""
     location = parse_storage_url(url)
     if isinstance(location, LocalLocation):
         return LocalBlobs(location.root or default_storage_root())

@@ -27,7 +27,8 @@ def test_without_the_server_packages_it_says_what_to_install(
     with pytest.raises(KetError) as refused:
         serve.check_servable(Catalog.build(deployment()), "ket serve")
     assert refused.value.message == (
-        "ket serve needs uvicorn, which is not installed: pip install 'ket[serve]'"
+        "ket serve needs uvicorn, which is not installed (ket-jobs depends on it: the install is "
+        "incomplete): pip install uvicorn"
     )
 
 

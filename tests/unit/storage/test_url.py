@@ -159,12 +159,12 @@ def test_a_url_that_is_not_a_string_is_refused() -> None:
 def test_s3_without_the_extra_installed_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setitem(sys.modules, "obstore", None)  # as if `ket[s3]` were not installed
+    monkeypatch.setitem(sys.modules, "obstore", None)  # as if `ket-jobs[s3]` were not installed
     monkeypatch.setitem(sys.modules, "obstore.store", None)
     with pytest.raises(StorageError) as raised:
         blobs_from_url("s3://invoices/ket")
     assert str(raised.value) == (
-        "KET_STORAGE_URL names S3 storage, which needs obstore: pip install 'ket[s3]'"
+        "KET_STORAGE_URL names S3 storage, which needs obstore: pip install 'ket-jobs[s3]'"
     )
 
 
