@@ -23,6 +23,7 @@ from ket.errors import Aborted, Discard, EffectError, Retry, Snooze
 
 if TYPE_CHECKING:
     from ket.client import open_async_client, open_client
+    from ket.runtime.events import hooks
 
 __all__ = [
     "Aborted",
@@ -35,6 +36,7 @@ __all__ = [
     "define_job",
     "define_model",
     "define_module",
+    "hooks",
     "open_async_client",
     "open_client",
 ]
@@ -47,4 +49,8 @@ def __getattr__(name: str) -> Any:
         from ket import client
 
         return getattr(client, name)
+    if name == "hooks":  # imported on first use too: declaring never loads the runtime
+        from ket.runtime.events import hooks
+
+        return hooks
     raise AttributeError(f"module 'ket' has no attribute {name!r}")

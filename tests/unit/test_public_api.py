@@ -17,11 +17,19 @@ def test_public_names_are_pinned() -> None:
         "define_job",
         "define_model",
         "define_module",
+        "hooks",
         "open_async_client",
         "open_client",
     ]
     for name in ket.__all__:
         assert getattr(ket, name) is not None
+
+
+def test_hooks_are_the_process_default_hooks_the_worker_emits_to() -> None:
+    from ket import hooks
+    from ket.runtime.events import hooks as default_hooks
+
+    assert hooks is default_hooks
 
 
 def test_control_flow_exceptions_carry_what_the_handler_said() -> None:

@@ -137,5 +137,6 @@ class Hooks:
 
 
 hooks = Hooks()
-"""The process's default hooks: what `ket worker` and `ket dev` emit to. Subscribe from the
-workspace module, e.g. ``hooks.subscribe(lambda event: metrics.count(event.kind))``."""
+"""The process's default hooks (`from ket import hooks`): what `ket worker` and `ket dev` emit
+to. Subscribe from the workspace module, e.g.
+``hooks.subscribe(lambda event: metrics.count(event.kind))``."""
