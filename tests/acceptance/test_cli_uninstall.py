@@ -27,8 +27,8 @@ KET_TABLES = {
 def _tables(url: str) -> set[str]:
     if url.startswith("sqlite"):
         with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as connection:
-            rows = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            return {row[0] for row in rows if not row[0].startswith("sqlite_")}
+            cursor = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            return {row[0] for row in cursor if not row[0].startswith("sqlite_")}
     with psycopg.connect(url) as connection:
         rows = connection.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"

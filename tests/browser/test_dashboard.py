@@ -129,7 +129,12 @@ def test_an_operator_watches_retries_and_cancels_jobs(
     context = browser.new_context(viewport={"width": 1360, "height": 860})
     page = context.new_page()
     dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+    def dismiss(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", dismiss)
     shot = _shooter(page, shots)
 
     # signed out: the page is the sign-in form, answered 401 under the CSP

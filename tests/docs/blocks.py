@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TypedDict
 
 PYTHON_TAGS = frozenset({"python", "py"})
 SHELL_TAGS = frozenset({"sh", "bash"})
@@ -36,6 +37,17 @@ SCRATCH = re.compile(r"^scratch\s+(?P<kind>empty|example)$")
 
 class DirectiveError(ValueError):
     """A `docs-test` comment the harness cannot follow."""
+
+
+class Options(TypedDict, total=False):
+    """What a block's `docs-test` comments ask: the optional fields of its Block."""
+
+    skip: str
+    file: str
+    same_as: str
+    exit: int
+    interrupt: float
+    mode: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,8 +180,8 @@ def _dedent(line: str, indent: str) -> str:
     return line[len(indent) :] if line.startswith(indent) else line.lstrip()
 
 
-def _options(pending: list[tuple[int, str]], page: str) -> dict[str, object]:
-    options: dict[str, object] = {}
+def _options(pending: list[tuple[int, str]], page: str) -> Options:
+    options: Options = {}
     for where, body in pending:
         if found := SKIP.match(body):
             reason = (found.group("reason") or "").strip()
@@ -185,7 +197,10 @@ def _options(pending: list[tuple[int, str]], page: str) -> dict[str, object]:
                     f"{page}:{where}: a file must be a relative path inside the project, "
                     f"got {str(path)!r}"
                 )
-            options["file" if found.group("how") == "file" else "same_as"] = str(path)
+            if found.group("how") == "file":
+                options["file"] = str(path)
+            else:
+                options["same_as"] = str(path)
         elif found := EXIT.match(body):
             options["exit"] = int(found.group("code"))
         elif found := INTERRUPT.match(body):

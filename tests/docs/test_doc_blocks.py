@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import ket
-from tests.docs.blocks import DirectiveError, Page, parse_file, parse_page
+from tests.docs.blocks import Block, DirectiveError, Page, parse_file, parse_page
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -54,12 +54,13 @@ def commands(folder: Path) -> Path:
     """`ket` and `python3` for shell blocks: this interpreter and this checkout of ket."""
     bin_folder = folder / "bin"
     bin_folder.mkdir()
-    (bin_folder / "ket").write_text(
-        f'#!/bin/sh\nexec "{sys.executable}" -m ket.cli.main "$@"\n', encoding="utf-8"
-    )
-    (bin_folder / "ket").chmod(0o755)
-    for name in ("python3", "python"):
-        (bin_folder / name).symlink_to(sys.executable)
+    # scripts that exec the interpreter, not links to it: a link outside a virtual environment
+    # starts Python outside it too (Python finds its environment's pyvenv.cfg next to the path
+    # it was started by), and ket's dependencies would be missing
+    for name, run in (("ket", "-m ket.cli.main "), ("python3", ""), ("python", "")):
+        script = bin_folder / name
+        script.write_text(f'#!/bin/sh\nexec "{sys.executable}" {run}"$@"\n', encoding="utf-8")
+        script.chmod(0o755)
     return bin_folder
 
 
@@ -114,11 +115,11 @@ def run_page(page: Page, folder: Path) -> list[dict[str, Any]]:
     return report
 
 
-def _plain(block: object) -> dict[str, object]:
-    data = asdict(block)  # type: ignore[call-overload]
-    data["kind"] = block.kind  # type: ignore[attr-defined]
-    data["script"] = block.script()  # type: ignore[attr-defined]
-    data["transcript"] = block.transcript()  # type: ignore[attr-defined]
+def _plain(block: Block) -> dict[str, object]:
+    data = asdict(block)
+    data["kind"] = block.kind
+    data["script"] = block.script()
+    data["transcript"] = block.transcript()
     return data
 
 

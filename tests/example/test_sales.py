@@ -16,7 +16,8 @@ def test_confirming_an_order_mails_the_customer_once() -> None:
             "sales.Order", {"number": "1001", "email": "ada@example.com", "status": "new"}
         )
         result = e2e.client.call("sales.confirm_order", {"order_id": order_id})
-        assert e2e.db.get("sales.Order", order_id)["status"] == "confirmed"
+        order = e2e.db.get("sales.Order", order_id)
+        assert order is not None and order["status"] == "confirmed"
         assert e2e.drain_jobs() == 1  # the mail; the invoice waits five minutes
         assert [m["subject"] for m in e2e.transport.sent] == ["Order 1001"]
         assert e2e.transport.sent[0]["to"] == [{"address": "ada@example.com"}]

@@ -38,7 +38,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, cast
+from typing import Literal
 
 Mode = Literal["pass", "blackhole", "refuse"]
 MODES: tuple[Mode, ...] = ("pass", "blackhole", "refuse")
@@ -222,15 +222,15 @@ async def _watch_control(proxy: Proxy, control: Path) -> None:
         with contextlib.suppress(OSError):
             wanted = control.read_text().strip()
             if wanted in MODES and wanted != proxy.mode:
-                proxy.set_mode(cast(Mode, wanted))
+                proxy.set_mode(wanted)
                 print(f"mode {wanted}", flush=True)
         await asyncio.sleep(0.1)
 
 
 async def _main(proxy: Proxy, control: Path | None) -> None:
     loop = asyncio.get_running_loop()
-    for signum, mode in ((signal.SIGUSR1, "blackhole"), (signal.SIGUSR2, "refuse")):
-        loop.add_signal_handler(signum, proxy.set_mode, mode)
+    loop.add_signal_handler(signal.SIGUSR1, proxy.set_mode, "blackhole")
+    loop.add_signal_handler(signal.SIGUSR2, proxy.set_mode, "refuse")
     loop.add_signal_handler(signal.SIGHUP, proxy.set_mode, "pass")
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, proxy.stop)

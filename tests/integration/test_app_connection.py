@@ -117,7 +117,7 @@ def test_a_psycopg_connection_commits_or_rolls_back_the_jobs_with_its_transactio
     url, args = postgres
     store = asyncio.run(SqlStore.open(url, connect_args=args))
     try:
-        with psycopg.connect(url, **args) as connection:
+        with psycopg.connect(url, options=args["options"]) as connection:
             store.job_insert_sync(connection, [NewJob(name="app.kept") for _ in range(count)])
             assert asyncio.run(_names(url, args)) == []  # not before the commit
             connection.commit()
@@ -137,7 +137,7 @@ def test_a_psycopg_connection_in_autocommit_mode_commits_the_jobs_at_once_all_or
     url, args = postgres
     store = asyncio.run(SqlStore.open(url, connect_args=args))
     try:
-        with psycopg.connect(url, autocommit=True, **args) as connection:
+        with psycopg.connect(url, autocommit=True, options=args["options"]) as connection:
             inserted = store.job_insert_sync(connection, UNIQUE)
             assert asyncio.run(_names(url, args)) == ["app.keyed"]
             assert inserted[1].coalesced
@@ -161,13 +161,15 @@ def test_async_psycopg_connections_and_sessions_carry_the_jobs_in_their_transact
         store = await SqlStore.open(url, connect_args=args)
         engine = create_async_engine(async_url(url), connect_args=args)
         try:
-            async with await psycopg.AsyncConnection.connect(url, **args) as connection:
+            async with await psycopg.AsyncConnection.connect(
+                url, options=args["options"]
+            ) as connection:
                 await store.job_insert_on(connection, [NewJob(name="app.psycopg")])
                 await connection.rollback()
                 await store.job_insert_on(connection, [NewJob(name="app.psycopg")] * 3)
                 await connection.commit()
             async with await psycopg.AsyncConnection.connect(
-                url, autocommit=True, **args
+                url, autocommit=True, options=args["options"]
             ) as connection:
                 await store.job_insert_on(connection, UNIQUE)  # its own transaction
             sessions = async_sessionmaker(engine)
@@ -194,7 +196,7 @@ def test_a_connection_of_the_wrong_kind_is_refused_naming_it_and_what_is_taken(
         store = await SqlStore.open(url, connect_args=args)
         try:
             with (
-                psycopg.connect(url, **args) as sync_connection,
+                psycopg.connect(url, options=args["options"]) as sync_connection,
                 pytest.raises(
                     ConnectionRejected,
                     match=r"takes a SQLAlchemy AsyncConnection .*; got psycopg.Connection; a "
@@ -202,7 +204,9 @@ def test_a_connection_of_the_wrong_kind_is_refused_naming_it_and_what_is_taken(
                 ),
             ):
                 await store.job_insert_on(sync_connection, [NewJob(name="app.no")])
-            async with await psycopg.AsyncConnection.connect(url, **args) as async_connection:
+            async with await psycopg.AsyncConnection.connect(
+                url, options=args["options"]
+            ) as async_connection:
                 with pytest.raises(
                     ConnectionRejected,
                     match=r"takes a SQLAlchemy Connection, a psycopg 3 Connection.*; got "

@@ -186,6 +186,7 @@ def test_a_connection_killed_mid_statement_raises_store_error_and_the_store_reco
             async with store.transaction() as tx:
                 await tx.job_insert([NewJob(name="fault.lost")])
                 killer = asyncio.create_task(kill_soon())
+                assert tx.connection is not None  # a SQL store's transaction has one
                 # the caller's own statement, on the transaction's connection, dies mid-way
                 await tx.connection.execute(text("SELECT pg_sleep(10)"))
         assert await killer >= 1

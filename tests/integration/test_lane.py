@@ -6,22 +6,22 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
-from sqlalchemy.engine import make_url
 
 from ket.errors import StoreError
 from ket.store.sql import budget
+from ket.store.sql.address import parse_url
 from ket.store.sql.lane import OWN_WAIT_SECONDS, Lane
 
 
 def _lane(postgres_url: str, tag: str, *, size: int, timeout: float = 5.0) -> Lane:
     return Lane(
-        make_url(postgres_url),
+        parse_url(postgres_url),  # as SqlStore.open reads it before making its lane
         size=size,
         timeout=timeout,
         connect_args={"application_name": tag},
@@ -46,7 +46,7 @@ def _kill(postgres_url: str, tag: str) -> int:
     return len(rows)
 
 
-def _run(body: Callable[[], Awaitable[None]]) -> None:
+def _run(body: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(body())
 
 

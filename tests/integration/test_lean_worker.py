@@ -63,14 +63,20 @@ main = define_deployment(name="main", modules=[app], worker={{
     "queues": {{"default": 4}}, "poll_min_ms": 20, "poll_max_ms": 200, "schedule_sweep_ms": 200,
 }})
 """
-WITHOUT_MODELS = {"second_body": "pass", "models": "", "module_models": "", "second_effects": []}
-WITH_MODELS = {
+# the parts of APP's text that differ between the projects
+WITHOUT_MODELS: dict[str, object] = {
+    "second_body": "pass",
+    "models": "",
+    "module_models": "",
+    "second_effects": [],
+}
+WITH_MODELS: dict[str, object] = {
     "second_body": 'await ctx.db.insert("app.Note", {"n": input.n})',
     "models": 'NOTE = define_model({"n": "int"})',
     "module_models": 'models={"Note": NOTE}, ',
     "second_effects": ["write:app.Note"],
 }
-WITH_TX = {
+WITH_TX: dict[str, object] = {
     "second_body": (
         "async def body(tx):\n        await tx.jobs.enqueue('app.tick')\n    await ctx.tx(body)"
     ),

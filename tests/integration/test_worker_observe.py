@@ -163,9 +163,9 @@ class Worker:
         )
         if self.url.startswith("sqlite:///"):
             with sqlite3.connect(self.url.removeprefix("sqlite:///")) as connection:
-                return [tuple(row) for row in connection.execute(statement)]  # type: ignore[misc]
+                return [tuple(row) for row in connection.execute(statement)]
         with psycopg.connect(self.url) as connection:
-            return [tuple(row) for row in connection.execute(statement)]  # type: ignore[misc]
+            return [tuple(row) for row in connection.execute(statement)]
 
 
 def until(condition: Callable[[], bool], timeout: float, what: str, worker: Worker) -> None:
@@ -236,7 +236,7 @@ def test_counters_scraped_after_a_drain_equal_the_job_table(worker: Worker) -> N
         if name in DECLARED:  # an undeclared job is discarded without starting
             started[job] += tried
     expected = {tuple(sorted(labels)): value for labels, value in attempts.items()}
-    ran = defaultdict(float)
+    ran: dict[Labels, float] = defaultdict(float)
     for labels, value in attempts.items():
         ran[tuple(sorted(labels[:2]))] += value
     # outcomes are counted once recorded, a moment after the table shows them

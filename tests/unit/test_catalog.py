@@ -59,7 +59,7 @@ def test_with_keys_a_secret_is_sealed_and_opens_back_for_the_handler() -> None:
     sealed = catalog(KEY)
     job = sealed.new_job("v.use", {"api_key": "sk-1234", "n": 1})
     assert "sk-1234" not in str(job.payload)
-    value, secrets = sealed.job_input(sealed.jobs["v.use"], job.payload)
+    value, secrets = sealed.job_input(sealed.jobs["v.use"], dict(job.payload))  # as stored
     assert value.api_key.get_secret_value() == "sk-1234"  # type: ignore[attr-defined]
     assert secrets == ["sk-1234"]
 

@@ -73,7 +73,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(
     def broken_replace(*args: object, **kwargs: object) -> None:
         raise OSError("disk on fire")
 
-    monkeypatch.setattr(folder.os, "replace", broken_replace)
+    monkeypatch.setattr("ket.folder.os.replace", broken_replace)
     with pytest.raises(OSError, match="disk on fire"):
         write(root, ["acme", "a.txt"], b"new")
     assert sorted(p.name for p in (root / "acme").iterdir()) == ["a.txt"]

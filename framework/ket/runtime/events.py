@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
+from datetime import datetime
 from typing import Literal, NamedTuple
 
 log = logging.getLogger("ket.jobs")
@@ -47,7 +48,9 @@ class Event(NamedTuple):
 
     `waited_ms` (on `started`, and again on the attempt's outcome): from when the job was due
     (its `run_at`: the enqueue, for a job enqueued to run now) to its start, by the worker's
-    clock. `skipped` (on `schedule_fired`): the ticks passed over before this one.
+    clock. `skipped` (on `schedule_fired`): the ticks passed over before this one. `retry_at`
+    (on `failed`, `snoozed` and `handed_back`): when the job is due again, timezone-aware UTC,
+    by the worker's clock as the outcome is recorded (the row's `run_at` is the database's).
 
     A named tuple, immutable as a frozen dataclass is, because two are built per job whenever
     anyone listens and a frozen dataclass of these fields takes three times as long to build
@@ -64,6 +67,7 @@ class Event(NamedTuple):
     skipped: int | None = None
     error: str | None = None
     detail: str | None = None
+    retry_at: datetime | None = None
 
 
 def attempt_event(
@@ -76,10 +80,15 @@ def attempt_event(
     duration_ms: float,
     waited_ms: float | None,
     error: str | None,
+    retry_at: datetime | None = None,
 ) -> Event:
     """The event of an attempt's outcome. It is built once per job whenever anyone listens, so
     it is built from a tuple in Event's field order: from keywords it costs twice as much."""
-    fields = (kind, tenant, job_id, name, queue, attempt, duration_ms, waited_ms, None, error, None)
+    # in Event's field order; skipped and detail (the Nones) never apply to an attempt's outcome
+    # fmt: off
+    fields = (kind, tenant, job_id, name, queue, attempt, duration_ms, waited_ms,
+              None, error, None, retry_at)
+    # fmt: on
     return tuple.__new__(Event, fields)
 
 
@@ -126,7 +135,7 @@ class Hooks:
         kind = event.kind
         level = LEVELS[kind]
         if logged and log.isEnabledFor(level):
-            fields = {k: v for k, v in event._asdict().items() if v is not None}
+            fields = {k: _logged(v) for k, v in event._asdict().items() if v is not None}
             text = " ".join(f"{k}={v}" for k, v in fields.items() if k != "kind")
             log.log(level, f"{kind} {text}", extra={"ket": fields})
         for hook in self._by_kind.get(kind, ()):
@@ -134,6 +143,11 @@ class Hooks:
                 hook(event)
             except Exception:
                 log.exception("a lifecycle hook failed on %s", kind)
+
+
+def _logged(value: object) -> object:
+    # an instant as ISO 8601 text, in the text format and the JSON one alike
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 hooks = Hooks()

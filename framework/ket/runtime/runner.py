@@ -74,6 +74,7 @@ ABORT_GRACE_SECONDS = 2.0
 # How long a payload from a newer deployment waits before a worker looks at it again.
 NEWER_PAYLOAD_DELAY_SECONDS = 60.0
 _MILLISECOND = timedelta(milliseconds=1)
+_AGAIN = frozenset(("retryable", "snoozed"))  # outcomes after which the job runs again
 
 _EVENT: dict[str, Kind] = {
     "completed": "completed",
@@ -206,7 +207,12 @@ class JobRunner:
             kind = "lease_lost"
             error = f"its {result.kind} outcome was refused: another worker holds the job now"
         if self.hooks.wanted(kind):
-            job = result.job
+            job, settle = result.job, result.settle
+            retry_at = None
+            if applied and settle is not None and settle.outcome in _AGAIN:
+                # the store counted the delay from its now a moment ago: this is within that
+                # moment of the row's run_at (equal under the test helpers' clock)
+                retry_at = self._clock() + timedelta(seconds=settle.delay_seconds)
             event = attempt_event(
                 kind,
                 self.tenant,
@@ -217,6 +223,7 @@ class JobRunner:
                 result.duration_ms,
                 result.waited_ms,
                 error,
+                retry_at,
             )
             self.hooks.emit(event)
 

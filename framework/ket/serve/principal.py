@@ -7,6 +7,7 @@ declaring or checking a deployment must not need the server's dependencies.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 # What calling function <module>.<function> takes: `call:<module>.<function>`, granted by that
@@ -29,7 +30,8 @@ class Principal:
 
     subject: str
     company: str | None = None
-    permissions: frozenset[str] = field(default_factory=frozenset)
+    # any set of strings ({'call:*'}, as the docs write it); kept as a frozenset
+    permissions: AbstractSet[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         if not isinstance(self.subject, str) or not self.subject:

@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 import pytest
 from pydantic import BaseModel
 
-from ket import folder
 from ket.catalog import OperationSpec
 from ket.context import Blocking, Storage
 from ket.declare.effect import parse_effect
@@ -190,7 +189,7 @@ def test_a_failed_write_leaves_the_old_blob_and_no_temporary_file(
     def broken_replace(source: str, target: str, **folders: int) -> None:
         raise OSError("disk on fire")
 
-    monkeypatch.setattr(folder.os, "replace", broken_replace)
+    monkeypatch.setattr("ket.folder.os.replace", broken_replace)
     with pytest.raises(OSError, match="disk on fire"):
         run(store.put("a.txt", "new"))
     assert files.stored() == {"acme/a.txt": b"old"}

@@ -99,8 +99,9 @@ class SlowSender:
     async def send(self, message: Message, *, tenant: str) -> None:
         self.started.set()
         if self.seconds is None:
-            await asyncio.Event().wait()
-        await asyncio.sleep(self.seconds)
+            await asyncio.Event().wait()  # forever
+        else:
+            await asyncio.sleep(self.seconds)
         if self.fails:
             raise TimeoutError("the relay stopped answering")
         await self.captured.send(message, tenant=tenant)
@@ -319,8 +320,9 @@ def test_the_dev_sender_writes_a_readable_eml_per_message_into_the_tenant_outbox
     assert mail["Subject"] == "Order 1001"
     assert mail["Message-ID"].endswith(".ket@example.com>")
     assert email.utils.parsedate_to_datetime(mail["Date"]) == START
-    body = mail.get_body(preferencelist=("plain",))  # type: ignore[attr-defined]
-    html = mail.get_body(preferencelist=("html",))  # type: ignore[attr-defined]
+    body = mail.get_body(preferencelist=("plain",))
+    html = mail.get_body(preferencelist=("html",))
+    assert body is not None and html is not None
     assert body.get_content() == "Your order 1001 is confirmed.\n"
     assert html.get_content() == "<p>Your order <b>1001</b> is confirmed.</p>\n"
 

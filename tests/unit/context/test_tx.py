@@ -198,8 +198,11 @@ def test_a_store_without_transactions_is_a_store_error() -> None:
     async def fn(tx: TxContext) -> None:
         raise AssertionError("never called")
 
+    async def main() -> None:
+        await ctx_for(JobsOnly(), "hotel.catch_up").tx(fn)
+
     with pytest.raises(StoreError) as raised:
-        asyncio.run(ctx_for(JobsOnly(), "hotel.catch_up").tx(fn))
+        asyncio.run(main())
     assert str(raised.value) == (
         "hotel.catch_up: store JobsOnly cannot run ctx.tx (it is not a TransactionalStore)"
     )

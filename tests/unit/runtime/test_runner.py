@@ -11,14 +11,14 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from ket import Retry, define_deployment, define_job, define_model, define_module
+from ket import Discard, Retry, Snooze, define_deployment, define_job, define_model, define_module
 from ket.catalog import Catalog
 from ket.context import AbortSignal
 from ket.declare.job import default_backoff_seconds
@@ -31,6 +31,7 @@ from ket.runtime.runner import JobRunner, Result
 from ket.store import ManualClock
 from ket.store.memory import MemoryStore
 from ket.store.types import ClaimedJob, JobClaim, JobRecord
+from ket.testing import create_test_deployment
 from ket.transport import CaptureSender
 
 LONE_SURROGATE = b"\xff".decode("utf-8", "surrogateescape")
@@ -481,3 +482,53 @@ def test_a_recorded_completion_is_reported_as_completed(run: Callable[..., None]
         assert s.events[-1].duration_ms == result.duration_ms
 
     run(scenario)
+
+
+async def retries_in_90s(ctx: Any, input: Any) -> None:
+    raise Retry(in_seconds=90)
+
+
+async def snoozes_30s(ctx: Any, input: Any) -> None:
+    raise Snooze(30)
+
+
+async def discards(ctx: Any, input: Any) -> None:
+    raise Discard("no recipient")
+
+
+AGAIN = define_deployment(
+    name="again",
+    modules=[
+        define_module(
+            name="a",
+            jobs={
+                "retries": job(retries_in_90s),
+                "snoozes": job(snoozes_30s),
+                "discards": job(discards),
+                "ok": job(ok),
+            },
+        )
+    ],
+)
+
+
+def test_a_failed_or_snoozed_event_says_when_its_job_runs_again_as_its_row_does(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with create_test_deployment(AGAIN) as e2e:
+        events: list[Event] = []
+        e2e.hooks.subscribe(events.append, ["failed", "snoozed", "discarded", "completed"])
+        ids = {name: e2e.enqueue(f"a.{name}").id for name in ("retries", "snoozes", "discards")}
+        e2e.enqueue("a.ok")
+        with caplog.at_level(logging.INFO, logger="ket.jobs"):
+            e2e.drain_jobs()
+        run_at = {job.id: job.run_at for job in e2e.jobs()}
+        by_kind = {event.kind: event for event in events}
+        assert sorted(by_kind) == ["completed", "discarded", "failed", "snoozed"]
+        failed, snoozed = by_kind["failed"], by_kind["snoozed"]
+        assert failed.retry_at == run_at[ids["retries"]] == e2e.clock.now() + timedelta(seconds=90)
+        assert snoozed.retry_at == run_at[ids["snoozes"]]
+        assert failed.retry_at is not None and failed.retry_at.tzinfo == UTC
+        assert (by_kind["completed"].retry_at, by_kind["discarded"].retry_at) == (None, None)
+    [logged] = [r for r in caplog.records if getattr(r, "ket", {}).get("kind") == "failed"]
+    assert logged.ket["retry_at"] == failed.retry_at.isoformat()  # type: ignore[attr-defined]

@@ -79,7 +79,8 @@ def attempt(tmp_path: Path) -> Callable[..., tuple[Result, JobRecord, list[Event
 
         async def main() -> tuple[Result, JobRecord, list[Event]]:
             store = MemoryStore()
-            hooks, events = Hooks(), []
+            hooks = Hooks()
+            events: list[Event] = []
             hooks.subscribe(events.append)
             contexts = Contexts(
                 store=store,

@@ -533,16 +533,16 @@ def test_a_service_failing_over_a_thousand_times_in_a_row_keeps_being_ticked(
 def test_backoff_doubles_from_the_interval_up_to_the_cap(
     monkeypatch: pytest.MonkeyPatch, interval: float, failures: int, top: float
 ) -> None:
-    monkeypatch.setattr(supervisor.random, "uniform", lambda low, high: high)
+    monkeypatch.setattr("ket.runtime.supervisor.random.uniform", lambda low, high: high)
     assert backoff(interval, failures) == top
-    monkeypatch.setattr(supervisor.random, "uniform", lambda low, high: low)
+    monkeypatch.setattr("ket.runtime.supervisor.random.uniform", lambda low, high: low)
     assert backoff(interval, failures) == top / 2
 
 
 def test_backoff_is_capped_at_the_maximum_after_many_failures(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(supervisor.random, "uniform", lambda low, high: high)
+    monkeypatch.setattr("ket.runtime.supervisor.random.uniform", lambda low, high: high)
     assert backoff(1.0, 20) == MAX_BACKOFF_SECONDS
     assert backoff(0.001, 1_000) == MAX_BACKOFF_SECONDS
 
@@ -550,7 +550,7 @@ def test_backoff_is_capped_at_the_maximum_after_many_failures(
 def test_backoff_of_a_service_slower_than_the_cap_starts_at_its_interval(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(supervisor.random, "uniform", lambda low, high: high)
+    monkeypatch.setattr("ket.runtime.supervisor.random.uniform", lambda low, high: high)
     assert backoff(300.0, 1) == 300.0
     assert backoff(300.0, 4) == 300.0
 

@@ -25,8 +25,9 @@ from ket.store import ClaimedJob, JobClaim, JobQuery, JobRecord, NewJob
 from ket.store.memory import MemoryStore
 from ket.transport import CaptureSender
 
+QUEUES = {"default": 4, "slow": 2}
 FAST = {
-    "queues": {"default": 4, "slow": 2},
+    "queues": QUEUES,
     "poll_min_ms": 5,
     "poll_max_ms": 50,
     "lease_ms": 2_000,
@@ -639,7 +640,7 @@ def test_an_idle_tenant_worker_holds_a_task_per_loop_and_service_and_no_waits_be
             if task not in supervised and task is not current
         )
         # each queue's wait for work, and one wait for the stop shared by a supervisor's sleeps
-        assert beside["QueueLoop._wait_for_work"] == len(FAST["queues"])  # type: ignore[arg-type]
+        assert beside["QueueLoop._wait_for_work"] == len(QUEUES)
         assert beside["Event.wait"] <= 2
         assert sum(beside.values()) == beside["QueueLoop._wait_for_work"] + beside["Event.wait"]
         # the settler, two queue loops, heartbeat, lease guard, rescue, sweep and prune
@@ -677,7 +678,7 @@ def test_a_paced_tenant_s_queues_claim_first_at_its_first_visit_not_at_the_start
             await asyncio.sleep(0.01)
         assert store.first_visit is not None
         await asyncio.sleep(0.2)
-        assert set(store.first_claims) == set(FAST["queues"])  # type: ignore[arg-type]
+        assert set(store.first_claims) == set(QUEUES)
         assert min(store.first_claims.values()) >= store.first_visit
         assert dict(store.claims_of) == {"default": 1, "slow": 1}  # none at the start
         job_id = await enqueue(store, "t.ok_async")  # and the queues claim when woken

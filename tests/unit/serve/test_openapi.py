@@ -103,5 +103,5 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 # small inputs; the random half cost most of the test's time.
 @schema.parametrize()
 @settings(max_examples=50)
-def test_the_server_keeps_to_its_document(case: Case) -> None:
+def test_the_server_keeps_to_its_document(case: Case[Any]) -> None:
     case.call_and_validate(headers=TOKEN)

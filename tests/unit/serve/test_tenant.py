@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+from starlette.applications import Starlette
+
 from tests.unit.serve.conftest import Serve, auth, migrate
 from tests.unit.serve.shop import deployment
 
@@ -65,7 +67,9 @@ def test_a_tenant_registered_while_the_server_runs_is_served_at_once(serve: Serv
     headers = auth("admin", x_ket_tenant="globex")
     assert client.post(WHERE, json={}, headers=headers).status_code == 404
     registry["globex"] = None
-    migrate(client.app.state.ket.tenants.tenancy.urls["acme"].replace("acme", "globex"))
+    app = client.app
+    assert isinstance(app, Starlette)  # as create_app makes it
+    migrate(app.state.ket.tenants.tenancy.urls["acme"].replace("acme", "globex"))
     time.sleep(1.1)  # a name the list lacks reads the registry again, at most once a second
     assert client.post(WHERE, json={}, headers=headers).json()["tenant"] == "globex"
 

@@ -23,6 +23,17 @@ class Connection:
         self.closed = True
 
 
+class Recorder(logging.Handler):
+    """Keeps every record it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 class Pool:
     """A holder as a lane is: connections it keeps idle, which the budget may ask it to close."""
 
@@ -34,7 +45,7 @@ class Pool:
     async def take(self) -> Connection:
         if self.idle:
             return self.idle.pop()[0]
-        return await self.budget.connect(self._open, kind="lane")  # type: ignore[arg-type]
+        return await self.budget.connect(self._open, kind="lane")
 
     async def _open(self) -> Connection:
         await asyncio.sleep(0)
@@ -118,9 +129,8 @@ def test_a_caller_that_finds_no_room_waits_and_the_wait_is_said_once() -> None:
         return time.monotonic() - started, done
 
     logger = logging.getLogger("ket.store.budget")
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign]
+    handler = Recorder()
+    records = handler.records
     logger.addHandler(handler)
     try:
         _, done = asyncio.run(scenario())
@@ -203,9 +213,8 @@ def test_a_server_with_less_room_than_the_budget_is_worked_within_and_said_once(
         return budget.peak, opened, budget.ceiling()
 
     logger = logging.getLogger("ket.store.budget")
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign]
+    handler = Recorder()
+    records = handler.records
     logger.addHandler(handler)
     try:
         peak, opened, ceiling = asyncio.run(scenario())

@@ -10,7 +10,7 @@ import pytest
 from ket.errors import JobRejected, StoreError
 from ket.store import JobClaim, NewJob
 from ket.store.failure import describe, store_error, translated
-from ket.store.memory import MemoryStore, store
+from ket.store.memory import MemoryStore, transition
 
 
 def test_a_store_error_is_returned_as_it_is() -> None:
@@ -49,7 +49,7 @@ def test_a_fault_inside_the_memory_store_reaches_the_caller_as_store_error(
     def broken(*args: object) -> None:
         raise RuntimeError("a bug in a transition")
 
-    monkeypatch.setattr(store.transition, "claim", broken)
+    monkeypatch.setattr(transition, "claim", broken)  # the module the memory store calls
 
     async def main() -> None:
         memory = MemoryStore()

@@ -59,7 +59,8 @@ def _install(path: Path, *models: ModelTable) -> None:
 
 def test_postgresql_columns_map_the_shorthand_types() -> None:
     table = _table("postgresql", _shape(RecordModel.of(EVERY_TYPE)))
-    ddl = " ".join(str(CreateTable(table).compile(dialect=postgresql.dialect())).split())
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy's is unannotated
+    ddl = " ".join(str(CreateTable(table).compile(dialect=dialect)).split())
     for column in [
         "CREATE TABLE m_sales_order (",
         "id TEXT NOT NULL",

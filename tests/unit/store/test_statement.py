@@ -34,7 +34,7 @@ def test_the_checked_in_postgres_text_is_current() -> None:
     ],
 )
 def test_every_statement_of_a_group_has_a_handle(group: str, kind: type, built: object) -> None:
-    names = set()
+    names: set[str] = set()
     for field in dataclasses.fields(kind):
         value = getattr(built, field.name)
         if isinstance(value, dict):

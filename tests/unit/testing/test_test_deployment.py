@@ -49,8 +49,8 @@ def _deployment(at: str) -> Any:
     return define_deployment(name="t", modules=[module])
 
 
-def utc(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)
+def utc(year: int, month: int, day: int, hour: int, minute: int, second: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 def test_a_failed_job_runs_again_only_when_the_clock_reaches_its_retry() -> None:
