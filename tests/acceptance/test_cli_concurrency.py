@@ -119,8 +119,7 @@ def _wait_for(predicate: Callable[[], bool], what: Callable[[], str]) -> None:
             ["--concurrency", "default=4"],
             None,
             4,
-            "queues default=4 (--concurrency), mail=1 (declared); "
-            "tenant databases on SQLite",
+            "queues default=4 (--concurrency), mail=1 (declared); tenant databases on SQLite",
         ),
         (
             "worker",
@@ -143,8 +142,7 @@ def _wait_for(predicate: Callable[[], bool], what: Callable[[], str]) -> None:
             ["--concurrency", "default=3"],
             None,
             3,
-            "queues default=3 (--concurrency), mail=1 (declared); "
-            "tenant databases on SQLite",
+            "queues default=3 (--concurrency), mail=1 (declared); tenant databases on SQLite",
         ),
     ],
     ids=["flag-raises", "variable-lowers", "flag-wins-over-variable", "dev"],
