@@ -26,6 +26,7 @@ from ket.declare.job import JobDecl, Upgrade, default_backoff_seconds
 from ket.declare.operation import Handler, OperationDecl
 from ket.declare.serve import ServeConfig
 from ket.declare.worker import WorkerConfig
+from ket.due import RunAt, RunIn, due
 from ket.errors import CheckFailed, DeclarationError, JobRejected, PayloadVersionError
 from ket.schedule import Schedule
 from ket.secret import (
@@ -137,7 +138,8 @@ class Catalog:
         name: str,
         input: BaseModel | Mapping[str, Any] | None = None,
         *,
-        run_at: datetime | None = None,
+        run_at: RunAt | None = None,
+        run_in: RunIn | None = None,
         priority: int | None = None,
         unique_key: str | None = None,
         company: str | None = None,
@@ -146,10 +148,12 @@ class Catalog:
         tags: list[str] | tuple[str, ...] | None = None,
     ) -> NewJob:
         """A job to insert: input validated (pydantic ValidationError naming the field), defaults
-        from the declaration filled in (`tags` given replace the declared ones)."""
+        from the declaration filled in (`tags` given replace the declared ones), due at `run_at`
+        or `run_in` after the store's now (JobRejected naming a bad one, or both: ket.due)."""
         bare = (
             input is None
             and run_at is None
+            and run_in is None
             and priority is None
             and unique_key is None
             and company is None
@@ -167,10 +171,12 @@ class Catalog:
             payload = seal_payload(validate_input(spec, input), self.keys, job=name)
         else:
             payload = plain_payload(validate_input(spec, input), job=name)
-        if run_at is not None and (not isinstance(run_at, datetime) or run_at.utcoffset() is None):
-            raise JobRejected(
-                f"job {name!r}: run_at must be a timezone-aware datetime, got {run_at!r}"
-            )
+        at, delay = None, 0.0
+        if run_at is not None or run_in is not None:  # most enqueues are due now: no call
+            try:
+                at, delay = due(run_at, run_in)
+            except ValueError as error:
+                raise JobRejected(f"job {name!r}: {error}") from None
         if tags is not None:
             try:
                 tags = resolve.tags(tags)
@@ -180,7 +186,8 @@ class Catalog:
             name=name,
             queue=spec.queue,
             payload=payload,
-            run_at=run_at,
+            run_at=at,
+            delay_seconds=delay,
             priority=spec.priority if priority is None else priority,
             max_attempts=spec.max_attempts,
             payload_version=spec.input_version,

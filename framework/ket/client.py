@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -33,6 +32,7 @@ from sqlalchemy.engine import Engine
 
 from ket.catalog import Catalog
 from ket.declare.deployment import DeploymentDecl
+from ket.due import RunAt, RunIn
 from ket.errors import JobRejected, StoreError
 from ket.runtime.tenancy import (
     DEFAULT_TENANT,
@@ -160,7 +160,8 @@ class Client:
         name: str,
         input: Input = None,
         *,
-        run_at: datetime | None = None,
+        run_at: RunAt | None = None,
+        run_in: RunIn | None = None,
         priority: int | None = None,
         unique_key: str | None = None,
         company: str | None = None,
@@ -175,6 +176,7 @@ class Client:
             name,
             input,
             run_at=run_at,
+            run_in=run_in,
             priority=priority,
             unique_key=unique_key,
             company=company,
@@ -245,7 +247,8 @@ class AsyncClient:
         name: str,
         input: Input = None,
         *,
-        run_at: datetime | None = None,
+        run_at: RunAt | None = None,
+        run_in: RunIn | None = None,
         priority: int | None = None,
         unique_key: str | None = None,
         company: str | None = None,
@@ -260,6 +263,7 @@ class AsyncClient:
             name,
             input,
             run_at=run_at,
+            run_in=run_in,
             priority=priority,
             unique_key=unique_key,
             company=company,

@@ -26,6 +26,7 @@ from ket.errors import KetError
 from ket.operate import cancel_job, retry_job
 from ket.operate.action import change_text
 from ket.runtime.prune import prune_batches
+from ket.schedule.duration import duration_seconds
 from ket.secret import redact_payload
 from ket.store.contract import QueryableStore
 from ket.store.roster import manifest_counts
@@ -36,9 +37,7 @@ if TYPE_CHECKING:
     from ket.store.sql import SqlStore
 
 T = TypeVar("T")
-_DURATION = re.compile(r"([0-9]{1,20})([smhd])")
 _INTEGER = re.compile(r"-?[0-9]+")
-_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
 
 
 def add_parser(
@@ -347,12 +346,11 @@ def _not_negative(text: str) -> int:
 
 
 def _duration(text: str) -> float:
-    match = _DURATION.fullmatch(text)
-    if not match:
+    seconds = duration_seconds(text)
+    if seconds is None:
         raise argparse.ArgumentTypeError(
             f"expected a duration such as 12h or 30d, got {clip(text, 60)!r}"
         )
-    seconds = int(match.group(1)) * _UNITS[match.group(2)]
     if seconds > MAX_SECONDS:
         raise argparse.ArgumentTypeError(
             f"a duration must be at most {MAX_SECONDS // 86_400}d (a century), got {text!r}"

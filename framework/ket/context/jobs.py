@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
 
 from ket.catalog import Catalog, OperationSpec
 from ket.context.part import Part
+from ket.due import RunAt, RunIn
 from ket.errors import EffectError
 from ket.store.types import Inserted, NewJob
 
@@ -46,14 +46,18 @@ class Jobs(Part):
         name: str,
         input: BaseModel | Mapping[str, Any] | None = None,
         *,
-        run_at: datetime | None = None,
+        run_at: RunAt | None = None,
+        run_in: RunIn | None = None,
         priority: int | None = None,
         unique_key: str | None = None,
         company: str | None = None,
         tags: list[str] | tuple[str, ...] | None = None,
     ) -> Inserted:
-        """Enqueue one job; returns its id and whether it coalesced with an active one."""
-        job = self.__build(name, input, run_at, priority, unique_key, company, tags)
+        """Enqueue one job; returns its id and whether it coalesced with an active one.
+
+        `run_at`: an aware datetime or an ISO-8601 text with an offset; `run_in`: a delay (a
+        timedelta, seconds, or `"90s"`, `"5m"`, `"2h"`, `"1d"`) from the store's now."""
+        job = self.__build(name, input, run_at, run_in, priority, unique_key, company, tags)
         [inserted] = await self.__insert([job])
         return inserted
 
@@ -68,6 +72,7 @@ class Jobs(Part):
                     name,
                     input,
                     options.pop("run_at", None),
+                    options.pop("run_in", None),
                     options.pop("priority", None),
                     options.pop("unique_key", None),
                     options.pop("company", None),
@@ -82,7 +87,8 @@ class Jobs(Part):
         self,
         name: str,
         input: BaseModel | Mapping[str, Any] | None,
-        run_at: datetime | None,
+        run_at: RunAt | None,
+        run_in: RunIn | None,
         priority: int | None,
         unique_key: str | None,
         company: str | None,
@@ -104,6 +110,7 @@ class Jobs(Part):
             name,
             input,
             run_at=run_at,
+            run_in=run_in,
             priority=priority,
             unique_key=unique_key,
             company=company,

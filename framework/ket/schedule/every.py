@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar, Literal
 
 from ket.errors import ScheduleError
+from ket.schedule.duration import duration_seconds
 from ket.schedule.fingerprint import fingerprint_of
 from ket.schedule.instant import (
     epoch_microseconds,
@@ -15,10 +15,6 @@ from ket.schedule.instant import (
     from_epoch_seconds,
     require_aware,
 )
-
-# The digit cap only keeps int() away from absurd inputs; MAX_SECONDS is the real bound.
-_EVERY = re.compile(r"([1-9][0-9]{0,17})([smhd])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 MIN_SECONDS = 10
 """The shortest interval: anything faster belongs in a loop, not a schedule."""
@@ -79,12 +75,11 @@ class Every:
 
 def parse_every(text: str) -> Every:
     """Parse an every value such as '15m'; raise ScheduleError naming it if it is not one."""
-    match = _EVERY.fullmatch(text)
-    if match is None:
+    seconds = duration_seconds(text)
+    if seconds is None or text.startswith("0"):  # an interval counts from 1: no '0m', '015m'
         raise ScheduleError(
             f"every must be '<count><s|m|h|d>' such as '15m', got {text!r}", problem="syntax"
         )
-    seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
     if seconds < MIN_SECONDS:
         raise ScheduleError(
             f"every must be at least {MIN_SECONDS}s, got {text!r}", problem="too_frequent"

@@ -8,8 +8,13 @@ with a clock (the test clock) takes every due time, lease and rescue deadline fr
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
+
+from ket.errors import JobRejected
+from ket.store.types import NewJob
 
 
 class Clock(Protocol):
@@ -52,6 +57,26 @@ class ManualClock:
         with self._lock:
             self._now = _aware(instant)
             return self._now
+
+
+def delays_ended(jobs: Sequence[NewJob], now: datetime) -> Sequence[NewJob]:
+    """`jobs` with each delay made the instant it ends, counted from `now`, the store's now at
+    the insert: a delay follows the database's clock (or the test clock), not the producer's.
+    The very same sequence when no job has a delay, as almost none has."""
+    if not any(job.delay_seconds for job in jobs):
+        return jobs
+    return [_delay_ended(job, now) if job.delay_seconds else job for job in jobs]
+
+
+def _delay_ended(job: NewJob, now: datetime) -> NewJob:
+    try:
+        run_at = now + timedelta(seconds=job.delay_seconds)
+    except OverflowError:  # a test clock set near the end of the calendar
+        raise JobRejected(
+            f"job {job.name!r}: delay_seconds of {job.delay_seconds!r} from {now.isoformat()} "
+            "leaves the calendar"
+        ) from None
+    return replace(job, run_at=run_at, delay_seconds=0.0)
 
 
 def _aware(instant: datetime) -> datetime:

@@ -47,13 +47,15 @@ PAYLOAD_VERSION = 1
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NewJob:
-    """A job to persist. `run_at` None means now (the store's now); `payload` is JSON."""
+    """A job to persist. `run_at` None means now (the store's now) plus `delay_seconds`, which
+    the store counts from its own now at the insert (never with a `run_at`); `payload` is JSON."""
 
     name: str
     queue: str = "default"
     payload: Mapping[str, Any] = field(default_factory=dict)
     payload_version: int = PAYLOAD_VERSION
     run_at: datetime | None = None
+    delay_seconds: float = 0.0
     priority: int = 0
     max_attempts: int = 20
     unique_key: str | None = None

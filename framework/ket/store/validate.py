@@ -129,6 +129,13 @@ def _check_own(job: NewJob) -> None:
             raise JobRejected(
                 f"job {job.name!r}: {field} must be a timezone-aware datetime, got {value!r}"
             )
+    if job.delay_seconds:  # 0.0 for almost every job: nothing to check
+        check_seconds(f"job {job.name!r}: delay_seconds", job.delay_seconds, positive=False)
+        if job.run_at is not None:
+            raise JobRejected(
+                f"job {job.name!r}: give run_at or delay_seconds, not both (run_at "
+                f"{job.run_at.isoformat()}, delay_seconds {job.delay_seconds!r})"
+            )
 
 
 def encode_payload(job: NewJob, *, limit: int = MAX_PAYLOAD_BYTES) -> str:

@@ -18,6 +18,7 @@ __all__ = [
     "test_manual_clock_decides_due_times_not_the_machine_clock",
     "test_manual_clock_is_shared_by_every_replica",
     "test_now_is_the_manual_clock",
+    "test_store_time_counts_a_delay_from_the_insert",
     "test_store_time_expires_a_lease_in_real_time",
     "test_store_time_is_aware_and_close_to_real_utc",
     "test_store_time_makes_a_scheduled_job_due_in_real_time",
@@ -95,3 +96,12 @@ async def test_store_time_makes_a_scheduled_job_due_in_real_time(t: Tck) -> None
     await asyncio.sleep(0.5)
     assert [c.id for c in await claim(t.store, "soon")] == [soon]
     assert await claim(t.store) == [], f"job {job_id}, due in 3 s, was claimed after 0.5 s"
+
+
+@on_store_time
+async def test_store_time_counts_a_delay_from_the_insert(t: Tck) -> None:
+    job_id = await insert_one(t.store, new_job(delay_seconds=600))
+    record = await get(t, job_id)
+    assert record.state == "scheduled"
+    assert record.run_at - record.enqueued_at == timedelta(seconds=600)
+    assert abs(record.enqueued_at - datetime.now(UTC)) < TOLERANCE

@@ -15,6 +15,7 @@ from ket.tck.arrange import (
     assert_no_jobs,
     claim,
     claim_only,
+    fresh_queue,
     get,
     ids,
     insert,
@@ -32,6 +33,7 @@ __all__ = [
     "test_insert_of_an_empty_list_returns_nothing_and_writes_nothing",
     "test_insert_refuses_a_bad_value_in_a_batch_of_one_job_declaration",
     "test_insert_refuses_a_datetime_object_in_the_payload",
+    "test_insert_refuses_a_delay_that_is_negative_not_finite_or_given_with_a_run_at",
     "test_insert_refuses_a_naive_run_at",
     "test_insert_refuses_a_naive_tick",
     "test_insert_refuses_a_non_finite_number_in_the_payload",
@@ -50,6 +52,8 @@ __all__ = [
     "test_insert_round_trips_nested_and_unicode_payloads",
     "test_insert_round_trips_the_trace_context_to_claim_and_record",
     "test_insert_round_trips_times_given_in_another_timezone",
+    "test_insert_with_a_delay_is_due_that_long_after_the_stores_now",
+    "test_insert_with_a_delay_keeps_each_jobs_own_in_a_large_batch",
     "test_insert_with_future_run_at_is_scheduled",
     "test_insert_with_run_at_equal_to_now_is_available",
     "test_jobs_without_unique_key_never_coalesce",
@@ -110,6 +114,31 @@ async def test_insert_with_future_run_at_is_scheduled(t: Tck) -> None:
     record = await get(t, job_id)
     assert (record.state, record.run_at, record.enqueued_at) == ("scheduled", due, EPOCH)
     assert await claim(t.store) == []
+
+
+@tck_test
+async def test_insert_with_a_delay_is_due_that_long_after_the_stores_now(t: Tck) -> None:
+    t.clock.advance(seconds=30)
+    later = await insert_one(t.store, new_job(delay_seconds=90.5))
+    at_once = await insert_one(t.store, new_job(delay_seconds=0))
+    record = await get(t, later)
+    due = EPOCH + timedelta(seconds=120.5)
+    assert (record.state, record.run_at, record.enqueued_at) == ("scheduled", due, after(t, 0))
+    assert (await get(t, at_once)).state == "available"
+    assert [c.id for c in await claim(t.store)] == [at_once]
+    t.clock.advance(seconds=90.5)
+    assert [c.id for c in await claim(t.store)] == [later]
+
+
+@tck_test
+async def test_insert_with_a_delay_keeps_each_jobs_own_in_a_large_batch(t: Tck) -> None:
+    # large enough for each store's bulk path (PostgreSQL's arrays, SQLite's own numbering)
+    queue = fresh_queue("delays")
+    results = await t.store.job_insert(
+        [new_job(queue=queue, delay_seconds=float(n % 3)) for n in range(70)]
+    )
+    runs = [(await get(t, r.id)).run_at for r in results]
+    assert runs == [after(t, n % 3) for n in range(70)]
 
 
 @tck_test
@@ -375,6 +404,17 @@ async def test_insert_refuses_a_trace_context_that_is_not_a_few_short_strings(t:
 async def test_insert_refuses_a_naive_run_at(t: Tck) -> None:
     naive = datetime(2030, 1, 15, 13, 0)
     await _refused(t, new_job("kit.bad.naive", run_at=naive), "kit.bad.naive")
+
+
+@tck_test
+async def test_insert_refuses_a_delay_that_is_negative_not_finite_or_given_with_a_run_at(
+    t: Tck,
+) -> None:
+    for delay in (-1, float("nan"), float("inf"), True, "5m"):
+        bad = new_job("kit.bad.delay", delay_seconds=delay)
+        await _refused(t, bad, "kit.bad.delay", "delay_seconds", repr(delay))
+    both = new_job("kit.bad.both", delay_seconds=5.0, run_at=after(t, 5))
+    await _refused(t, both, "kit.bad.both", "run_at", "delay_seconds")
 
 
 @tck_test

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from ket.catalog import Catalog
 from ket.context import AbortSignal
 from ket.declare.deployment import DeploymentDecl
+from ket.due import RunAt, RunIn
 from ket.runtime.call import call_function
 from ket.runtime.contexts import Contexts, install_models
 from ket.runtime.events import Hooks
@@ -182,17 +183,19 @@ class TestDeployment:
         name: str,
         input: BaseModel | Mapping[str, Any] | None = None,
         *,
-        run_at: datetime | None = None,
+        run_at: RunAt | None = None,
+        run_in: RunIn | None = None,
         priority: int | None = None,
         unique_key: str | None = None,
         company: str | None = None,
         tags: list[str] | tuple[str, ...] | None = None,
     ) -> Inserted:
-        """Enqueue a job directly, as a test's producer."""
+        """Enqueue a job directly, as a test's producer; `run_in` counts from `clock.now()`."""
         job = self.catalog.new_job(
             name,
             input,
             run_at=run_at,
+            run_in=run_in,
             priority=priority,
             unique_key=unique_key,
             company=company,

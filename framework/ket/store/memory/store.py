@@ -14,7 +14,7 @@ from typing import Any
 
 from ket.errors import JobRejected, StoreError
 from ket.store import validate
-from ket.store.clock import Clock, SystemClock
+from ket.store.clock import Clock, SystemClock, delays_ended
 from ket.store.failure import translated
 from ket.store.memory import bulk, transition
 from ket.store.memory.database import MemoryDatabase
@@ -487,6 +487,7 @@ class MemoryStore:
         payloads = encode_payloads(jobs)
         with self._locked():
             now = self._now()
+            jobs = delays_ended(jobs, now)
             inserted = [
                 self.database.insert(job, payload, now)
                 for job, payload in zip(jobs, payloads, strict=True)

@@ -16,6 +16,7 @@ from functools import cache
 from typing import Any
 
 from ket.errors import StoreError
+from ket.store.clock import delays_ended
 from ket.store.sql import statement as stmt
 from ket.store.sql.fetch import Rows, SyncRows
 from ket.store.sql.now import TimeSql
@@ -278,6 +279,11 @@ def insert_plan(
     `now` None means the database's time. `write_locked` says a SQLite transaction holds the
     write lock from its start (the store's own transactions do; an application's may not).
     """
+    if any(job.delay_seconds for job in batch):
+        if now is None:  # a delay counts from the database's now: read it, and insert at it
+            [row] = yield Step(stmt.CLOCK, {"now": None})
+            now = row[0]
+        batch = delays_ended(batch, now)
     results: list[Inserted | None] = [None] * len(batch)
     plain = [i for i, job in enumerate(batch) if job.unique_key is None]
     # PostgreSQL: any batch as one statement; SQLite: large batches numbered by hand
@@ -357,10 +363,15 @@ def _insert_unique(
 
 def wake_queues(batch: Sequence[NewJob], now: datetime | None) -> set[str]:
     """Queues that got work runnable at once (a guess when now is the database's: hints only)."""
-    if all(job.run_at is None for job in batch):  # the usual case, without reading the clock
+    if all(job.run_at is None and not job.delay_seconds for job in batch):  # without the clock
         return {job.queue for job in batch}
     moment = now or datetime.now(UTC)
-    return {job.queue for job in batch if job.run_at is None or job.run_at <= moment}
+    return {
+        job.queue
+        for job in batch
+        if (job.run_at is None and not job.delay_seconds)
+        or (job.run_at is not None and job.run_at <= moment)
+    }
 
 
 def _arrays(
