@@ -23,7 +23,7 @@ TypeError, naming it); nothing is written in any of these cases.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -34,15 +34,17 @@ from ket.catalog import Catalog
 from ket.declare.deployment import DeploymentDecl
 from ket.due import RunAt, RunIn
 from ket.errors import JobRejected, StoreError
+from ket.runtime.events import Hooks, report_enqueued
+from ket.runtime.events import hooks as default_hooks
 from ket.runtime.tenancy import (
     DEFAULT_TENANT,
     check_registered,
     database_template,
-    ensure_sqlite_folder,
     registry_url,
     resolve_tenants,
 )
 from ket.secret import Redactor, clear_secrets
+from ket.store.database_file import require_database
 from ket.store.database_url import PLACEHOLDER, parse_database_url
 from ket.store.failure import translated
 from ket.store.sql import SqlStore, insert_on
@@ -130,7 +132,8 @@ def _resolved(tenant: str, database_url: str | None, registered: dict[str, str |
     else:
         template = database_template(database_url)
         url = resolve_tenants(registered, template, only=tenant).url_of(tenant)
-    ensure_sqlite_folder(url)
+    # a producer never makes the database: an empty file left behind would be taken for one
+    require_database(url)
     return url
 
 
@@ -147,9 +150,18 @@ def _registered(database_url: str | None) -> dict[str, str | None] | None:
 class Client:
     """Enqueue jobs of one deployment into one tenant's database (synchronous)."""
 
-    def __init__(self, catalog: Catalog, engine: Engine, hints: SyncHints | None = None) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        engine: Engine,
+        hints: SyncHints | None = None,
+        *,
+        tenant: str = DEFAULT_TENANT,
+    ) -> None:
         self._catalog = catalog
         self._engine = engine
+        self._tenant = tenant
+        self._hooks = default_hooks  # what `ket worker` emits to: `from ket import hooks`
         # SQLite: workers in other processes hear of a commit through its wake folder
         self._wake_folder = WakeFolder.of(engine.url)
         # several tenants on PostgreSQL: through the control database
@@ -203,6 +215,7 @@ class Client:
                 # poll or safety visit finds the job
                 hints, queues = self._hints, wake_queues(jobs, None)
                 app.on_commit(lambda: hints.sent(queues))
+            _report(self._hooks, self._tenant, jobs, inserted, app.on_commit)
             return inserted
         with _PayloadFree(jobs):
             # connecting and committing may fail too, outside insert_on's own translation
@@ -215,6 +228,7 @@ class Client:
                 self._wake_folder.ring(wake_queues(jobs, None))
             if self._hints is not None:
                 self._hints.sent(wake_queues(jobs, None))
+            report_enqueued(self._hooks, self._tenant, jobs, inserted)  # committed
             return inserted
 
     def close(self) -> None:
@@ -238,9 +252,11 @@ class Client:
 class AsyncClient:
     """Enqueue jobs of one deployment into one tenant's database (asyncio)."""
 
-    def __init__(self, catalog: Catalog, store: SqlStore) -> None:
+    def __init__(self, catalog: Catalog, store: SqlStore, *, tenant: str = DEFAULT_TENANT) -> None:
         self._catalog = catalog
         self._store = store
+        self._tenant = tenant
+        self._hooks = default_hooks  # as Client's
 
     async def aenqueue(
         self,
@@ -282,9 +298,13 @@ class AsyncClient:
         if connection is not None:
             app = await async_app_connection(connection)  # refused as in Client._insert
             with _PayloadFree(jobs):
-                return await self._store.job_insert_on(app, jobs)
+                inserted = await self._store.job_insert_on(app, jobs)
+            _report(self._hooks, self._tenant, jobs, inserted, app.on_commit)
+            return inserted
         with _PayloadFree(jobs):
-            return await self._store.job_insert(jobs)
+            inserted = await self._store.job_insert(jobs)
+        report_enqueued(self._hooks, self._tenant, jobs, inserted)  # committed
+        return inserted
 
     async def aclose(self) -> None:
         """Release the client's connections."""
@@ -310,7 +330,7 @@ def open_client(
     url, control = _target(tenant, database_url)
     engine = create_sync_engine(url, hide_parameters=True)
     hints = SyncHints(control, tenant) if control is not None else None
-    return Client(Catalog.build(deployment), engine, hints)
+    return Client(Catalog.build(deployment), engine, hints, tenant=tenant)
 
 
 async def open_async_client(
@@ -326,4 +346,23 @@ async def open_async_client(
     except BaseException:
         await store.close()
         raise
-    return AsyncClient(Catalog.build(deployment), store)
+    return AsyncClient(Catalog.build(deployment), store, tenant=tenant)
+
+
+def _report(
+    hooks: Hooks,
+    tenant: str,
+    jobs: Sequence[NewJob],
+    inserted: Sequence[Inserted],
+    on_commit: Callable[[Callable[[], None]], None] | None,
+) -> None:
+    """The `enqueued` events of jobs inserted on the app's connection: once its transaction
+    commits where ket can see that (Django's on_commit, an AsyncSession's after_commit); else
+    now, at the insert, which is after the commit for a psycopg connection in autocommit mode
+    (ket's own transaction) but before it for any other (the app may still roll back)."""
+    if not hooks.wanted("enqueued"):
+        return  # nobody listens: not even a callback for the commit
+    if on_commit is None:
+        report_enqueued(hooks, tenant, jobs, inserted)
+    else:
+        on_commit(lambda: report_enqueued(hooks, tenant, jobs, inserted))

@@ -12,10 +12,18 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 from sqlalchemy import create_engine, text
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
-from ket import define_deployment, define_job, define_module, open_async_client, open_client
+from ket import (
+    define_deployment,
+    define_job,
+    define_module,
+    hooks,
+    open_async_client,
+    open_client,
+)
 from ket.errors import JobRejected, KetError
+from ket.runtime.events import Event
 from ket.store import JobQuery
 from ket.store.sql import SqlStore
 from ket.store.sql.engine import async_url, sync_url
@@ -149,3 +157,108 @@ def test_without_a_registry_only_the_default_tenant_exists_for_a_client(
     )
     assert list(tmp_path.iterdir()) == []  # nothing created for it
     open_client(APP, database_url=database_url).close()  # `default` is the tenant: no error
+
+
+class Enqueued:
+    """The `enqueued` events the process's hooks get, and whether each job was committed (seen
+    from another connection) when its event came."""
+
+    def __init__(self, url: str, args: dict[str, str]) -> None:
+        self.seen: list[tuple[str, str | None, int | None, bool]] = []
+        self._engine = create_engine(sync_url(url), connect_args=args)
+        self._unsubscribe = hooks.subscribe(self._enqueued, ["enqueued"])
+
+    def _enqueued(self, event: Event) -> None:
+        with self._engine.connect() as other:
+            found = other.execute(
+                text("SELECT 1 FROM ket_jobs WHERE id = :id"), {"id": event.job_id}
+            )
+            self.seen.append((event.tenant, event.name, event.job_id, found.first() is not None))
+
+    def close(self) -> None:
+        self._unsubscribe()
+        self._engine.dispose()
+
+
+@pytest.fixture
+def enqueued(database: tuple[str, dict[str, str]]) -> Iterator[Enqueued]:
+    watcher = Enqueued(*database)
+    try:
+        yield watcher
+    finally:
+        watcher.close()
+
+
+def _committed(url: str, args: dict[str, str]) -> list[int]:
+    engine = create_engine(sync_url(url), connect_args=args)
+    try:
+        with engine.connect() as connection:
+            return list(connection.execute(text("SELECT id FROM ket_jobs ORDER BY id")).scalars())
+    finally:
+        engine.dispose()
+
+
+def test_a_clients_enqueues_are_reported_to_the_process_hooks_once_committed(
+    database: tuple[str, dict[str, str]], enqueued: Enqueued
+) -> None:
+    url, args = database
+    with open_client(APP, database_url=_client_url(url, args)) as client:
+        client.enqueue("mail.send", {"to": "a@example.com"})
+        client.enqueue_many([("mail.send", {"to": "b@example.com"})] * 2)
+
+    async def produce() -> None:
+        async with await open_async_client(APP, database_url=_client_url(url, args)) as client:
+            await client.aenqueue("mail.send", {"to": "c@example.com"})
+            await client.aenqueue_many([("mail.send", {"to": "d@example.com"})])
+
+    asyncio.run(produce())
+    ids = _committed(url, args)
+    assert len(ids) == 5
+    assert enqueued.seen == [("default", "mail.send", job_id, True) for job_id in ids]
+
+
+def test_on_the_apps_connection_ket_reports_at_the_insert_what_it_cannot_see_commit(
+    database: tuple[str, dict[str, str]], enqueued: Enqueued
+) -> None:
+    url, args = database
+    engine = create_engine(sync_url(url), connect_args=args)
+    try:
+        with (
+            open_client(APP, database_url=_client_url(url, args)) as client,
+            pytest.raises(RuntimeError),
+            engine.begin() as connection,
+        ):
+            client.enqueue("mail.send", {"to": "lost@example.com"}, connection=connection)
+            raise RuntimeError("the app rolls back after enqueueing")
+    finally:
+        engine.dispose()
+    # a SQLAlchemy Connection tells ket nothing of its commit: the event came at the insert,
+    # before the commit, for a job the rollback then took away (docs/operations.md)
+    assert _committed(url, args) == []
+    assert [(name, committed) for _, name, _, committed in enqueued.seen] == [("mail.send", False)]
+
+
+def test_on_an_async_session_the_event_waits_for_its_commit_and_a_rollback_sends_none(
+    database: tuple[str, dict[str, str]], enqueued: Enqueued
+) -> None:
+    url, args = database
+
+    async def scenario() -> None:
+        client = await open_async_client(APP, database_url=_client_url(url, args))
+        engine = create_async_engine(async_url(url), connect_args=args)
+        try:
+            async with AsyncSession(engine) as session:
+                await client.aenqueue("mail.send", {"to": "lost@example.com"}, connection=session)
+                await session.rollback()
+                async with session.begin():
+                    await client.aenqueue_many(
+                        [("mail.send", {"to": "kept@example.com"})], connection=session
+                    )
+                    assert enqueued.seen == []  # not before the commit
+        finally:
+            await engine.dispose()
+            await client.aclose()
+
+    asyncio.run(scenario())
+    [kept] = _committed(url, args)
+    assert enqueued.seen == [("default", "mail.send", kept, True)]

@@ -7,7 +7,8 @@
     await ctx.tx(confirm)          # in a plain handler: ctx.tx(confirm) with a plain `confirm`
 
 The rows and the jobs exist if and only if `fn` returns; an exception rolls everything back and
-reaches the caller. Wake-ups for the jobs go out only after the commit.
+reaches the caller. Wake-ups for the jobs, and their `enqueued` events, go out only after the
+commit.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +29,11 @@ from ket.context.jobs import Jobs
 from ket.context.signal import AbortSignal
 from ket.errors import StoreError
 from ket.store.contract import TransactionalStore
+from ket.store.types import Inserted, NewJob
 
 Transact = Callable[[Callable[[Any], Any]], Awaitable[Any]]
+# told of the jobs of each insert once the transaction committed (the runtime's lifecycle events)
+Committed = Callable[[Sequence[NewJob], Sequence[Inserted]], None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +55,15 @@ class Transactor:
 
     # the store ctx.tx runs on is the context's business: kept in mangled slots, off the
     # surface a handler sees through `ctx.tx`
-    __slots__ = ("__catalog", "__company", "__executor", "__operation", "__signal", "__store")
+    __slots__ = (
+        "__catalog",
+        "__committed",
+        "__company",
+        "__executor",
+        "__operation",
+        "__signal",
+        "__store",
+    )
 
     def __init__(
         self,
@@ -61,6 +73,8 @@ class Transactor:
         executor: Executor | None = None,
         company: str | None = None,
         signal: AbortSignal | None = None,
+        *,
+        committed: Committed | None = None,
     ) -> None:
         self.__store = store
         self.__catalog = catalog
@@ -68,6 +82,7 @@ class Transactor:
         self.__executor = executor
         self.__company = company
         self.__signal = signal
+        self.__committed = committed
 
     def fenced(self, signal: AbortSignal) -> Transact:
         """`run`, for an attempt under `signal`: refused, and its `tx` too, once aborted."""
@@ -89,26 +104,39 @@ class Transactor:
                 f"{self.__operation.name}: store {type(store).__name__} cannot run ctx.tx "
                 "(it is not a TransactionalStore)"
             )
+        inserts: list[tuple[Sequence[NewJob], Sequence[Inserted]]] = []
+        committed = self.__committed
         async with store.transaction() as transaction:
+            insert = transaction.job_insert
+            if committed is not None:
+                insert = functools.partial(_kept, insert, inserts)
             db = Database(
                 records_of(transaction), self.__operation, self.__catalog.models, self.__company
             )
-            jobs = Jobs(self.__catalog, self.__operation, transaction.job_insert, self.__company)
+            jobs = Jobs(self.__catalog, self.__operation, insert, self.__company)
             if signal is not None:  # an aborted attempt writes nothing more
                 db, jobs = fence(db, signal), fence(jobs, signal)
-            tx = TxContext(db=db, jobs=jobs)
-            if _is_async(fn):
-                return await fn(tx)
-            loop = asyncio.get_running_loop()
-            executor = self.__executor or _plain_fn_pool()
-            result = await loop.run_in_executor(executor, fn, Blocking(tx, loop))
-            if inspect.isawaitable(result):
-                _close(result)
-                raise TypeError(
-                    f"ctx.tx ran {fn!r} as a plain function, but it returned an awaitable; "
-                    "pass the async function itself (not a lambda or wrapper around it)"
-                )
-            return result
+            result = await self.__call(fn, TxContext(db=db, jobs=jobs))
+        # committed: the jobs exist now (a rollback raised above, and reports none of them)
+        if committed is not None:
+            for batch, inserted in inserts:
+                committed(batch, inserted)
+        return result
+
+    async def __call(self, fn: Callable[[Any], Any], tx: TxContext) -> Any:
+        """`fn(tx)`: awaited, or a plain `fn` run off the event loop."""
+        if _is_async(fn):
+            return await fn(tx)
+        loop = asyncio.get_running_loop()
+        executor = self.__executor or _plain_fn_pool()
+        result = await loop.run_in_executor(executor, fn, Blocking(tx, loop))
+        if inspect.isawaitable(result):
+            _close(result)
+            raise TypeError(
+                f"ctx.tx ran {fn!r} as a plain function, but it returned an awaitable; "
+                "pass the async function itself (not a lambda or wrapper around it)"
+            )
+        return result
 
 
 def build_db_and_tx(
@@ -126,6 +154,17 @@ def build_db_and_tx(
     if signal is None:
         return db, tx
     return fence(db, signal), fence_call(tx, signal)
+
+
+async def _kept(
+    insert: Callable[[Sequence[NewJob]], Awaitable[list[Inserted]]],
+    inserts: list[tuple[Sequence[NewJob], Sequence[Inserted]]],
+    jobs: Sequence[NewJob],
+) -> list[Inserted]:
+    """`insert(jobs)`, keeping what it inserted for the report after the commit."""
+    inserted = await insert(jobs)
+    inserts.append((jobs, inserted))
+    return inserted
 
 
 @functools.cache

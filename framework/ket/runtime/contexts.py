@@ -31,8 +31,9 @@ from ket.context.context import job_context_made_on_use
 from ket.context.db import Database, records_of
 from ket.context.fence import fence
 from ket.context.storage import max_blob_bytes_from
+from ket.context.tx import Committed
 from ket.errors import StoreError
-from ket.runtime.events import Event, Hooks
+from ket.runtime.events import Hooks, report_enqueued
 from ket.storage import BlobStore, LocalBlobs, blobs_from_environ
 from ket.store.contract import JobStore, QueryableStore, RecordStore, SentLedger
 from ket.store.types import ClaimedJob, Inserted, NewJob
@@ -180,7 +181,14 @@ class Contexts:
             if len(self._data_parts) >= 4_096:  # companies are many in some apps: stay bounded
                 self._data_parts.clear()
             db = Database(records_of(self._store), spec, self._catalog.models, company)
-            transactor = Transactor(self._store, self._catalog, spec, self._tx_executor, company)
+            transactor = Transactor(
+                self._store,
+                self._catalog,
+                spec,
+                self._tx_executor,
+                company,
+                committed=self._reporter(),
+            )
             jobs = Jobs(self._catalog, spec, self.inserter(), company)
             data = self._data_parts[key] = (db, transactor, jobs)
         return data
@@ -200,28 +208,23 @@ class Contexts:
 
     def inserter(self) -> Callable[[Sequence[NewJob]], Awaitable[list[Inserted]]]:
         """The store's insert, reporting `enqueued` events when anyone listens."""
-        insert, hooks, tenant = self._store.job_insert, self._hooks, self._tenant
-        if hooks is None:
+        insert, report = self._store.job_insert, self._reporter()
+        if report is None:
             return insert
 
         async def insert_and_report(jobs: Sequence[NewJob]) -> list[Inserted]:
-            inserted = await insert(jobs)
-            if hooks.wanted("enqueued"):
-                for job, result in zip(jobs, inserted, strict=True):
-                    detail = "coalesced" if result.coalesced else None
-                    hooks.emit(
-                        Event(
-                            kind="enqueued",
-                            tenant=tenant,
-                            job_id=result.id,
-                            name=job.name,
-                            queue=job.queue,
-                            detail=detail,
-                        )
-                    )
+            inserted = await insert(jobs)  # committed on its own: the jobs exist now
+            report(jobs, inserted)
             return inserted
 
         return insert_and_report
+
+    def _reporter(self) -> Committed | None:
+        """What reports committed jobs as `enqueued` events (None: no hooks to report to)."""
+        hooks, tenant = self._hooks, self._tenant
+        if hooks is None:
+            return None
+        return functools.partial(report_enqueued, hooks, tenant)
 
 
 _OPERATION_PARTS = {"storage": 0, "transport": 1}  # as Contexts._operation has them

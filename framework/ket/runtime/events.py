@@ -7,9 +7,12 @@ costs a level check per job; failures, discards, rescues and fires go out at INF
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+if TYPE_CHECKING:  # only for the annotations: `from ket import hooks` loads no store
+    from ket.store.types import Inserted, NewJob
 
 log = logging.getLogger("ket.jobs")
 
@@ -143,6 +146,25 @@ class Hooks:
                 hook(event)
             except Exception:
                 log.exception("a lifecycle hook failed on %s", kind)
+
+
+def report_enqueued(
+    hooks: Hooks, tenant: str, jobs: Sequence[NewJob], inserted: Sequence[Inserted]
+) -> None:
+    """An `enqueued` event for each of `jobs`, once their insert is durable, if anyone
+    listens; `detail` says `coalesced` for a job that joined an active one."""
+    if not hooks.wanted("enqueued"):
+        return
+    for job, result in zip(jobs, inserted, strict=True):
+        event = Event(
+            kind="enqueued",
+            tenant=tenant,
+            job_id=result.id,
+            name=job.name,
+            queue=job.queue,
+            detail="coalesced" if result.coalesced else None,
+        )
+        hooks.emit(event)
 
 
 def _logged(value: object) -> object:

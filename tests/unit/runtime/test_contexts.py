@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sqlite3
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,13 +13,15 @@ from typing import Any
 
 import pytest
 
-from ket import define_deployment, define_job, define_model, define_module
+from ket import define_deployment, define_function, define_job, define_model, define_module
 from ket.catalog import Catalog
 from ket.context import AbortSignal, JobContext, JobInfo, ScheduleInfo
 from ket.errors import Aborted
 from ket.runtime.contexts import Contexts
+from ket.runtime.events import Event
 from ket.store.memory import MemoryStore
 from ket.store.types import JobClaim
+from ket.testing import create_test_deployment
 from ket.transport import CaptureSender
 
 
@@ -147,3 +150,58 @@ def test_dir_of_a_jobs_context_lists_every_documented_member_and_no_internals(
         assert not [name for name in dir(ctx) if "source" in name or "contexts" in name]
 
     run(tmp_path, scenario)
+
+
+# -- enqueued events of a transaction --------------------------------------------------------
+
+
+def _confirm(ctx: Any, input: Any) -> str:
+    def body(tx: Any) -> None:
+        tx.db.insert("shop.Order", {"number": input.number})
+        tx.jobs.enqueue("shop.mail", {"number": input.number})
+        tx.jobs.enqueue_many([("shop.mail", {"number": f"{input.number}-copy"})])
+        if input.number == "refused":
+            raise ValueError("refused: the transaction rolls back")
+
+    try:
+        ctx.tx(body)
+    except ValueError:
+        return "rolled back"
+    return "committed"
+
+
+shop = define_module(
+    name="shop",
+    models={"Order": define_model({"number": "string"})},
+    functions={
+        "confirm": define_function(
+            input={"number": "string"},
+            effects=["write:shop.Order", "enqueue:shop.mail"],
+            handler=_confirm,
+        )
+    },
+    jobs={"mail": define_job(idempotent=True, input={"number": "string"}, handler=_handler)},
+)
+SHOP = define_deployment(name="shop", modules=[shop])
+
+
+def test_jobs_enqueued_in_ctx_tx_are_reported_once_committed_and_never_when_rolled_back(
+    tmp_path: Path,
+) -> None:
+    database = tmp_path / "shop.db"
+    with create_test_deployment(SHOP, database_url=f"sqlite:///{database}") as e2e:
+        seen: list[tuple[str | None, int | None, bool]] = []
+
+        def enqueued(event: Event) -> None:
+            # another connection sees the job when the event comes: it is committed
+            with sqlite3.connect(database) as other:
+                found = other.execute("SELECT 1 FROM ket_jobs WHERE id = ?", (event.job_id,))
+                seen.append((event.name, event.job_id, found.fetchone() is not None))
+
+        e2e.hooks.subscribe(enqueued, ["enqueued"])
+        assert e2e.client.call("shop.confirm", {"number": "refused"}) == "rolled back"
+        assert seen == []
+        assert e2e.client.call("shop.confirm", {"number": "1001"}) == "committed"
+        # one event per job, in the order enqueued, each for a job committed by then
+        assert seen == [("shop.mail", job.id, True) for job in e2e.jobs()]
+        assert len(seen) == 2
