@@ -237,7 +237,7 @@ def test_an_unmigrated_database_says_to_run_migrate(project: Project) -> None:
     root = project({"app/workspace.py": APP})
     result = run_ket("jobs", "list", cwd=root)
     assert result.code == 2
-    assert "this database has no ket tables yet; run `ket migrate`" in result.err
+    assert "it has no ket tables yet; run `ket migrate`" in result.err
 
 
 def test_a_bad_sqlite_synchronous_level_is_refused_naming_it(project: Project) -> None:

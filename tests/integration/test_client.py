@@ -156,7 +156,10 @@ def test_without_a_registry_only_the_default_tenant_exists_for_a_client(
         "'default' (add tenants with `ket tenants add`)"
     )
     assert list(tmp_path.iterdir()) == []  # nothing created for it
-    open_client(APP, database_url=database_url).close()  # `default` is the tenant: no error
+    # `default` is the tenant: what stops it is only its database, not migrated yet
+    with pytest.raises(KetError, match=r"default\.db' does not exist|elsewhere\.db' does not"):
+        open_client(APP, database_url=database_url)
+    assert list(tmp_path.iterdir()) == []
 
 
 class Enqueued:

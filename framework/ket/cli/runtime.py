@@ -148,13 +148,27 @@ def _usable(args: argparse.Namespace, found: Tenancy) -> dict[str, str]:
     return found.urls
 
 
-async def open_store(url: str, *, pool_size: int = 5, **engine_options: Any) -> SqlStore:
-    """A store on a tenant database (not yet migrated: `ket migrate` does that)."""
+async def open_store(
+    url: str, *, pool_size: int = 5, create: bool = False, **engine_options: Any
+) -> SqlStore:
+    """A store on a tenant database (not yet migrated: `ket migrate` does that). A SQLite file
+    that does not exist is made only with `create` (the worker and the server, which go on
+    waiting for `ket migrate`); without it the command is refused, saying to run `ket
+    migrate`, and leaves no file behind."""
     from ket.runtime.tenancy import ensure_sqlite_folder
+    from ket.store.database_file import require_database
     from ket.store.sql import SqlStore
 
-    ensure_sqlite_folder(url)
+    if create:
+        ensure_sqlite_folder(url)
+    else:
+        require_database(url)
     return await SqlStore.open(url, pool_size=pool_size, **engine_options)
+
+
+async def creating_store(url: str, **options: Any) -> SqlStore:
+    """open_store(url, create=True): for the long-running commands that serve tenants."""
+    return await open_store(url, create=True, **options)
 
 
 def run_service(main: Coroutine[Any, Any, T]) -> T:

@@ -25,7 +25,7 @@ from ket.catalog import Catalog
 from ket.cli import metrics
 from ket.cli.options import add_log_options, deployment_of, log_format, log_third_party
 from ket.cli.output import configure_logging
-from ket.cli.runtime import open_store, registry_reader, run_service, tenant_urls
+from ket.cli.runtime import creating_store, registry_reader, run_service, tenant_urls
 from ket.errors import KetError
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ def http_server(
         catalog,
         list_tenants=list_tenants,
         template=database_template(args.database_url),
-        open_store=open_store,
+        open_store=creating_store,
         only=args.tenant,
         list_workers=list_workers,
         blobs=blobs,

@@ -255,7 +255,13 @@ async def serve(
 
     async def open_tenant(url: str, **options: Any) -> JobStore:
         return await open_store(
-            url, pool_size=pool, lane_size=loops, max_overflow=0, pool_timeout=wait, **options
+            url,
+            create=True,
+            pool_size=pool,
+            lane_size=loops,
+            max_overflow=0,
+            pool_timeout=wait,
+            **options,
         )
 
     identity = worker_id()

@@ -54,6 +54,23 @@ def ensure_sqlite_folder(url: UrlLike) -> None:
             os.chmod(ket, FOLDER_MODE)
 
 
+def sqlite_file_missing(url: UrlLike) -> bool:
+    """Whether `url` is a SQLite file that does not exist (opening it would create it empty)."""
+    path = sqlite_path(url)
+    return path is not None and not path.exists()
+
+
+def require_database(url: UrlLike) -> None:
+    """StoreError when `url` is a SQLite file that does not exist: only `ket migrate` (and the
+    commands that migrate or run the jobs) make one; one that merely reads or enqueues would
+    leave an empty file behind, and then fail on the missing tables anyway."""
+    if sqlite_file_missing(url):
+        raise StoreError(
+            f"database {shown_url(url)!r} does not exist: it has no ket tables yet; "
+            "run `ket migrate`"
+        )
+
+
 def ensure_sqlite_file(url: UrlLike) -> None:
     """Create a SQLite database's file 0600 when its folder exists and the file does not."""
     path = sqlite_path(url)
