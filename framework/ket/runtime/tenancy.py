@@ -100,6 +100,16 @@ def control_url(template: str, registry: str, *, registry_exists: bool) -> str:
     return tenant_database(template, DEFAULT_TENANT)
 
 
+def single_tenant_database(template: str) -> str | None:
+    """The database of `default` under `template` while no tenant is registered (the app's
+    single tenant), or None if the template gives it none that may be used: then `default`
+    never ran here, and has no jobs here."""
+    try:
+        return tenant_database(template, DEFAULT_TENANT)
+    except StoreError:
+        return None
+
+
 def _beside(template: str) -> str | None:
     """The registry database on the server of a PostgreSQL `template`; None for SQLite.
 

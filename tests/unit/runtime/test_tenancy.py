@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from ket.errors import KetError, StoreError
-from ket.runtime.tenancy import Tenancy, control_url, registry_url, resolve_tenants
+from ket.runtime.tenancy import (
+    Tenancy,
+    control_url,
+    registry_url,
+    resolve_tenants,
+    single_tenant_database,
+)
 
 TEMPLATE = "postgresql://app@db/erp_{tenant}"
 
@@ -106,3 +112,11 @@ def test_the_control_database_is_the_registry_once_it_exists_else_the_default_te
     assert control_url(template, registry, registry_exists=False) == (
         "postgresql://app@db/erp_default"
     )
+
+
+def test_the_single_tenant_database_is_defaults_or_none_where_it_could_not_run() -> None:
+    assert single_tenant_database(TEMPLATE) == "postgresql://app@db/erp_default"
+    assert single_tenant_database("postgresql://app@db/erp") == "postgresql://app@db/erp"
+    # a template `default` cannot use: it never ran there, so it has no jobs there
+    assert single_tenant_database("postgresql://app@db/erp?application_name={tenant}") is None
+    assert single_tenant_database("postgresql://app@db/" + "x" * 57 + "{tenant}") is None

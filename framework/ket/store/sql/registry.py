@@ -3,11 +3,14 @@
 It lives in a database of its own (`KET_REGISTRY_URL`, default `.ket/registry.db`), which every
 worker reads on each tenant refresh. It refuses a name outside the tenant grammar or reserved
 (`ket.store.tenant`), a database URL no tenant may use (`ket.store.database_url`), and a tenant
-whose database is another registered tenant's.
+whose database is another registered tenant's. While it is empty the app runs as one tenant,
+`default`; adding the first tenant may register `default` with it (`add`'s `carried`), so that
+the jobs queued before are still served.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -90,35 +93,50 @@ class TenantRegistry:
         return {tenant.name: tenant.database_url for tenant in self.list()}
 
     def add(
-        self, name: str, database_url: str | None = None, *, template: str | None = None
-    ) -> Tenant:
+        self,
+        name: str,
+        database_url: str | None = None,
+        *,
+        template: str | None = None,
+        carried: Tenant | None = None,
+    ) -> tuple[Tenant, ...]:
         """Register a tenant; StoreError if it exists already or would share a database.
 
         `template` is the URL template of the tenants without a database of their own: with it,
         the new tenant's database is compared with every registered tenant's, not only with
-        the databases given explicitly.
+        the databases given explicitly. `carried` is registered too, in the same transaction,
+        when no tenant is registered yet: the app's single tenant so far, whose jobs would
+        otherwise stop being served. Returns the tenants registered.
         """
+        new = Tenant(name=name, database_url=database_url)
         try:
             with self._translated(), self._engine.begin() as connection:
                 self._lock(connection)
-                self._check_new(connection, name, database_url, template)
-                connection.execute(
-                    insert(tenants).values(
-                        name=name, database_url=database_url, created_at=datetime.now(UTC)
-                    )
-                )
+                added = self._checked(connection, new, carried, template)
+                now = datetime.now(UTC)
+                rows = [
+                    {"name": t.name, "database_url": t.database_url, "created_at": now}
+                    for t in added
+                ]
+                connection.execute(insert(tenants), rows)
         except StoreError as error:
             if isinstance(error.__cause__, IntegrityError):
                 raise StoreError(f"tenant {name!r} is already registered") from None
             raise
-        return Tenant(name=name, database_url=database_url)
+        return added
 
     def check_new(
-        self, name: str, database_url: str | None = None, *, template: str | None = None
+        self,
+        name: str,
+        database_url: str | None = None,
+        *,
+        template: str | None = None,
+        carried: Tenant | None = None,
     ) -> None:
         """What `add` would refuse, raised before anything is created (e.g. its database)."""
+        new = Tenant(name=name, database_url=database_url)
         with self._translated(), self._engine.begin() as connection:
-            self._check_new(connection, name, database_url, template)
+            self._checked(connection, new, carried, template)
 
     def remove(self, name: str) -> bool:
         """Unregister a tenant (its database is left alone); False if it was not registered."""
@@ -131,9 +149,21 @@ class TenantRegistry:
         with self._translated():
             self._engine.dispose()
 
-    def _check_new(
-        self, connection: Connection, name: str, own: str | None, template: str | None
-    ) -> None:
+    def _checked(
+        self, connection: Connection, new: Tenant, carried: Tenant | None, template: str | None
+    ) -> tuple[Tenant, ...]:
+        """The tenants to insert (`carried` first while the registry is empty, then `new`),
+        each checked against the registered ones and the one before it."""
+        rows = connection.execute(select(tenants.c.name, tenants.c.database_url)).all()
+        registered = [Tenant(name=row.name, database_url=row.database_url) for row in rows]
+        adding = (carried, new) if carried is not None and not registered else (new,)
+        for tenant in adding:
+            self._check_new(tenant, registered, template)
+            registered.append(tenant)
+        return adding
+
+    def _check_new(self, new: Tenant, registered: Sequence[Tenant], template: str | None) -> None:
+        name, own = new.name, new.database_url
         check_tenant_name(name)
         if own is not None:
             if PLACEHOLDER in own:
@@ -142,8 +172,7 @@ class TenantRegistry:
                     "and cannot contain {tenant}"
                 )
             check_tenant_database(own)
-        rows = connection.execute(select(tenants.c.name, tenants.c.database_url)).all()
-        if any(row.name == name for row in rows):
+        if any(tenant.name == name for tenant in registered):
             raise StoreError(f"tenant {name!r} is already registered")
         url = own
         if url is None and template is not None and PLACEHOLDER in template:
@@ -156,11 +185,11 @@ class TenantRegistry:
                 f"tenant {name!r}: {shown_url(url)} is the tenant registry's own database; "
                 "give the tenant a database of its own"
             )
-        for row in rows:
-            if _identity(row.database_url or _rendered(template, row.name)) == mine:
+        for tenant in registered:
+            if _identity(tenant.database_url or _rendered(template, tenant.name)) == mine:
                 raise StoreError(
                     f"tenant {name!r} would share its database ({shown_url(url)}) with tenant "
-                    f"{row.name!r}; give each tenant a database of its own"
+                    f"{tenant.name!r}; give each tenant a database of its own"
                 )
 
     def _lock(self, connection: Connection) -> None:

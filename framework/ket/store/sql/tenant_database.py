@@ -1,8 +1,9 @@
 """Creating a tenant's database, or the registry's, where ket can: a SQLite file, or a PostgreSQL
-database."""
+database; and asking, without creating anything, whether `ket migrate` installed ket there."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -10,12 +11,21 @@ import psycopg
 from psycopg import sql
 
 from ket.errors import StoreError
+from ket.store.database_file import sqlite_path
 from ket.store.database_url import shown_url
 from ket.store.failure import describe
-from ket.store.sql.address import POSTGRES_CONNECT_ARGS, parse_url, psycopg_params
+from ket.store.sql.address import (
+    POSTGRES_CONNECT_ARGS,
+    SQLITE_BUSY_TIMEOUT_S,
+    parse_url,
+    psycopg_params,
+)
 from ket.store.sql.failure import hide_password
 from ket.store.sql.registry_reader import missing_database
 from ket.store.url import DatabaseUrl
+
+# the table `ket migrate` creates first and every later version keeps
+_MARK = "ket_migrations"
 
 
 async def create_database(url: str) -> bool:
@@ -32,6 +42,44 @@ async def create_database(url: str) -> bool:
         return True
 
     return await _on_server(url, "create", create)
+
+
+async def schema_installed(url: str) -> bool:
+    """Whether ket's tables are in the database `url` names (`ket migrate` ran there); False
+    when the database, or its SQLite file, does not exist, which asking never creates.
+    StoreError, without the password, when it cannot be reached."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_schema_installed(url)
+    params = psycopg_params(parsed)
+    options = {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in params}
+    try:
+        async with await psycopg.AsyncConnection.connect(
+            autocommit=True, **params, **options
+        ) as connection:
+            found = await connection.execute("SELECT to_regclass(%s) IS NOT NULL", (_MARK,))
+            row = await found.fetchone()
+    except (psycopg.Error, OSError) as error:  # OSError: asyncio's timeouts, lost sockets
+        if missing_database(error, params.get("dbname")):
+            return False
+        reason = hide_password(describe(error), parsed)
+        raise StoreError(f"cannot read database {shown_url(parsed)!r}: {reason}") from error
+    return row is not None and bool(row[0])
+
+
+def _sqlite_schema_installed(url: str) -> bool:
+    path = sqlite_path(url)
+    if path is None or not path.is_file():
+        return False  # a memory database holds nothing yet; a missing file is not created
+    try:
+        connection = sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+            return connection.execute(query, (_MARK,)).fetchone() is not None
+        finally:
+            connection.close()
+    except sqlite3.Error as error:
+        raise StoreError(f"cannot read database {shown_url(url)!r}: {describe(error)}") from error
 
 
 async def drop_database(url: str) -> bool:
