@@ -199,14 +199,21 @@ def test_tags_select_the_jobs_listed_shown_and_cancelled(
     assert table.out.splitlines()[2].split()[-1] == "billing,eu"
     shown = _ket(tmp_path, tenant_database, "show", str(both))
     assert "tags:         billing, eu\n" in shown.out
+    # several tags: the jobs carrying any of them, as `list` shows them
+    either = _ket(tmp_path, tenant_database, "list", "--tag", "eu", "--tag", "billing")
+    assert [line.split()[0] for line in either.out.splitlines()[1:]] == [
+        str(eu),
+        str(billing),
+        str(both),
+    ]
     done = _ket(tmp_path, tenant_database, "cancel", "--tag", "eu", "--tag", "billing", "--yes")
     assert done.code == 0, done.err
-    assert done.out.startswith("cancelled 1 job in tenant default ("), done.out
+    assert done.out.startswith("cancelled 3 jobs in tenant default ("), done.out
     states = _states(tenant_database)
     assert [states[i][0] for i in (both, billing, eu, plain)] == [
         "cancelled",
-        "available",
-        "available",
+        "cancelled",
+        "cancelled",
         "available",
     ]
     bad = _ket(tmp_path, tenant_database, "list", "--tag", "")

@@ -229,7 +229,7 @@ def test_worker_log_lines_cannot_be_forged_by_a_jobs_exception(tmp_path: Path) -
     async def discarded() -> bool:
         store = await SqlStore.open(url)
         try:
-            return bool(await store.job_list(JobQuery(state="discarded")))
+            return bool(await store.job_list(JobQuery(states=("discarded",))))
         finally:
             await store.close()
 

@@ -94,7 +94,7 @@ def test_two_tenants_with_identical_job_ids_never_see_each_other(
             finished = 0
             for url in urls.values():
                 store = await SqlStore.open(url)
-                records = await store.job_list(JobQuery(state="completed"))
+                records = await store.job_list(JobQuery(states=("completed",)))
                 await store.close()
                 finished += len(records)
             return finished == 10
@@ -145,7 +145,7 @@ def test_an_unreachable_tenant_database_does_not_stop_the_other_tenants(tmp_path
 
         async def done() -> bool:
             store = await SqlStore.open(good)
-            records = await store.job_list(JobQuery(state="completed"))
+            records = await store.job_list(JobQuery(states=("completed",)))
             await store.close()
             return len(records) == 2
 

@@ -60,13 +60,17 @@ def add_arguments(
         metavar="STATE",
         help=f"only jobs in this state ({', '.join(states)}); repeatable, or a comma list",
     )
-    group.add_argument("--queue", help="only jobs of this queue")
-    group.add_argument("--job", metavar="NAME", help="only jobs of this name")
+    group.add_argument(
+        "--queue", action="append", help="only jobs of this queue; repeatable (any of them)"
+    )
+    group.add_argument(
+        "--job", action="append", metavar="NAME", help="only jobs of this name; repeatable"
+    )
     group.add_argument(
         "--tag",
         action="append",
         metavar="TAG",
-        help="only jobs carrying this tag; repeatable (a job must carry every one)",
+        help="only jobs carrying this tag; repeatable (jobs carrying any of them)",
     )
     group.add_argument(
         "--older-than",
@@ -170,8 +174,8 @@ async def _count(
             store,
             action,
             states=[s for group in args.state or [] for s in group],
-            queue=args.queue,
-            name=args.job,
+            queues=args.queue or (),
+            names=args.job or (),
             tags=args.tag or (),
             older_than=args.older_than,
         )

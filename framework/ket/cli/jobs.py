@@ -48,14 +48,26 @@ def add_parser(
     actions = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
 
     listing = actions.add_parser("list", parents=parents, help="jobs, newest first")
-    listing.add_argument("--state", choices=JOB_STATES)
-    listing.add_argument("--queue")
-    listing.add_argument("--job", metavar="NAME", help="only jobs of this name")
+    listing.add_argument(
+        "--state",
+        action="append",
+        choices=JOB_STATES,
+        help="only jobs in this state; repeatable (any of them)",
+    )
+    listing.add_argument(
+        "--queue", action="append", help="only jobs of this queue; repeatable (any of them)"
+    )
+    listing.add_argument(
+        "--job",
+        action="append",
+        metavar="NAME",
+        help="only jobs of this name; repeatable (any of them)",
+    )
     listing.add_argument(
         "--tag",
         action="append",
         metavar="TAG",
-        help="only jobs carrying this tag; repeatable (a job must carry every one)",
+        help="only jobs carrying this tag; repeatable (jobs carrying any of them)",
     )
     listing.add_argument("--limit", type=_positive, default=50)
     listing.add_argument("--offset", type=_not_negative, default=0)
@@ -113,10 +125,10 @@ def _on(url: str, action: Callable[[SqlStore], Awaitable[T]]) -> T:
 
 def _list(args: argparse.Namespace) -> int:
     query = JobQuery(
-        state=args.state,
-        queue=args.queue,
-        name=args.job,
-        tags=tuple(args.tag or ()),
+        states=tuple(dict.fromkeys(args.state or ())),
+        queues=tuple(dict.fromkeys(args.queue or ())),
+        names=tuple(dict.fromkeys(args.job or ())),
+        tags=tuple(dict.fromkeys(args.tag or ())),
         limit=args.limit,
         offset=args.offset,
     )

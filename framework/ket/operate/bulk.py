@@ -45,22 +45,23 @@ async def selection_of(
     action: BulkAction,
     *,
     states: Sequence[JobState] = (),
-    queue: str | None = None,
-    name: str | None = None,
+    queues: Sequence[str] = (),
+    names: Sequence[str] = (),
     tags: Sequence[str] = (),
     older_than: float | None = None,
 ) -> JobFilter:
-    """The filter of an operator's selection; `older_than` seconds is measured on the store's
-    clock."""
+    """The filter of an operator's selection (each of `states`, `queues`, `names` and `tags`
+    takes the jobs with any one of its values, as a listing does); `older_than` seconds is
+    measured on the store's clock."""
     before = None
     if older_than is not None:
         before = await store.now() - timedelta(seconds=older_than)
     return JobFilter(
         action=action,
         states=tuple(dict.fromkeys(states)),
-        queue=queue,
-        name=name,
-        tags=tuple(tags),
+        queues=tuple(dict.fromkeys(queues)),
+        names=tuple(dict.fromkeys(names)),
+        tags=tuple(dict.fromkeys(tags)),
         enqueued_before=before,
     )
 
@@ -121,8 +122,8 @@ def selection_json(job_filter: JobFilter, *, through_id: int | None) -> dict[str
     """The filter as the audit log keeps it: only what was given, plus the highest id counted."""
     given: dict[str, Any] = {
         "states": list(job_filter.states),
-        "queue": job_filter.queue,
-        "job": job_filter.name,
+        "queues": list(job_filter.queues),
+        "jobs": list(job_filter.names),
         "tags": list(job_filter.tags),
         "enqueued_before": None
         if job_filter.enqueued_before is None

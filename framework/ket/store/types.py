@@ -310,12 +310,16 @@ class JobRecord:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobQuery:
-    """Filter and page for listing; None means any, and a job matches `tags` when it carries
-    every one of them. Newest first."""
+    """Filter and page for listing, newest first.
 
-    state: JobState | None = None
-    queue: str | None = None
-    name: str | None = None
+    Each filter is a collection of values a job matches when it has any one of them (a tag:
+    when it carries any one of `tags`); an empty one matches every job. The filters given
+    combine: a job is listed when it matches every one. JobFilter selects the same way.
+    """
+
+    states: tuple[JobState, ...] = ()
+    queues: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     limit: int = 50
     offset: int = 0
@@ -327,19 +331,19 @@ BULK_BATCH = 1_000  # rows per transaction of a bulk retry or cancel
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobFilter:
-    """The jobs a bulk retry or cancel acts on: every given filter holds; None means any.
+    """The jobs a bulk retry or cancel acts on: every given filter holds.
 
-    `states` are states the action applies to (empty: all of them, RETRY_STATES or
-    CANCEL_STATES); a job matches `tags` when it carries every one of them; `enqueued_before`
-    keeps jobs enqueued before that instant; the ids are in (`after_id`, `through_id`]. A cancel
-    never matches an executing job that already carries a cancel request: there is nothing left
-    to do to it.
+    `states`, `queues`, `names` and `tags` select as JobQuery's do (any one of the values; empty:
+    any job), except that `states` are states the action applies to (empty: all of them,
+    RETRY_STATES or CANCEL_STATES); `enqueued_before` keeps jobs enqueued before that instant;
+    the ids are in (`after_id`, `through_id`]. A cancel never matches an executing job that
+    already carries a cancel request: there is nothing left to do to it.
     """
 
     action: BulkAction
     states: tuple[JobState, ...] = ()
-    queue: str | None = None
-    name: str | None = None
+    queues: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     enqueued_before: datetime | None = None
     after_id: JobId = 0

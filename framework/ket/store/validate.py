@@ -18,6 +18,7 @@ from typing import Any, TypeGuard, cast
 from ket.errors import JobRejected
 from ket.store.types import (
     CANCEL_STATES,
+    JOB_STATES,
     MAX_AUDIT_TEXT,
     MAX_TAG_LENGTH,
     MAX_TAGS,
@@ -45,6 +46,7 @@ MAX_PAYLOAD_BYTES = 1_048_576
 MAX_NAME_LENGTH = 200
 MAX_KEY_LENGTH = 500
 MAX_TRACE_ENTRIES, MAX_TRACE_TEXT = 8, 512
+MAX_FILTER_VALUES = 1_000  # the states, queues or names one listing or bulk filter may give
 # A century: any longer lease, delay, retention or staleness means "never", and would overflow
 # date arithmetic (Python's datetime ends in the year 9999).
 MAX_SECONDS = 3_153_600_000
@@ -304,9 +306,7 @@ def check_query(query: JobQuery) -> None:
     """Refuse a listing page with a bad limit or offset, or filters no store can compare."""
     check_count("job list limit", query.limit, minimum=0)
     check_count("job list offset", query.offset, minimum=0)
-    for field, value in (("state", query.state), ("queue", query.queue), ("name", query.name)):
-        if value is not None and not _clean_text(value, None):
-            raise JobRejected(f"job list {field} must be a string{_TEXT}, got {value!r}")
+    _check_selection("job list", query.states, JOB_STATES, query.queues, query.names)
     check_tags(query.tags, "job list tags")
 
 
@@ -317,20 +317,8 @@ def check_filter(job_filter: JobFilter) -> tuple[JobState, ...]:
     if allowed is None:
         raise JobRejected(f"bulk action must be retry or cancel, got {job_filter.action!r}")
     states = job_filter.states
-    if not isinstance(states, tuple | list):
-        raise JobRejected(f"bulk {job_filter.action} states must be a tuple, got {states!r}")
-    for state in states:
-        if state not in allowed:
-            raise JobRejected(
-                f"bulk {job_filter.action} applies to jobs in states {', '.join(allowed)}; "
-                f"got state {state!r}"
-            )
-    for field, value in (("queue", job_filter.queue), ("name", job_filter.name)):
-        if value is not None and not _clean_text(value, MAX_KEY_LENGTH):
-            raise JobRejected(
-                f"bulk filter {field} must be 1 to {MAX_KEY_LENGTH} characters{_TEXT}, "
-                f"got {value!r}"
-            )
+    what = f"bulk {job_filter.action}"
+    _check_selection(what, states, allowed, job_filter.queues, job_filter.names)
     check_tags(job_filter.tags, "bulk filter tags")
     before = job_filter.enqueued_before
     if before is not None and not _aware(before):
@@ -341,6 +329,38 @@ def check_filter(job_filter: JobFilter) -> tuple[JobState, ...]:
     if job_filter.through_id is not None:
         check_count("bulk filter through_id", job_filter.through_id, minimum=0)
     return tuple(dict.fromkeys(states)) if states else allowed
+
+
+def _check_selection(
+    what: str,
+    states: object,
+    allowed: tuple[JobState, ...],
+    queues: object,
+    names: object,
+) -> None:
+    """Refuse a listing's or a bulk filter's states, queues or names that are not a tuple or a
+    list (a lone string would be matched letter by letter), hold more than MAX_FILTER_VALUES,
+    or a value no job can have: a state not in `allowed`, a queue or name that is not text."""
+    for field, values in (("states", states), ("queues", queues), ("names", names)):
+        if not isinstance(values, tuple | list):
+            raise JobRejected(f"{what} {field} must be a tuple of strings, got {values!r}")
+        if len(values) > MAX_FILTER_VALUES:
+            raise JobRejected(
+                f"{what} {field} hold at most {MAX_FILTER_VALUES} values, got {len(values)}"
+            )
+    for state in cast("Sequence[object]", states):
+        if state not in allowed:
+            raise JobRejected(
+                f"{what} applies to jobs in states {', '.join(allowed)}; got state {state!r}"
+            )
+    for field, value in (
+        *(("queue", v) for v in cast("Sequence[object]", queues)),
+        *(("name", v) for v in cast("Sequence[object]", names)),
+    ):
+        if not _clean_text(value, MAX_KEY_LENGTH):
+            raise JobRejected(
+                f"{what} {field} must be 1 to {MAX_KEY_LENGTH} characters{_TEXT}, got {value!r}"
+            )
 
 
 def check_bulk_batch(batch: BulkBatch) -> tuple[JobState, ...]:

@@ -229,7 +229,7 @@ async def test_retry_is_refused_when_an_active_job_holds_the_unique_key(t: Tck) 
     assert (change.previous, change.state, change.changed) == ("discarded", "discarded", False)
     assert change.reason
     assert await get(t, old) == before
-    assert sorted(await ids(t, name="kit.unique", state="available")) == [holder]
+    assert sorted(await ids(t, names=("kit.unique",), states=("available",))) == [holder]
 
 
 @tck_test

@@ -63,7 +63,7 @@ async def test_concurrent_claimers_receive_every_job_exactly_once(t: Tck) -> Non
     assert all(c.fence == 1 and c.attempt == 1 for taken in per_replica for c in taken)
     if isinstance(t.store, QueryableStore):
         holder = {c.id: f"replica-{n}" for n, taken in enumerate(per_replica) for c in taken}
-        rows = await records(t, queue="race")
+        rows = await records(t, queues=("race",))
         assert {r.id: r.worker_id for r in rows} == holder
         assert {r.state for r in rows} == {"executing"}
 
@@ -147,7 +147,7 @@ async def test_concurrent_settles_by_old_and_new_fence_holders_apply_only_the_cu
     assert results[0::2] == [False] * 20, "a stale fence was applied"
     assert results[1::2] == [True] * 20, "the current fence was refused"
     if isinstance(t.store, QueryableStore):
-        for record in await records(t, queue="race"):
+        for record in await records(t, queues=("race",)):
             assert (record.state, record.fence) == ("retryable", 2), record
             assert [e.error for e in record.errors][-1] == "current"
 
@@ -180,7 +180,7 @@ async def test_settles_racing_a_rescue_and_reclaim_never_overwrite_the_new_holde
     assert (set(result.applied), result.refused) == (taken_ids, ())
     assert settled | taken_ids == set(job_ids)
     if isinstance(t.store, QueryableStore):
-        rows = {r.id: r for r in await records(t, queue="race")}
+        rows = {r.id: r for r in await records(t, queues=("race",))}
         assert {r.state for r in rows.values()} <= {"completed", "retryable"}
         assert {i for i, r in rows.items() if r.state == "completed"} == settled | taken_ids
 
@@ -196,5 +196,5 @@ async def test_concurrent_rescuers_rescue_every_expired_job_exactly_once(t: Tck)
     everything = [r.id for batch in [*rescued, more] for r in batch]
     assert sorted(everything) == sorted(job_ids)
     if isinstance(t.store, QueryableStore):
-        for record in await records(t, queue="race"):
+        for record in await records(t, queues=("race",)):
             assert (record.state, len(record.errors)) == ("retryable", 1), record

@@ -193,6 +193,16 @@ async def test_listings_refuse_negative_or_oversized_limits_and_offsets(t: Tck) 
         query = JobQuery(tags=tags)  # type: ignore[arg-type]
         await _refused(f"job_list {query!r}", store.job_list(query))
         await _refused(f"schedule_fires limit {bad!r}", store.schedule_fires("s", bad))
+    # one value where a collection belongs would be read letter by letter: refused
+    for query in (
+        JobQuery(states="available"),  # type: ignore[arg-type]
+        JobQuery(states=("finished",)),  # type: ignore[arg-type]
+        JobQuery(queues="mail"),  # type: ignore[arg-type]
+        JobQuery(queues=("",)),
+        JobQuery(names=("a\x00b",)),
+        JobQuery(names=["kit.a"] * 1_001),  # type: ignore[arg-type]
+    ):
+        await _refused(f"job_list {query!r}", store.job_list(query))
     assert await store.job_list(JobQuery(limit=0)) == []  # an empty page is a fine question
     assert await store.schedule_fires("s", 0) == []
 

@@ -458,7 +458,7 @@ async def _coalesces_with(t: Tck, state: JobState) -> None:
     before = await get(t, job_id)
     results = await t.store.job_insert([new_job("kit.unique", unique_key="k-1")])
     assert results == [Inserted(id=job_id, coalesced=True)]
-    assert await ids(t, name="kit.unique") == [job_id]
+    assert await ids(t, names=("kit.unique",)) == [job_id]
     assert await get(t, job_id) == before
 
 
@@ -498,7 +498,7 @@ async def _new_row_after(t: Tck, state: JobState) -> None:
     (result,) = await t.store.job_insert([new_job("kit.unique", unique_key="k-1")])
     assert result.coalesced is False
     assert result.id != old
-    assert sorted(await ids(t, name="kit.unique")) == sorted([old, result.id])
+    assert sorted(await ids(t, names=("kit.unique",))) == sorted([old, result.id])
     assert (await get(t, old)).state == state
     assert (await get(t, result.id)).state == "available"
 
@@ -551,7 +551,7 @@ async def test_unique_key_coalesces_twice_in_one_batch(t: Tck) -> None:
     assert (first.coalesced, other.coalesced, different.coalesced) == (False, False, False)
     assert second == Inserted(id=first.id, coalesced=True)
     assert len({first.id, other.id, different.id}) == 3
-    assert sorted(await ids(t, name="kit.unique")) == sorted([first.id, different.id])
+    assert sorted(await ids(t, names=("kit.unique",))) == sorted([first.id, different.id])
     assert (await get(t, first.id)).payload == {"n": 1}
 
 

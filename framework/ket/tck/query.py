@@ -22,8 +22,9 @@ from ket.tck.harness import Tck, tck_test
 __all__ = [
     "test_job_get_of_an_unknown_id_is_none",
     "test_job_list_filters_by_state_queue_and_name",
-    "test_job_list_filters_by_tags_every_one_of_them",
+    "test_job_list_filters_by_tags_any_one_of_them",
     "test_job_list_is_newest_first",
+    "test_job_list_matches_any_of_several_states_queues_or_names",
     "test_job_list_pages_with_limit_and_offset",
     "test_job_stats_count_jobs_by_state_and_queue",
     "test_job_stats_of_an_empty_store",
@@ -60,13 +61,14 @@ async def test_job_list_filters_by_state_queue_and_name(t: Tck) -> None:
         return {r.id for r in await store.job_list(query)}
 
     assert await listed(JobQuery()) == {mail_a, mail_b, sms_a, done_a}
-    assert await listed(JobQuery(state="available")) == {mail_a, sms_a}
-    assert await listed(JobQuery(queue="mail")) == {mail_a, mail_b}
-    assert await listed(JobQuery(name="kit.a")) == {mail_a, sms_a, done_a}
-    assert await listed(JobQuery(state="available", queue="sms", name="kit.a")) == {sms_a}
-    assert await listed(JobQuery(state="completed", queue="mail")) == set()
-    assert await listed(JobQuery(name="kit.none")) == set()
-    (record,) = await store.job_list(JobQuery(state="completed"))
+    assert await listed(JobQuery(states=("available",))) == {mail_a, sms_a}
+    assert await listed(JobQuery(queues=("mail",))) == {mail_a, mail_b}
+    assert await listed(JobQuery(names=("kit.a",))) == {mail_a, sms_a, done_a}
+    every = JobQuery(states=("available",), queues=("sms",), names=("kit.a",))
+    assert await listed(every) == {sms_a}
+    assert await listed(JobQuery(states=("completed",), queues=("mail",))) == set()
+    assert await listed(JobQuery(names=("kit.none",))) == set()
+    (record,) = await store.job_list(JobQuery(states=("completed",)))
     assert (record.id, record.state, record.queue, record.name) == (
         done_a,
         "completed",
@@ -76,7 +78,34 @@ async def test_job_list_filters_by_state_queue_and_name(t: Tck) -> None:
 
 
 @tck_test
-async def test_job_list_filters_by_tags_every_one_of_them(t: Tck) -> None:
+async def test_job_list_matches_any_of_several_states_queues_or_names(t: Tck) -> None:
+    """Several values of one filter select the jobs matching any of them; the filters still
+    combine, every one must hold."""
+    store = queryable(t)
+    mail, sms, push = fresh_queue("mail"), fresh_queue("sms"), fresh_queue("push")
+    gone = await arrange(t, "discarded", queue=mail, name="kit.a")
+    stopped = await arrange(t, "cancelled", queue=sms, name="kit.b")
+    done = await arrange(t, "completed", queue=push, name="kit.a")
+    waiting = await arrange(t, "available", queue=sms, name="kit.c")
+
+    async def listed(**query: Any) -> list[int]:
+        return [r.id for r in await store.job_list(JobQuery(limit=100_000, **query))]
+
+    mine = {gone, stopped, done, waiting}
+    assert [i for i in await listed(states=("discarded", "cancelled")) if i in mine] == [
+        stopped,
+        gone,
+    ]
+    assert await listed(queues=(mail, sms)) == [waiting, stopped, gone]
+    assert await listed(queues=(sms, push), names=("kit.a", "kit.c")) == [waiting, done]
+    both = await listed(queues=(mail, sms, push), states=("cancelled", "completed"))
+    assert both == [done, stopped]
+    assert await listed(queues=(mail, sms), states=("discarded",)) == [gone]
+    assert await listed(queues=(mail,), names=("kit.b", "kit.none")) == []
+
+
+@tck_test
+async def test_job_list_filters_by_tags_any_one_of_them(t: Tck) -> None:
     store = queryable(t)
     name = fresh_queue("tagged")  # a job name no other test uses
     both = await arrange(t, "available", name=name, tags=("billing", "eu"))
@@ -85,15 +114,16 @@ async def test_job_list_filters_by_tags_every_one_of_them(t: Tck) -> None:
     untagged = await arrange(t, "available", name=name)
 
     async def listed(*tags: str, **query: Any) -> set[int]:
-        return {r.id for r in await store.job_list(JobQuery(name=name, tags=tags, **query))}
+        return {r.id for r in await store.job_list(JobQuery(names=(name,), tags=tags, **query))}
 
     assert await listed() == {both, billing, eu, untagged}
     assert await listed("billing") == {both, billing}
     assert await listed("eu") == {both, eu}
-    assert await listed("eu", "billing") == {both}
-    assert await listed("billing", state="completed") == {billing}
+    assert await listed("eu", "billing") == {both, billing, eu}  # any of them: each once
+    assert await listed("billing", "urgent") == {both, billing, eu}
+    assert await listed("billing", "eu", states=("completed",)) == {billing}
     assert await listed("bill") == set()  # a tag is matched whole, never as a prefix
-    assert await listed("billing", "urgent") == set()
+    assert await listed("nobody", "none") == set()
 
 
 @tck_test
@@ -109,7 +139,7 @@ async def test_job_tags_round_trip_through_every_insert_path(t: Tck) -> None:
     for n, job_id in enumerate(many):
         assert (await get(t, job_id)).tags == batch[n].tags, n
     store = queryable(t)
-    batched = await store.job_list(JobQuery(queue=queue, tags=("n1", "batch"), limit=100))
+    batched = await store.job_list(JobQuery(queues=(queue,), tags=("n1",), limit=100))
     assert {r.id for r in batched} == {many[n] for n in range(70) if n % 2 and n % 3 == 1}
 
 
@@ -121,7 +151,8 @@ async def test_job_list_is_newest_first(t: Tck) -> None:
         job_ids.append(await insert_one(t.store, new_job(f"kit.{n}", queue=f"q{n % 2}")))
         t.clock.advance(seconds=1)
     assert [r.id for r in await store.job_list(JobQuery())] == list(reversed(job_ids))
-    assert [r.id for r in await store.job_list(JobQuery(queue="q0"))] == [job_ids[2], job_ids[0]]
+    in_q0 = await store.job_list(JobQuery(queues=("q0",)))
+    assert [r.id for r in in_q0] == [job_ids[2], job_ids[0]]
 
 
 @tck_test

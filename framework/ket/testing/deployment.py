@@ -279,9 +279,12 @@ class TestDeployment:
 
     def jobs(self, state: JobState | None = None, name: str | None = None) -> list[JobRecord]:
         """Job records (id, name, state, attempt, max_attempts, errors, ...), oldest first."""
-        records = self._loop.run(
-            self.store.job_list(JobQuery(state=state, name=name, limit=DRAIN_LIMIT))
+        query = JobQuery(
+            states=() if state is None else (state,),
+            names=() if name is None else (name,),
+            limit=DRAIN_LIMIT,
         )
+        records = self._loop.run(self.store.job_list(query))
         return sorted(records, key=lambda record: record.id)
 
     # -- running --------------------------------------------------------------------------

@@ -125,7 +125,7 @@ WRITES |= {"transport": "transport", "tx": "db"}
 async def written(s: Setup) -> dict[str, int]:
     return {
         "db": len(await s.store.record_select("notes.Note")),
-        "jobs": len(await s.store.job_list(JobQuery(name="notes.follow_up"))),
+        "jobs": len(await s.store.job_list(JobQuery(names=("notes.follow_up",)))),
         "storage": len(list(s.storage.rglob("*.txt"))),
         "transport": len(s.sender.sent),
     }

@@ -99,7 +99,7 @@ def test_a_refused_cancel_and_an_unknown_job_are_audited_as_attempts() -> None:
 def test_a_bulk_retry_works_on_the_jobs_counted_and_is_audited_once() -> None:
     async def body(store: MemoryStore) -> tuple[int, list[AuditEntry], int]:
         await discarded(store, 3)
-        job_filter = await selection_of(store, "retry", states=["discarded"], queue="mail")
+        job_filter = await selection_of(store, "retry", states=["discarded"], queues=["mail"])
         counted = await count_bulk(store, job_filter)
         late = await discarded(store, 1)  # after the question: never touched
         outcome = await apply_bulk(store, job_filter, counted, ADA, tenant="acme")
@@ -114,7 +114,7 @@ def test_a_bulk_retry_works_on_the_jobs_counted_and_is_audited_once() -> None:
             subject="ada",
             source="dashboard",
             action="retry",
-            selection={"states": ["discarded"], "queue": "mail", "through_id": 3},
+            selection={"states": ["discarded"], "queues": ["mail"], "through_id": 3},
             matched=3,
             changed=3,
         )

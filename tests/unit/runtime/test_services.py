@@ -143,11 +143,11 @@ def test_sweep_tick_installs_then_fires_each_tick_once() -> None:
     async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
         service = SweepService(store, CATALOG, hooks_of(events), tenant="acme")
         await service.tick()  # installed in this tick: does not fire for it
-        assert await store.job_list(JobQuery(name="t.tick")) == []
+        assert await store.job_list(JobQuery(names=("t.tick",))) == []
         clock.advance(seconds=60)
         await service.tick()
         await service.tick()  # the same tick again: nothing more
-        [fired] = await store.job_list(JobQuery(name="t.tick"))
+        [fired] = await store.job_list(JobQuery(names=("t.tick",)))
         assert fired.state == "available"
         assert [e.kind for e in events] == ["schedule_fired"]
         assert service.interval == CATALOG.worker.schedule_sweep_ms / 1000
@@ -162,10 +162,10 @@ def test_a_paused_schedule_fires_nothing_and_once_resumed_counts_its_ticks_as_sk
         assert await store.schedule_pause("t.tick", True)
         clock.advance(minutes=3)
         await service.tick()
-        assert await store.job_list(JobQuery(name="t.tick")) == []
+        assert await store.job_list(JobQuery(names=("t.tick",))) == []
         assert await store.schedule_pause("t.tick", False)
         await service.tick()
-        [fired] = await store.job_list(JobQuery(name="t.tick"))
+        [fired] = await store.job_list(JobQuery(names=("t.tick",)))
         assert (fired.tick, fired.ticks_skipped) == (
             CATALOG.jobs["t.tick"].schedule.tick_at(clock.now()),  # type: ignore[union-attr]
             2,
@@ -267,7 +267,7 @@ def test_run_now_fires_the_schedule_s_job_at_once_and_leaves_its_ticks_alone() -
         await service.tick()  # installed
         before = await store.schedule_get(["t.tick"])
         inserted = await run_now(store, CATALOG, "t.tick")
-        [job] = await store.job_list(JobQuery(name="t.tick"))
+        [job] = await store.job_list(JobQuery(names=("t.tick",)))
         assert (job.id, job.tick, job.ticks_skipped) == (inserted.id, clock.now(), 0)
         assert await store.schedule_get(["t.tick"]) == before
         [fire] = await store.schedule_fires("t.tick")

@@ -35,7 +35,7 @@ class Visited(MemoryStore):
 
     async def lease_end(self) -> float | None:
         now = await self.now()
-        running = await self.job_list(JobQuery(state="executing", limit=1_000))
+        running = await self.job_list(JobQuery(states=("executing",), limit=1_000))
         ends = [job.lease_until for job in running if job.lease_until is not None]
         return None if not ends else max((min(ends) - now).total_seconds(), 0.0)
 

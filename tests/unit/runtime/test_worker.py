@@ -196,7 +196,7 @@ def test_async_and_plain_handlers_complete_and_plain_ones_enqueue_without_await(
     async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
         job_id = await enqueue(store, "t.ok_sync", {"n": 7})
         assert (await settled(store, job_id)).state == "completed"
-        children = await store.job_list(JobQuery(name="t.ok_async"))
+        children = await store.job_list(JobQuery(names=("t.ok_async",)))
         assert len(children) == 1
         assert (await settled(store, children[0].id)).state == "completed"
         assert calls == ["sync 7", "async 1"]
@@ -255,7 +255,7 @@ def test_an_undeclared_enqueue_discards_the_job_naming_the_missing_effect() -> N
         record = await settled(store, await enqueue(store, "t.undeclared"))
         assert record.state == "discarded"
         assert "declare the effect 'enqueue:t.ok_async'" in record.errors[0].error
-        assert await store.job_list(JobQuery(name="t.ok_async")) == []
+        assert await store.job_list(JobQuery(names=("t.ok_async",))) == []
 
     run(scenario)
 
@@ -336,7 +336,7 @@ def test_queues_run_no_more_jobs_at_once_than_their_concurrency() -> None:
     async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
         ids = [await enqueue(store, "t.waits_for_abort") for _ in range(5)]
         await asyncio.sleep(0.3)
-        executing = await store.job_list(JobQuery(state="executing"))
+        executing = await store.job_list(JobQuery(states=("executing",)))
         assert len(executing) == 2  # the "slow" queue has 2 slots
         assert worker.running == 2
         for job_id in ids:
@@ -380,7 +380,7 @@ async def short_jobs_ran(store: MemoryStore) -> None:
 
 
 async def executing(store: MemoryStore) -> list[JobRecord]:
-    return await store.job_list(JobQuery(state="executing"))
+    return await store.job_list(JobQuery(states=("executing",)))
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
@@ -443,7 +443,7 @@ def test_a_queue_of_short_jobs_claims_no_more_ahead_than_its_prefetch() -> None:
         await until(claimed)
         await asyncio.sleep(0.2)  # claim rounds enough to take more, if it would
         assert len(await executing(store)) == limit
-        assert len(await store.job_list(JobQuery(state="available"))) == 5
+        assert len(await store.job_list(JobQuery(states=("available",)))) == 5
         gate.set()
         assert {(await settled(store, job_id)).state for job_id in ids} == {"completed"}
 

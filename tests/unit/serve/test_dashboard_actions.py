@@ -97,7 +97,7 @@ def test_cancel_by_filter_confirms_the_count_and_acts_on_the_jobs_counted_only(
     assert states(url) == {**{i: "cancelled" for i in mail}, late[0]: "available"}
     [entry] = audit(url)
     assert (entry.action, entry.matched, entry.changed, entry.job_id) == ("cancel", 4, 4, None)
-    assert entry.selection == {"states": ["available"], "queue": "mail", "through_id": 4}
+    assert entry.selection == {"states": ["available"], "queues": ["mail"], "through_id": 4}
     shown = client.get(done.headers["location"], headers=ADMIN).text
     assert "Cancelled 4 jobs; 0 left as they were." in shown
 

@@ -153,13 +153,7 @@ class Actions:
             jobs=self.d.catalog.jobs,
             states=_STATES[action],
         )
-        job_filter = await selection_of(
-            visit.store,
-            action,
-            states=[chosen.state] if chosen.state else [],
-            queue=chosen.queue,
-            name=chosen.job,
-        )
+        job_filter = await selection_of(visit.store, action, **chosen.filters())
         return chosen, job_filter
 
 

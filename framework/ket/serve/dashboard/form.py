@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 from urllib.parse import parse_qsl, urlencode
 
 from starlette.requests import ClientDisconnect, Request
@@ -21,6 +22,14 @@ FORM_BYTES = 16_384
 PAGE_SIZES = (20, 50, 100)
 MAX_PAGE = 100_000
 MAX_ID = 2**63 - 1
+
+
+class Filters(TypedDict):
+    """The filters a selection gives a listing and a bulk action alike."""
+
+    states: tuple[JobState, ...]
+    queues: tuple[str, ...]
+    names: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -40,6 +49,15 @@ class JobSelection:
     def is_empty(self) -> bool:
         """Whether no filter is chosen."""
         return self.state is None and self.queue is None and self.job is None
+
+    def filters(self) -> Filters:
+        """The selection as the store's filters take it (JobQuery, JobFilter): the page lists
+        exactly the jobs its bulk action acts on."""
+        return {
+            "states": () if self.state is None else (self.state,),
+            "queues": () if self.queue is None else (self.queue,),
+            "names": () if self.job is None else (self.job,),
+        }
 
 
 def selection(

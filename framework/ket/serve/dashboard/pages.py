@@ -81,13 +81,7 @@ class Pages:
         )
         size = form.page_size(request.query_params)
         page = form.number(request.query_params, "page", default=1, low=1, high=form.MAX_PAGE)
-        query = JobQuery(
-            state=chosen.state,
-            queue=chosen.queue,
-            name=chosen.job,
-            limit=size + 1,
-            offset=(page - 1) * size,
-        )
+        query = JobQuery(**chosen.filters(), limit=size + 1, offset=(page - 1) * size)
         found = await store.job_list(query)
         counts = {
             state: sum(

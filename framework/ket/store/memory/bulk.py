@@ -59,10 +59,7 @@ def _matching(
         if (
             row.id > f.after_id
             and (f.through_id is None or row.id <= f.through_id)
-            and row.state in states
-            and (f.queue is None or row.queue == f.queue)
-            and (f.name is None or row.name == f.name)
-            and row.tagged(f.tags)
+            and row.selected(states, f.queues, f.names, f.tags)
             and (f.enqueued_before is None or row.enqueued_at < f.enqueued_before)
             and not (f.action == "cancel" and row.state == "executing" and row.cancel_requested)
         ):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -44,9 +45,22 @@ class JobRow:
     # Bumped each time the row enters a ready queue: older queue entries for it are stale.
     token: int = 0
 
-    def tagged(self, tags: tuple[str, ...]) -> bool:
-        """Whether the job carries every one of `tags`."""
-        return all(tag in self.tags for tag in tags)
+    def selected(
+        self,
+        states: Collection[str],
+        queues: Collection[str],
+        names: Collection[str],
+        tags: Collection[str],
+    ) -> bool:
+        """Whether a listing's or a bulk filter's selection takes this job: it has one of the
+        `states`, one of the `queues`, one of the `names` and carries one of the `tags`, each
+        filter that is given (an empty one takes every job)."""
+        return (
+            (not states or self.state in states)
+            and (not queues or self.queue in queues)
+            and (not names or self.name in names)
+            and (not tags or any(tag in tags for tag in self.tags))
+        )
 
     @property
     def key(self) -> tuple[str, str] | None:

@@ -315,10 +315,7 @@ class MemoryStore:
             matches = (
                 row
                 for row in reversed(self.database.rows.values())
-                if (query.state is None or row.state == query.state)
-                and (query.queue is None or row.queue == query.queue)
-                and (query.name is None or row.name == query.name)
-                and row.tagged(query.tags)
+                if row.selected(query.states, query.queues, query.names, query.tags)
             )
             page: list[JobRecord] = []
             for index, row in enumerate(matches):

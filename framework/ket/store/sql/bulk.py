@@ -163,19 +163,14 @@ def _matching(
     """The filter as WHERE clauses, and their parameters (the states an array on PostgreSQL)."""
     from sqlalchemy import Text, false, or_
 
-    from ket.store.sql.query import among, tagged
+    from ket.store.sql.query import among, selected
     from ket.store.sql.schema import EXECUTING, jobs
 
     f = job_filter
     clauses: list[Any] = [among(dialect, jobs.c.state, "states", Text), jobs.c.id > f.after_id]
     if f.through_id is not None:
         clauses.append(jobs.c.id <= f.through_id)
-    if f.queue is not None:
-        clauses.append(jobs.c.queue == f.queue)
-    if f.name is not None:
-        clauses.append(jobs.c.name == f.name)
-    if f.tags:
-        clauses.extend(tagged(dialect, f.tags))
+    clauses.extend(selected(dialect, f.queues, f.names, f.tags))
     if f.enqueued_before is not None:
         clauses.append(jobs.c.enqueued_at < f.enqueued_before)
     if f.action == "cancel":  # nothing is left to do to a job whose cancel was requested

@@ -376,34 +376,46 @@ def _rescue(time: TimeSql) -> Any:
 
 def listing(dialect: str, job_query: JobQuery) -> Any:
     """The (dynamic) listing query: filters, newest first, one page."""
+    q = job_query
     statement = select(jobs)
-    if job_query.state is not None:
-        statement = statement.where(jobs.c.state == job_query.state)
-    if job_query.queue is not None:
-        statement = statement.where(jobs.c.queue == job_query.queue)
-    if job_query.name is not None:
-        statement = statement.where(jobs.c.name == job_query.name)
-    if job_query.tags:
-        statement = statement.where(*tagged(dialect, job_query.tags))
-    return statement.order_by(jobs.c.id.desc()).limit(job_query.limit).offset(job_query.offset)
+    if q.states:
+        statement = statement.where(jobs.c.state.in_(list(q.states)))
+    statement = statement.where(*selected(dialect, q.queues, q.names, q.tags))
+    return statement.order_by(jobs.c.id.desc()).limit(q.limit).offset(q.offset)
 
 
-def tagged(dialect: str, tags: Sequence[str]) -> list[Any]:
-    """Clauses for "the job carries every one of `tags`" (values bound in the statement, as
-    the dynamic filters are): on PostgreSQL one `@>` the GIN index answers, on SQLite a
-    json_each probe per tag."""
+def selected(
+    dialect: str, queues: Sequence[str], names: Sequence[str], tags: Sequence[str]
+) -> list[Any]:
+    """Clauses for a listing's or a bulk filter's queues, names and tags: each one given takes
+    the jobs with any one of its values (bound in the statement, as the dynamic filters are)."""
+    clauses = []
+    if queues:
+        clauses.append(jobs.c.queue.in_(list(queues)))
+    if names:
+        clauses.append(jobs.c.name.in_(list(names)))
+    if tags:
+        clauses.append(tagged(dialect, tags))
+    return clauses
+
+
+def tagged(dialect: str, tags: Sequence[str]) -> Any:
+    """A clause for "the job carries any one of `tags`": on PostgreSQL one `@>` per tag, OR-ed,
+    each of which the GIN index answers (its jsonb_path_ops class has no `?|`); on SQLite one
+    json_each probe."""
     from sqlalchemy import column, exists, literal
 
     from ket.store.validate import encode_tags
 
     if dialect == "postgresql":
-        wanted = literal(encode_tags(tags), Text).cast(postgresql.JSONB)
-        return [jobs.c.tags.op("@>")(wanted)]
-    clauses = []
-    for tag in tags:
-        element = func.json_each(jobs.c.tags).table_valued("value")
-        clauses.append(exists().select_from(element).where(column("value") == literal(tag)))
-    return clauses
+        return or_(
+            *(
+                jobs.c.tags.op("@>")(literal(encode_tags([tag]), Text).cast(postgresql.JSONB))
+                for tag in tags
+            )
+        )
+    element = func.json_each(jobs.c.tags).table_valued("value")
+    return exists().select_from(element).where(column("value").in_(list(tags)))
 
 
 def errors_of(ids: Sequence[int]) -> Any:
