@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 from ket import distribution
@@ -62,10 +62,13 @@ def presence_service(
     tenant: str | None,
     database_url: str | None,
     environ: Mapping[str, str],
+    serving: Callable[[], tuple[str, ...]] | None = None,
 ) -> PresenceService:
     """The service that keeps this worker's row in the control database; `catalog` carries the
     concurrency this host runs, `tenant` the one tenant served (None: all), `database_url` the
-    --database-url option; `environ` may set the interval (`report_interval`)."""
+    --database-url option; `environ` may set the interval (`report_interval`). `serving`: the
+    tenants served now, reported by name instead (a burst: listed, it is no peer of the workers
+    that share every tenant)."""
     started = datetime.now(UTC)
     interval = report_interval(catalog, environ)
 
@@ -78,7 +81,7 @@ def presence_service(
             host=socket.gethostname(),
             pid=os.getpid(),
             started_at=started,
-            tenants=None if tenant is None else (tenant,),
+            tenants=serving() if serving is not None else None if tenant is None else (tenant,),
             queues=dict(catalog.worker.queues),
             version=version,
             manifest_hash=digest,

@@ -6,6 +6,10 @@ otherwise with --concurrency QUEUE=N or KET_WORKER_CONCURRENCY="QUEUE=N,..." (th
 SIGTERM or SIGINT stops claiming, lets running jobs finish within `shutdown_grace_ms`, aborts
 the rest (reason `shutdown`) and hands them back, then exits 0. A second signal hands back what
 it can within half a second and exits within a second, whatever handler threads are doing.
+
+--burst runs what is due now (and the jobs those enqueue that are due now), fires the schedules'
+due ticks once, then stops as at a signal: exit 0, or 1 if it discarded a job it ran, or 2 if a
+tenant's database could not be opened or failed at the start. Jobs due later are left for later.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from ket.cli.runtime import open_store, registry_reader, run_service, tenant_url
 from ket.declare.deployment import DeploymentDecl
 from ket.errors import KetError
 from ket.runtime.contexts import default_blobs, default_sender
-from ket.runtime.fleet import Fleet
+from ket.runtime.fleet import Drained, Fleet
 from ket.runtime.supervisor import Supervisor
 from ket.runtime.tenancy import database_template
 from ket.runtime.worker import SERVICE_CONNECTIONS, connections_needed, loop_connections
@@ -64,6 +68,12 @@ def add_parser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     concurrency.add_option(parser)
+    parser.add_argument(
+        "--burst",
+        action="store_true",
+        help="run the jobs due now (and those they enqueue), fire due schedule ticks once, then "
+        "exit: 0, or 1 if a job it ran was discarded, or 2 if a tenant's database failed",
+    )
     add_budget_option(parser)
     add_log_options(parser)
     metrics.add_options(parser)
@@ -131,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
             blobs=blobs,
             metrics_settings=chosen,
             max_connections=limit,
+            burst=args.burst,
         )
     )
 
@@ -231,13 +242,14 @@ async def serve(
     blobs: BlobStore | None = None,
     metrics_settings: metrics.MetricsSettings | None = None,
     max_connections: int | None = None,
+    burst: bool = False,
 ) -> int:
     """Serve until a signal (or until `stopping.event` is set, when the caller handles the
     signals); returns the exit code. `catalog` carries the concurrency to run, `settings`
     says which of it this host set (for the start-up line); with the `deployment`, the worker
     records itself in the control database (`ket workers list`); `blobs` is where ctx.storage
     keeps blobs (None: what KET_STORAGE_URL names); with `metrics_settings`, metrics are
-    served too."""
+    served too. `burst`: until every tenant ran what is due (`--burst`)."""
     if stopping is None:
         stopping = Stopping()
         stopping.install()
@@ -282,9 +294,11 @@ async def serve(
             tenant=tenant,
             database_url=database_url,
             environ=os.environ,
+            # a burst lists what it serves: no worker that shares the tenants takes it for a peer
+            serving=(lambda: tuple(sorted(fleet.workers))) if burst else None,
         )
         presence.every(service, timeout=PRESENCE_TIMEOUT_SECONDS)
-        if tenant is None:
+        if tenant is None and not burst:
             share = tenant_share(service, timeout=PRESENCE_TIMEOUT_SECONDS)
     fleet = stopping.fleet = Fleet(
         catalog=catalog,
@@ -297,6 +311,7 @@ async def serve(
         only=tenant,
         channels=_control_channels(registry.url),
         share=share,
+        burst=burst,
     )
     log.info(
         "worker %s serving deployment %s with queues %s; %s",
@@ -319,10 +334,15 @@ async def serve(
 
         stopping.also(depart)
     served = None
+    code = 0
     try:
         if metrics_settings is not None:
             served = metrics.start(metrics_settings, catalog, fleet.hooks, fleet.stores)
-        await fleet.run(stopping.event, [served.service] if served is not None else [])
+        services = [served.service] if served is not None else []
+        if burst:
+            code = burst_code(await fleet.drain(stopping.event, services))
+        else:
+            await fleet.run(stopping.event, services)
     finally:
         registry.close()
         await presence.stop()
@@ -340,9 +360,33 @@ async def serve(
         # effects are refused, and the interpreter would wait for them forever at exit
         log.warning("exiting with %d handler threads still running: %s", len(stuck), stuck)
         logging.shutdown()
-        os._exit(0)
+        os._exit(code)
     log.info("worker stopped")
-    return 0
+    return code
+
+
+def burst_code(drained: Drained) -> int:
+    """A burst's exit code, after logging what it did: 2 when a tenant could not be drained (its
+    database could not be opened, or failed the start: its jobs did not run), else 1 when it
+    discarded a job it ran, else 0."""
+    ran = ", ".join(f"{count} {kind}" for kind, count in sorted(drained.outcomes.items()))
+    log.info(
+        "burst over: %s run in %s%s",
+        _counted(sum(drained.outcomes.values()), "job"),
+        _counted(len(drained.tenants), "tenant"),
+        f" ({ran})" if ran else "",
+    )
+    if drained.failed:
+        log.error(
+            "burst: tenants not drained (their database failed, as logged above): %s",
+            ", ".join(drained.failed),
+        )
+        return 2
+    return 1 if drained.discarded else 0
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _connections(template: str, registry: str, budget: int, pool: int) -> str:

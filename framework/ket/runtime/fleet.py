@@ -11,13 +11,20 @@ When worker processes share the tenants (`share`, see `ket.runtime.share`), each
 tenants it owns: the refresh runs as soon as the peers change, and starts the tenants this worker
 gained before it stops (gracefully, all at once) the ones it gave up, so that a handover leaves a
 brief overlap rather than a gap.
+
+A burst (`drain()`, `ket worker --burst`) reads the tenants once, serves every one of them (no
+share: it gives no other worker its tenants), and stops each tenant's worker once it has run
+everything due (runtime/burst.py), or all of them at the stop signal, as `run()` does; a tenant
+it cannot open, or whose start fails, is reported, not retried.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from ket.catalog import Catalog
@@ -65,6 +72,22 @@ class TenantRefresh:
         await self._fleet.refresh()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Drained:
+    """What a burst did: the tenants it drained, those it could not (their database could not
+    be opened, or failed the start: the errors are logged), and the outcomes of the jobs it
+    ran, by kind (`completed`, `failed`, `discarded`, ...)."""
+
+    tenants: tuple[str, ...]
+    failed: tuple[str, ...]
+    outcomes: dict[str, int]
+
+    @property
+    def discarded(self) -> int:
+        """How many of the jobs it ran it discarded."""
+        return self.outcomes.get("discarded", 0)
+
+
 class Fleet:
     """Starts, refreshes and stops the tenant workers of one process."""
 
@@ -82,6 +105,7 @@ class Fleet:
         only: str | None = None,
         channels: Channels | None = None,
         share: TenantShare | None = None,  # None: serve every tenant, as a lone worker does
+        burst: bool = False,  # its tenant workers run what is due and stop: see drain()
     ) -> None:
         self.catalog = catalog
         self._template = template
@@ -94,7 +118,8 @@ class Fleet:
         # database, one LISTEN for all (ket.store.sql.control_channel)
         self._channels = channels
         self._several = False  # the registry lists tenants
-        self._share = share if only is None else None
+        self._share = share if only is None and not burst else None
+        self._burst = burst
         self._refreshing = asyncio.Lock()  # the periodic refresh and a membership change
         self._elsewhere: set[str] = set()  # registered tenants that other workers serve
         self._sender = sender
@@ -123,6 +148,46 @@ class Fleet:
             await asyncio.gather(*[self._stop(name) for name in list(self.workers)])
             if self._channels is not None:
                 await self._channels.close()
+
+    async def drain(self, stop: asyncio.Event, services: Sequence[Service] = ()) -> Drained:
+        """A burst: serve each tenant until it has run everything due or `stop` is set, then
+        stop its worker gracefully; `services` run meanwhile, as in `run()`. Raises when the
+        registry cannot be read."""
+        supervisor = Supervisor(tenant=None, stopping=asyncio.Event(), repeats=self._repeats)
+        for service in services:
+            supervisor.every(service, timeout=max(60.0, service.interval))
+        try:
+            wanted = await self._wanted()
+            for name in sorted(wanted):
+                await self._start(name, wanted[name], len(wanted))
+            bursts = {name: worker.burst for name, worker in self.workers.items()}
+            await asyncio.gather(*[self._drain(name, stop) for name in bursts])
+        finally:
+            await supervisor.stop()
+            await asyncio.gather(*[self._stop(name) for name in list(self.workers)])
+            if self._channels is not None:
+                await self._channels.close()
+        outcomes: Counter[str] = Counter()
+        drained = set()
+        for name, burst in bursts.items():
+            assert burst is not None
+            outcomes.update(burst.outcomes)
+            if burst.failure is None:
+                drained.add(name)
+        failed = tuple(sorted(set(wanted) - drained))
+        return Drained(tenants=tuple(sorted(drained)), failed=failed, outcomes=dict(outcomes))
+
+    async def _drain(self, name: str, stop: asyncio.Event) -> None:
+        """Stop the worker of tenant `name` once it is done, or at `stop`."""
+        burst = self.workers[name].burst
+        assert burst is not None
+        waits = [asyncio.ensure_future(burst.done.wait()), asyncio.ensure_future(stop.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        await self._stop(name)
 
     async def refresh(self) -> None:
         """Start workers for new (or newly owned) tenants and stop those of removed (or given
@@ -212,6 +277,7 @@ class Fleet:
             served=lambda: len(self.workers),
             fleet=lambda: max(self._servable, len(self.workers)),
             together=together,
+            burst=self._burst,
         )
         worker.start()
         self.workers[name] = worker

@@ -17,6 +17,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ket.declare.worker import WorkerConfig
 from ket.runtime.events import Event, Hooks
@@ -24,6 +25,9 @@ from ket.runtime.lease import Attempt, Attempts
 from ket.runtime.supervisor import Supervisor, backoff
 from ket.store.contract import JobStore, PacedStore, PushStore
 from ket.store.types import JobClaim
+
+if TYPE_CHECKING:
+    from ket.runtime.burst import Burst
 
 Launch = Callable[["QueueSlots"], None]
 
@@ -87,12 +91,14 @@ class QueueLoop:
         hooks: Hooks,
         stopping: asyncio.Event,
         first_claim_within: float | None = None,
+        burst: Burst | None = None,
     ) -> None:
         """`first_claim_within`: the tenant's safety visit, which has every queue claim, comes
         within that many seconds of the start; the first claim waits for it (or for a hint),
         on the visit's connection, rather than come at once: a thousand tenants starting
         together (or taken over from a worker that died) would each open a connection for it
-        at the same instant, and again for their visit."""
+        at the same instant, and again for their visit. `burst`: a claim that comes back short
+        waits for the next outcome instead (runtime/burst.py)."""
         self.queue = queue
         self.name = f"claim loop of queue {queue.name}"
         self._store = store
@@ -108,6 +114,7 @@ class QueueLoop:
         self._stopping = stopping
         self._due: asyncio.Future[None] | None = None  # a `_when_due` under way
         self._first_claim_within = first_claim_within
+        self._burst = burst
 
     async def run(self) -> None:
         try:
@@ -124,6 +131,7 @@ class QueueLoop:
         idle = poll_min
         failures = 0
         busy = False  # the last claim filled every free slot: work is flowing
+        burst = self._burst
         if self._first_claim_within is not None:
             within, self._first_claim_within = self._first_claim_within, None  # once
             # a wake-up lost to the race with a visit at the very start costs only this wait
@@ -143,9 +151,10 @@ class QueueLoop:
             # When idle, listen before claiming: a job committed while the claim is in flight
             # must wake the wait that follows, not slip between the claim and the wait. While
             # work flows the claim is almost never short, so skip the extra tasks on that path.
-            watch = None if busy else self._watch(idle)
+            watch = None if busy or burst is not None else self._watch(idle)
             if watch is not None:
                 await asyncio.sleep(0)  # let the watch register its waiter first
+            epoch = 0 if burst is None else burst.epoch
             sent = attempts.clock()
             try:
                 claimed = await self._store.job_claim(
@@ -172,6 +181,9 @@ class QueueLoop:
                     watch.cancel()
                 idle = poll_min
                 continue  # there may be more: claim again as soon as slots allow
+            if burst is not None:  # nothing more due now, unless a running job enqueues it
+                await burst.short(queue.name, epoch)
+                continue
             # A queue woken by hints (the control channel, its listener up) claims when told: a
             # claim that took less than it could saw every job committed before it began, and
             # a later one comes with a hint or a due time. It waits for those (or the backstop

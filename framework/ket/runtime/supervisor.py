@@ -14,7 +14,9 @@ own:
   is logged once;
 - a tick that hangs (a half-open database connection) is abandoned after its timeout, logged, and
   the next tick runs;
-- a loop that returns or raises while the worker runs is logged at once and restarted.
+- a loop that returns or raises while the worker runs is logged at once and restarted;
+- a one-off step (a burst's start) that raises or hangs is logged the same way, and its owner
+  is told (it decides what follows: a burst gives the tenant up).
 """
 
 from __future__ import annotations
@@ -150,6 +152,18 @@ class Supervisor:
         """Run `loop()` for as long as the worker runs, restarting it if it ends."""
         self._spawn(name, self._kept(name, loop))
 
+    def once(
+        self,
+        name: str,
+        step: Callable[[], Awaitable[None]],
+        *,
+        timeout: float,
+        failed: Callable[[Exception], None],
+    ) -> None:
+        """Run `step()` once; a failure, or a hang past `timeout`, is logged as any service's
+        and handed to `failed`."""
+        self._spawn(name, self._once(name, step, timeout, failed), may_end=True)
+
     async def stop(self) -> None:
         """Cancel every service and loop and wait for them."""
         self._stopping.set()
@@ -212,6 +226,19 @@ class Supervisor:
             await self.sleep(due)
             spread = False
 
+    async def _once(
+        self,
+        name: str,
+        step: Callable[[], Awaitable[None]],
+        timeout: float,
+        failed: Callable[[Exception], None],
+    ) -> None:
+        try:
+            await bounded(step(), timeout, name)
+        except Exception as error:
+            self.repeats.failure(self.where(name), error)
+            failed(error)
+
     async def _kept(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
         where = self.where(name)
         failures = 0
@@ -235,16 +262,19 @@ class Supervisor:
             if self._stopping.is_set():
                 return
 
-    def _spawn(self, name: str, body: Awaitable[None]) -> None:
+    def _spawn(self, name: str, body: Awaitable[None], *, may_end: bool = False) -> None:
         task = asyncio.ensure_future(body)
-        task.add_done_callback(lambda done: self._ended(name, done))
+        task.add_done_callback(lambda done: self._ended(name, done, may_end))
         self._tasks.append(task)
 
-    def _ended(self, name: str, task: asyncio.Task[None]) -> None:
-        # the policy above never lets a service end; if one does anyway, say so now
+    def _ended(self, name: str, task: asyncio.Task[None], may_end: bool) -> None:
+        # the policy above never lets a service end (a one-off step only once it succeeded); if
+        # one does anyway, say so now
         if task.cancelled() or self._stopping.is_set():
             return
         error = task.exception()
+        if may_end and error is None:
+            return
         log.critical(
             "%s stopped: %s",
             self.where(name),

@@ -11,6 +11,11 @@ guard and the vacuumer tick only while attempts run, so an idle tenant sets no t
 `stop()` stops claiming, lets running work finish within the grace period, then aborts it
 (reason `shutdown`) and hands unfinished jobs back at once. `hand_back_now()` is the second
 signal's path: abort everything, hand back what answers within a moment, return.
+
+A burst worker (`ket worker --burst`, runtime/burst.py) runs the same loops, runner and settler,
+with the heartbeat and lease guard, but rescues and sweeps once at the start and runs no other
+service; `burst.done` is set once it has run everything due (or its start failed), and its
+owner then stops it.
 """
 
 from __future__ import annotations
@@ -24,17 +29,19 @@ from typing import Any, TypeVar
 
 from ket.catalog import Catalog
 from ket.declare.worker import WorkerConfig
+from ket.runtime.burst import Burst
 from ket.runtime.contexts import Contexts
 from ket.runtime.events import Hooks
 from ket.runtime.lease import Attempt, Attempts, HeartbeatService, LeaseGuard
 from ket.runtime.outcome import describe
 from ket.runtime.prune import PruneService
 from ket.runtime.queue import QueueLoop, QueueSlots
-from ket.runtime.rescue import RescueService
+from ket.runtime.rescue import RescueService, rescue
 from ket.runtime.runner import ABORT_GRACE_SECONDS, JobRunner, Result
 from ket.runtime.settler import Settler
 from ket.runtime.supervisor import Repeats, Supervisor
 from ket.runtime.sweep import SWEEPS_PER_SECOND, SweepService
+from ket.runtime.sweep import sweep as sweep_schedules
 from ket.runtime.vacuum import VacuumService
 from ket.runtime.visit import VisitService
 from ket.store.contract import JobStore, PacedStore, VacuumStore
@@ -103,12 +110,13 @@ class TenantWorker:
         served: Callable[[], int] | None = None,
         fleet: Callable[[], int] | None = None,
         together: float | None = None,
+        burst: bool = False,
     ) -> None:
         """`served`: how many tenants the process serves now, which paces the safety visits;
         `fleet`: how many the worker processes sharing them serve together (the registry's),
         which spreads the schedule sweeps. None: this one. `together`: how many tenants the
         worker processes start with this one, which spreads their first visits (None: the
-        fleet's)."""
+        fleet's). `burst`: run what is due, then say so (`self.burst.done`)."""
         self.store = store
         self.catalog = catalog
         self.tenant = tenant
@@ -136,7 +144,9 @@ class TenantWorker:
             hooks=self.hooks,
             tenant=tenant,
         )
-        self.settler = Settler(store, self.runner.report, self.supervisor)
+        self.burst = None if not burst else Burst(config.queues, self.attempts, self.runner.report)
+        report = self.runner.report if self.burst is None else self.burst.report
+        self.settler = Settler(store, report, self.supervisor)
         self._queues = {q: QueueSlots(q, n) for q, n in config.queues.items()}
         self._served = served or (lambda: 1)
         self._fleet = fleet or self._served
@@ -146,30 +156,18 @@ class TenantWorker:
 
     def start(self) -> None:
         """Start the queue loops, the settler and the services on the running loop."""
+        if self.burst is not None:
+            self._start_burst()
+            return
         sup, store, attempts = self.supervisor, self.store, self.attempts
         first = self._start_spread()
         # a tenant woken by hints: its safety visit rescues, has the queues claim and sweeps
         visited = store if isinstance(store, PacedStore) and store.paced else None
         sup.keep(self.settler.name, self.settler.run)
-        for queue in self._queues.values():
-            loop = QueueLoop(
-                queue,
-                store=store,
-                config=self._config,
-                worker_id=self.worker_id,
-                attempts=attempts,
-                launch=self._launch,
-                supervisor=sup,
-                hooks=self.hooks,
-                stopping=self._stopping,
-                # the first claim comes with the first visit (the visit has every queue claim)
-                first_claim_within=None if visited is None else first,
-            )
-            sup.keep(loop.name, loop.run)
-        watched = attempts.watched  # while attempts run, or the database is to be probed
-        heartbeat = HeartbeatService(store, attempts)
-        self._leases.every(heartbeat, timeout=heartbeat.interval, gate=watched)
-        self._leases.every(LeaseGuard(attempts, tenant=self.tenant), gate=watched)
+        # the first claim comes with the first visit (the visit has every queue claim)
+        self._keep_queues(first_claim_within=None if visited is None else first)
+        self._keep_leases()
+        watched = attempts.watched
         sweep = SweepService(
             store,
             self.catalog,
@@ -207,6 +205,50 @@ class TenantWorker:
         if isinstance(store, VacuumStore):
             vacuum = VacuumService(store, attempts, tenant=self.tenant)
             sup.every(vacuum, timeout=VACUUM_TIMEOUT_SECONDS, gate=watched)
+
+    def _start_burst(self) -> None:
+        """A burst: the settler and the leases' services as always; expired leases rescued and
+        the schedules swept once (a burst run from cron may be the only worker there is), then
+        the queue loops; no other service. A start that fails gives the tenant up."""
+        assert self.burst is not None
+        self.supervisor.keep(self.settler.name, self.settler.run)
+        self._keep_leases()
+        timeout = max(self.attempts.lease_seconds, 30.0)
+        start, failed = self._begin_burst, self.burst.give_up
+        self.supervisor.once("burst start", start, timeout=timeout, failed=failed)
+
+    async def _begin_burst(self) -> None:
+        assert self.burst is not None
+        await rescue(self.store, self.hooks, tenant=self.tenant)
+        await sweep_schedules(self.store, self.catalog, tenant=self.tenant, hooks=self.hooks)
+        self._keep_queues(first_claim_within=None)  # the database answered: claim
+        self.burst.swept()
+
+    def _keep_queues(self, *, first_claim_within: float | None) -> None:
+        """A claim loop for each queue, under the supervisor."""
+        for queue in self._queues.values():
+            loop = QueueLoop(
+                queue,
+                store=self.store,
+                config=self._config,
+                worker_id=self.worker_id,
+                attempts=self.attempts,
+                launch=self._launch,
+                supervisor=self.supervisor,
+                hooks=self.hooks,
+                stopping=self._stopping,
+                first_claim_within=first_claim_within,
+                burst=self.burst,
+            )
+            self.supervisor.keep(loop.name, loop.run)
+
+    def _keep_leases(self) -> None:
+        """The heartbeat and the lease guard, ticking while attempts run (or the database is
+        to be probed)."""
+        attempts = self.attempts
+        heartbeat = HeartbeatService(self.store, attempts)
+        self._leases.every(heartbeat, timeout=heartbeat.interval, gate=attempts.watched)
+        self._leases.every(LeaseGuard(attempts, tenant=self.tenant), gate=attempts.watched)
 
     def _start_spread(self) -> float:
         """Within how many seconds this tenant's first visit and sweep (and, when it is woken

@@ -435,6 +435,45 @@ def test_a_kept_loop_is_restarted_after_a_backoff_not_at_once(
     assert runs == [1]
 
 
+def test_a_one_off_step_runs_once_and_ends_quietly(logs: pytest.LogCaptureFixture) -> None:
+    runs: list[int] = []
+    failures: list[Exception] = []
+
+    async def step() -> None:
+        runs.append(1)
+
+    async def scenario(sup: Supervisor) -> None:
+        sup.once("burst start", step, timeout=1.0, failed=failures.append)
+        await asyncio.sleep(0.05)
+
+    run(scenario)
+    assert (runs, failures, lines(logs)) == ([1], [], [])
+
+
+def test_a_one_off_step_that_fails_or_hangs_is_logged_and_handed_to_its_owner(
+    logs: pytest.LogCaptureFixture,
+) -> None:
+    failures: list[Exception] = []
+
+    async def raises() -> None:
+        raise StoreError("database error: no such table: ket_jobs")
+
+    async def hangs() -> None:
+        await asyncio.sleep(30)
+
+    async def scenario(sup: Supervisor) -> None:
+        sup.once("burst start", raises, timeout=1.0, failed=failures.append)
+        sup.once("other start", hangs, timeout=0.02, failed=failures.append)
+        await asyncio.sleep(0.1)
+
+    run(scenario)
+    assert [type(error).__name__ for error in failures] == ["StoreError", "TickTimeout"]
+    assert lines(logs) == [
+        "burst start (tenant acme) failed: database error: no such table: ket_jobs",
+        "other start (tenant acme) failed: other start did not finish within 0.02s; abandoned it",
+    ]
+
+
 def test_stop_ends_every_service_and_loop(logs: pytest.LogCaptureFixture) -> None:
     async def works(count: int) -> None:
         pass
