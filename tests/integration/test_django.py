@@ -28,7 +28,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from ket import open_client
+from ket import hooks, open_client
 from ket.errors import ConnectionRejected
 from ket.store.sql import SqlStore
 from ket.store.sql.insert import CHANNEL
@@ -153,6 +153,27 @@ def test_a_rolled_back_atomic_block_leaves_neither_the_order_nor_its_job(shop: S
         raise RuntimeError("payment declined")
     assert shop.rows("SELECT number FROM shop_order") == []
     assert shop.jobs() == []
+
+
+def test_the_enqueued_event_waits_for_djangos_commit_and_a_rollback_sends_none(
+    shop: Shop,
+) -> None:
+    from django.db import connection, transaction
+
+    seen: list[tuple[int | None, int]] = []  # the job, and how many jobs were committed then
+    unsubscribe = hooks.subscribe(
+        lambda event: seen.append((event.job_id, len(shop.jobs()))), ["enqueued"]
+    )
+    try:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            shop.client.enqueue("shop.confirm", {"order_id": "lost"}, connection=connection)
+            raise RuntimeError("payment declined")
+        with transaction.atomic():
+            kept = shop.client.enqueue("shop.confirm", {"order_id": "1"}, connection=connection)
+            assert seen == []  # not before the commit
+    finally:
+        unsubscribe()
+    assert seen == [(kept.id, 1)]  # after it: another connection saw the job
 
 
 @contextmanager
