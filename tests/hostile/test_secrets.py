@@ -313,7 +313,8 @@ def test_refused_input_with_a_secret_field_never_quotes_the_values(
     root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, input: dict[str, Any]
 ) -> None:
     url = f"sqlite:///{tmp_path / 'unused.db'}"
-    monkeypatch.chdir(root)
+    (tmp_path / "unused.db").touch()  # a client needs the database to exist: the input is
+    monkeypatch.chdir(root)  # refused before its tables are reached
     with (
         open_client(_vault(), database_url=url) as client,
         pytest.raises(ValidationError) as refused,

@@ -65,6 +65,9 @@ def require_database(url: UrlLike) -> None:
     commands that migrate or run the jobs) make one; one that merely reads or enqueues would
     leave an empty file behind, and then fail on the missing tables anyway."""
     if sqlite_file_missing(url):
+        from ket.store.sql.address import sqlite_synchronous
+
+        sqlite_synchronous(url)  # a bad ?synchronous= is the clearer error: it names the value
         raise StoreError(
             f"database {shown_url(url)!r} does not exist: it has no ket tables yet; "
             "run `ket migrate`"

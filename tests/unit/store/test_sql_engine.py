@@ -42,6 +42,7 @@ def _store_level(url: str) -> int:
 
 
 def _client_level(url: str) -> int:
+    _store_level(url)  # a client never makes the database: `ket migrate` (a store here) does
     with open_client(APP, database_url=url) as client, client._engine.connect() as connection:
         return int(connection.execute(text("PRAGMA synchronous")).scalar_one())
 
