@@ -1,5 +1,6 @@
 """`ket jobs list` as an operator runs it on the embedded default: repeated filters mean any of
-them, and a database that was never migrated is reported, not created."""
+them, a queue or job name the deployment does not declare is refused, and a database that was
+never migrated is reported, not created."""
 
 from __future__ import annotations
 
@@ -140,3 +141,38 @@ def test_listing_before_migrate_says_to_run_migrate_and_creates_no_database(
     assert run_ket("migrate", cwd=root).code == 0  # the command that may create it
     assert (root / ".ket" / "default.db").is_file()
     assert _listed(root) == []
+
+
+def test_an_undeclared_queue_or_job_is_refused_naming_it_and_the_known_ones(
+    project: Project,
+) -> None:
+    root = _migrated(project)
+    _seed(root, [NewJob(name="app.mail", queue="mail")])
+    queue = _refused(run_ket("jobs", "list", "--queue", "mail", "--queue", "mial", cwd=root))
+    assert "'mial'" in queue and "deployment 'main'" in queue, queue
+    assert "(queues: default, mail, sms)" in queue, queue
+    assert queue.endswith("did you mean 'mail'?"), queue
+    job = _refused(run_ket("jobs", "list", "--job", "app.mali", cwd=root))
+    assert "'app.mali'" in job and "(jobs: app.mail, app.ping, app.sms)" in job, job
+    assert job.endswith("did you mean 'app.mail'?"), job
+    cancel = _refused(run_ket("jobs", "cancel", "--queue", "exprots", "--yes", cwd=root))
+    assert "'exprots'" in cancel and "(queues: default, mail, sms)" in cancel, cancel
+    assert _listed(root, "--queue", "mail") != []  # nothing was cancelled
+
+
+def test_a_queue_no_longer_declared_is_taken_while_jobs_have_it(project: Project) -> None:
+    root = _migrated(project)
+    [old] = _seed(root, [NewJob(name="app.gone", queue="retired")])
+    assert _listed(root, "--queue", "retired") == [(old, "available")]
+    assert _listed(root, "--job", "app.gone") == [(old, "available")]
+
+
+def test_without_a_workspace_queues_and_jobs_are_not_checked(project: Project) -> None:
+    root = _migrated(project)
+    _seed(root, [NewJob(name="app.mail", queue="mail")])
+    elsewhere = root / "elsewhere"  # no pyproject.toml above it names a workspace
+    elsewhere.mkdir()
+    (elsewhere / "pyproject.toml").write_text("[project]\nname = 'ops'\n", encoding="utf-8")
+    url = ("--database-url", f"sqlite:///{root / '.ket' / 'default.db'}")
+    done = run_ket("jobs", "list", "--queue", "mial", *url, cwd=elsewhere)
+    assert (done.code, done.out) == (0, "no jobs\n"), done.err

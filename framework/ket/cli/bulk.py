@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ket.cli import selection
 from ket.cli.output import escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
@@ -101,7 +102,8 @@ def run(args: argparse.Namespace, action: BulkAction) -> int:
     target = Target(
         action=action, tenant=tenant, database=shown_url(url), json=args.format == "json"
     )
-    job_filter, counted = asyncio.run(_count(url, args, action))
+    known = selection.declared(args)
+    job_filter, counted = asyncio.run(_count(url, args, action, known))
     if args.dry_run:
         target.preview(counted)
         return 0
@@ -166,7 +168,7 @@ class Target:
 
 
 async def _count(
-    url: str, args: argparse.Namespace, action: BulkAction
+    url: str, args: argparse.Namespace, action: BulkAction, known: selection.Declared | None
 ) -> tuple[JobFilter, BulkCount]:
     store = await _open(url)
     try:
@@ -178,6 +180,9 @@ async def _count(
             names=args.job or (),
             tags=args.tag or (),
             older_than=args.older_than,
+        )
+        await selection.refuse_undeclared(
+            store, known, queues=job_filter.queues, names=job_filter.names
         )
         return job_filter, await count_bulk(store, job_filter, SAMPLE)
     finally:

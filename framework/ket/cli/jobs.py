@@ -17,7 +17,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ket.cli import bulk, workers
+from ket.cli import bulk, selection, workers
 from ket.cli.options import deployment_of, workspace_parent
 from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
@@ -47,7 +47,9 @@ def add_parser(
     parser = commands.add_parser("jobs", help="list, inspect and steer jobs", description=__doc__)
     actions = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
 
-    listing = actions.add_parser("list", parents=parents, help="jobs, newest first")
+    # the workspace options say which queues and job names --queue and --job may name
+    checked = [*parents, workspace_parent()]
+    listing = actions.add_parser("list", parents=checked, help="jobs, newest first")
     listing.add_argument(
         "--state",
         action="append",
@@ -83,7 +85,7 @@ def add_parser(
         ("retry", "make retryable or discarded jobs available now (history kept)"),
         ("cancel", "cancel jobs that have not finished (running ones are aborted)"),
     ):
-        command = actions.add_parser(name, parents=parents, help=helptext, description=helptext)
+        command = actions.add_parser(name, parents=checked, help=helptext, description=helptext)
         command.add_argument("id", type=_positive, nargs="?", help="one job (or use filters)")
         bulk.add_arguments(command, "retry" if name == "retry" else "cancel", _duration)
         command.set_defaults(run=_retry if name == "retry" else _cancel)
@@ -132,7 +134,13 @@ def _list(args: argparse.Namespace) -> int:
         limit=args.limit,
         offset=args.offset,
     )
-    records = _with_store(args, lambda store: store.job_list(query))
+    known = selection.declared(args)
+
+    async def listing(store: SqlStore) -> list[JobRecord]:
+        await selection.refuse_undeclared(store, known, queues=query.queues, names=query.names)
+        return await store.job_list(query)
+
+    records = _with_store(args, listing)
     if args.format == "json":
         _print_json([_summary(r) for r in records])
         return 0
