@@ -109,3 +109,29 @@ def test_migration_versions_are_consecutive_and_named() -> None:
     for migration in MIGRATIONS:
         assert migration.name
         assert set(migration.statements) == {"postgresql", "sqlite"}
+
+
+def test_the_audit_log_keeps_its_entries_when_it_learns_enqueues_and_reruns(
+    two_databases: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, engine = two_databases
+    entry = (
+        "INSERT INTO ket_audit (at, subject, source, action, job_id, selection, matched, "
+        "changed, skipped, detail) VALUES ({at}, 'ada@host', 'cli', '{action}', 7, '{{}}', 1, 1, "
+        "0, 'discarded -> available')"
+    )
+    at = "now()" if engine.dialect.name == "postgresql" else "0"
+    with monkeypatch.context() as before_reruns, engine.begin() as connection:
+        before_reruns.setattr("ket.store.sql.migration.MIGRATIONS", MIGRATIONS[:5])
+        assert migrate(connection) == [1, 2, 3, 4, 5]
+        connection.execute(text(entry.format(at=at, action="retry")))
+    with engine.begin() as connection:
+        assert migrate(connection) == [6]
+        connection.execute(text(entry.format(at=at, action="rerun")))
+        kept = connection.execute(text("SELECT id, action, detail FROM ket_audit ORDER BY id"))
+        assert [tuple(row) for row in kept] == [
+            (1, "retry", "discarded -> available"),
+            (2, "rerun", "discarded -> available"),
+        ]
+        with pytest.raises(Exception, match="ket_audit_action"), connection.begin_nested():
+            connection.execute(text(entry.format(at=at, action="delete")))

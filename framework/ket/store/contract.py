@@ -2,8 +2,8 @@
 
 Any store that passes the conformance kit (`ket.tck`) is a valid backend. The core protocol is
 the minimum a store must get right to run jobs safely; observation, push wake-ups, enqueue in a
-caller's transaction, vacuuming and the audit log are separate protocols that callers test for
-with isinstance().
+caller's transaction, vacuuming, the audit log and reruns are separate protocols that callers
+test for with isinstance().
 
 Errors: every operation raises StoreError or a subclass; nothing else escapes. A call the store
 refuses (a bad value, named in the message) raises JobRejected before anything is written, the
@@ -45,6 +45,8 @@ from ket.store.types import (
     ModelTable,
     NewJob,
     Prune,
+    Reran,
+    Rerun,
     Rescued,
     ScheduleState,
     Settle,
@@ -205,6 +207,21 @@ class AuditLog(Protocol):
 
     async def audit_list(self, query: AuditQuery) -> list[AuditRecord]:
         """A page of the log, newest first."""
+        ...
+
+
+@runtime_checkable
+class RerunStore(Protocol):
+    """Capability: a finished job's work enqueued again as a new job linked to it (`ket jobs
+    rerun`); the link is the new job's `rerun_of`."""
+
+    async def job_rerun(self, rerun: Rerun) -> Reran:
+        """Insert `rerun.job` with `rerun_of` = `rerun.origin` if that job has finished, in one
+        transaction; refused (nothing written) when it has not or does not exist."""
+        ...
+
+    async def job_reruns(self, job_id: JobId) -> list[JobId]:
+        """The ids of the jobs that rerun `job_id`, oldest first."""
         ...
 
 

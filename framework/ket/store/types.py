@@ -306,6 +306,27 @@ class JobRecord:
     ticks_skipped: int | None
     tags: tuple[str, ...] = ()
     trace_context: dict[str, str] | None = None
+    rerun_of: JobId | None = None  # the finished job this one reruns (`ket jobs rerun`)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Rerun:
+    """Insert `job` as a rerun of `origin`, linked to it, if `origin` has finished (completed,
+    discarded or cancelled); the check and the insert in one transaction."""
+
+    origin: JobId
+    job: NewJob
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Reran:
+    """What a rerun did: `origin`'s state (None: no such job) and the job inserted for it (None:
+    refused, `reason` says why; coalesced: an active job holds its unique key, nothing linked)."""
+
+    origin: JobId
+    state: JobState | None
+    inserted: Inserted | None
+    reason: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -431,16 +452,17 @@ Where = Mapping[str, Any]
 """Equality filters on a model's fields, all of which must hold (`{"status": "pending"}`)."""
 
 
-AuditAction = Literal["retry", "cancel"]
+AuditAction = Literal["retry", "cancel", "enqueue", "rerun"]
+AUDIT_ACTIONS: tuple[AuditAction, ...] = ("retry", "cancel", "enqueue", "rerun")
 MAX_AUDIT_TEXT = 2_000  # characters of an audit entry's subject or detail
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AuditEntry:
-    """An operator's retry or cancel, for the tenant's audit log: who (`subject`, through
-    `source`: `dashboard`, `cli`), what (`action` on one `job_id`, or on every job `selection`
-    matched: the filter as JSON) and what came of it (`matched`, `changed`, `skipped`, and a
-    `detail` for people, such as `discarded -> available`)."""
+    """An operator's retry, cancel, enqueue or rerun, for the tenant's audit log: who
+    (`subject`, through `source`: `dashboard`, `cli`), what (`action` on one `job_id`, or on
+    every job `selection` matched: the filter as JSON) and what came of it (`matched`,
+    `changed`, `skipped`, and a `detail` for people, such as `discarded -> available`)."""
 
     subject: str
     source: str

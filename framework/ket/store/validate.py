@@ -17,6 +17,7 @@ from typing import Any, TypeGuard, cast
 
 from ket.errors import JobRejected
 from ket.store.types import (
+    AUDIT_ACTIONS,
     CANCEL_STATES,
     JOB_STATES,
     MAX_AUDIT_TEXT,
@@ -37,6 +38,7 @@ from ket.store.types import (
     JobState,
     NewJob,
     Prune,
+    Rerun,
     Settle,
     TickClaim,
     Vacuum,
@@ -504,6 +506,17 @@ def _int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def check_rerun(rerun: Rerun) -> list[str]:
+    """Refuse a rerun of an id no job can have, or of a bad job; the job's payload, encoded."""
+    check_job_id(rerun.origin)
+    return encode_payloads([rerun.job])
+
+
+def not_finished(state: JobState) -> str:
+    """Why a job in `state` is not rerun: the words every store uses."""
+    return f"it is {state}: only a finished job (completed, discarded or cancelled) is rerun"
+
+
 def check_audit_entry(entry: AuditEntry) -> str:
     """Refuse an audit entry without a subject or source, with an unknown action, a bad job id,
     negative counts or a selection that is not a JSON object; the selection as compact JSON."""
@@ -516,8 +529,10 @@ def check_audit_entry(entry: AuditEntry) -> str:
             raise JobRejected(
                 f"audit {field} must be 1 to {MAX_AUDIT_TEXT} characters{_TEXT}, got {value!r}"
             )
-    if entry.action not in _ACTION_STATES:
-        raise JobRejected(f"audit action must be retry or cancel, got {entry.action!r}")
+    if entry.action not in AUDIT_ACTIONS:
+        raise JobRejected(
+            f"audit action must be one of {', '.join(AUDIT_ACTIONS)}, got {entry.action!r}"
+        )
     if entry.job_id is not None:
         check_job_id(entry.job_id)
     for field, count in (

@@ -10,9 +10,9 @@ A store joins by defining one pytest fixture, `ket_store_factory`, and importing
         return MyStoreFactory(tmp_path / "jobs.db")
 
 One area of docs/stores.md per module. A capability the store lacks (PushStore, QueryableStore,
-BulkStore, TransactionalStore, SentLedger, RecordStore, VacuumStore, AuditLog) skips the tests
-that need it, with the reason shown; so does a factory that cannot make a handle fail on demand
-(FaultyStoreFactory, see harness).
+BulkStore, TransactionalStore, SentLedger, RecordStore, VacuumStore, AuditLog, RerunStore) skips
+the tests that need it, with the reason shown; so does a factory that cannot make a handle fail
+on demand (FaultyStoreFactory, see harness).
 """
 
 # ruff: noqa: E402, F403
@@ -39,6 +39,7 @@ AREAS = (
     "records",
     "vacuum",
     "audit",
+    "rerun",
     "errors",
 )
 
@@ -60,6 +61,7 @@ from ket.tck import (
     push,
     query,
     records,
+    rerun,
     rescue,
     schedule,
     settle,
@@ -81,6 +83,7 @@ from ket.tck.prune import *
 from ket.tck.push import *
 from ket.tck.query import *
 from ket.tck.records import *
+from ket.tck.rerun import *
 from ket.tck.rescue import *
 from ket.tck.schedule import *
 from ket.tck.settle import *
@@ -111,5 +114,6 @@ __all__ = [
     *records.__all__,
     *vacuum.__all__,
     *audit.__all__,
+    *rerun.__all__,
     *errors.__all__,
 ]

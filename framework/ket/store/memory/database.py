@@ -46,8 +46,11 @@ class MemoryDatabase:
         self._executing: set[JobId] = set()
         self._ready: dict[str, ReadyQueue] = {}
 
-    def insert(self, job: NewJob, payload: str, now: datetime) -> Inserted:
-        """Add a job, or coalesce it with the active job holding its unique key."""
+    def insert(
+        self, job: NewJob, payload: str, now: datetime, *, rerun_of: JobId | None = None
+    ) -> Inserted:
+        """Add a job (the rerun of job `rerun_of`, if given), or coalesce it with the active job
+        holding its unique key."""
         key = None if job.unique_key is None else (job.name, job.unique_key)
         if key is not None and key in self._unique:
             return Inserted(id=self._unique[key], coalesced=True)
@@ -70,6 +73,7 @@ class MemoryDatabase:
             ticks_skipped=job.ticks_skipped,
             tags=tuple(job.tags),
             trace_context=dict(job.trace_context) if job.trace_context else None,
+            rerun_of=rerun_of,
         )
         self.rows[row.id] = row
         self.move(row, row.state)

@@ -34,6 +34,7 @@ class JobRow:
     ticks_skipped: int | None
     tags: tuple[str, ...] = ()
     trace_context: dict[str, str] | None = None
+    rerun_of: JobId | None = None
     attempt: int = 0
     fence: int = 0
     attempted_at: datetime | None = None
@@ -124,6 +125,7 @@ class JobRow:
             ticks_skipped=self.ticks_skipped,
             tags=self.tags,
             trace_context=_copy(self.trace_context),
+            rerun_of=self.rerun_of,
         )
 
 

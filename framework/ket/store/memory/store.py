@@ -23,6 +23,7 @@ from ket.store.memory.row import JobRow
 from ket.store.memory.transaction import MemoryTransaction
 from ket.store.types import (
     RUNNABLE_STATES,
+    TERMINAL_STATES,
     AuditEntry,
     AuditQuery,
     AuditRecord,
@@ -44,6 +45,8 @@ from ket.store.types import (
     NewJob,
     Prune,
     QueueAges,
+    Reran,
+    Rerun,
     Rescued,
     ScheduleState,
     Settle,
@@ -442,6 +445,32 @@ class MemoryStore:
         with self._locked():
             newest_first = list(reversed(self.database.audit))
         return newest_first[query.offset : query.offset + query.limit]
+
+    # -- RerunStore ---------------------------------------------------------------------------
+
+    async def job_rerun(self, rerun: Rerun) -> Reran:
+        """Insert a finished job's rerun, linked to it; refused when it has not finished."""
+        [payload] = validate.check_rerun(rerun)
+        with self._locked():
+            origin = self.database.rows.get(rerun.origin)
+            if origin is None:
+                return Reran(origin=rerun.origin, state=None, inserted=None, reason="no such job")
+            state = origin.state
+            if state not in TERMINAL_STATES:
+                reason = validate.not_finished(state)
+                return Reran(origin=rerun.origin, state=state, inserted=None, reason=reason)
+            now = self._now()
+            [job] = delays_ended([rerun.job], now)
+            inserted = self.database.insert(job, payload, now, rerun_of=rerun.origin)
+        if not inserted.coalesced and _due(job, now):
+            self.database.wakeups.notify({job.queue})
+        return Reran(origin=rerun.origin, state=state, inserted=inserted)
+
+    async def job_reruns(self, job_id: JobId) -> list[JobId]:
+        """The ids of the jobs that rerun `job_id`, oldest first."""
+        validate.check_job_id(job_id)
+        with self._locked():
+            return sorted(row.id for row in self.database.rows.values() if row.rerun_of == job_id)
 
     # -- RecordStore (model rows; see records.py) --------------------------------------------
 

@@ -173,9 +173,16 @@ MIGRATIONS += (
 )
 
 
+def _quoted(values: tuple[str, ...]) -> str:
+    return ", ".join(f"'{value}'" for value in values)
+
+
 def _v5(id_type: str, instant: str, json: str) -> tuple[str, ...]:
-    return (
-        f"""CREATE TABLE ket_audit (
+    return (_audit("ket_audit", id_type, instant, json, ("retry", "cancel")),)
+
+
+def _audit(table: str, id_type: str, instant: str, json: str, actions: tuple[str, ...]) -> str:
+    return f"""CREATE TABLE {table} (
             id {id_type},
             at {instant} NOT NULL,
             subject TEXT NOT NULL,
@@ -187,9 +194,8 @@ def _v5(id_type: str, instant: str, json: str) -> tuple[str, ...]:
             changed BIGINT NOT NULL,
             skipped BIGINT NOT NULL,
             detail TEXT NOT NULL,
-            CONSTRAINT ket_audit_action CHECK (action IN ('retry', 'cancel'))
-        )""",
-    )
+            CONSTRAINT ket_audit_action CHECK (action IN ({_quoted(actions)}))
+        )"""
 
 
 MIGRATIONS += (
@@ -201,6 +207,45 @@ MIGRATIONS += (
                 "BIGSERIAL NOT NULL PRIMARY KEY", "TIMESTAMP WITH TIME ZONE", "JSONB"
             ),
             "sqlite": _v5("INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT", "BIGINT", "JSON"),
+        },
+    ),
+)
+# A job may rerun a finished one (its `rerun_of`, indexed for the few rows that hold one), and
+# the audit log takes enqueues and reruns. SQLite cannot change a CHECK constraint in place: its
+# audit table is rebuilt, rows and ids kept.
+_RERUN_OF = (
+    "ALTER TABLE ket_jobs ADD COLUMN rerun_of BIGINT",
+    "CREATE INDEX ket_jobs_rerun_of ON ket_jobs (rerun_of) WHERE rerun_of IS NOT NULL",
+)
+_V6_ACTIONS = ("retry", "cancel", "enqueue", "rerun")
+_AUDIT_COLUMNS = (
+    "id, at, subject, source, action, job_id, selection, matched, changed, skipped, detail"
+)
+MIGRATIONS += (
+    Migration(
+        version=6,
+        name="jobs remember the job they rerun; the audit log records enqueues and reruns",
+        statements={
+            "postgresql": (
+                *_RERUN_OF,
+                "ALTER TABLE ket_audit DROP CONSTRAINT ket_audit_action",
+                "ALTER TABLE ket_audit ADD CONSTRAINT ket_audit_action "
+                f"CHECK (action IN ({_quoted(_V6_ACTIONS)}))",
+            ),
+            "sqlite": (
+                *_RERUN_OF,
+                _audit(
+                    "ket_audit_v6",
+                    "INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT",
+                    "BIGINT",
+                    "JSON",
+                    _V6_ACTIONS,
+                ),
+                f"INSERT INTO ket_audit_v6 ({_AUDIT_COLUMNS}) "
+                f"SELECT {_AUDIT_COLUMNS} FROM ket_audit",
+                "DROP TABLE ket_audit",
+                "ALTER TABLE ket_audit_v6 RENAME TO ket_audit",
+            ),
         },
     ),
 )

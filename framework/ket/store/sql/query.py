@@ -460,6 +460,7 @@ def job_records(rows: Sequence[Any], history: Sequence[Any]) -> list[JobRecord]:
             ticks_skipped=row.ticks_skipped,
             tags=tuple(row.tags or ()),
             trace_context=row.trace_context,
+            rerun_of=row.rerun_of,
         )
         for row in rows
     ]

@@ -22,7 +22,13 @@ from sqlalchemy import (
 )
 
 from ket.store.sql.column import Id, Instant, Json
-from ket.store.types import ACTIVE_STATES, JOB_STATES, RUNNABLE_STATES, TERMINAL_STATES
+from ket.store.types import (
+    ACTIVE_STATES,
+    AUDIT_ACTIONS,
+    JOB_STATES,
+    RUNNABLE_STATES,
+    TERMINAL_STATES,
+)
 
 metadata = MetaData()
 
@@ -57,6 +63,7 @@ jobs = Table(
     Column("ticks_skipped", Integer),
     Column("tags", Json),  # a JSON array of strings; NULL when the job has none
     Column("trace_context", Json),  # the W3C trace context of its enqueue, when traced
+    Column("rerun_of", BigInteger),  # the finished job this one reruns (`ket jobs rerun`)
     CheckConstraint(f"state IN ({_states(JOB_STATES)})", name="ket_jobs_state"),
     sqlite_autoincrement=True,
 )
@@ -95,6 +102,10 @@ Index(
     postgresql_where=TERMINAL,
     sqlite_where=TERMINAL,
 )
+
+# A job's reruns (`ket jobs show`); the few rows that rerun another are all it holds.
+RERUN = jobs.c.rerun_of.is_not(None)
+Index("ket_jobs_rerun_of", jobs.c.rerun_of, postgresql_where=RERUN, sqlite_where=RERUN)
 
 # Tag filters (`@>`) on PostgreSQL; untagged rows stay out of the index. SQLite scans: its
 # filters read each row's array with json_each.
@@ -155,7 +166,8 @@ sent_messages = Table(
     CheckConstraint("state IN ('claimed', 'sent')", name="ket_sent_messages_state"),
 )
 
-# The audit log: who retried or cancelled what, from the dashboard or the CLI (append only).
+# The audit log: who retried, cancelled, enqueued or reran what, from the dashboard or the CLI
+# (append only).
 audit = Table(
     "ket_audit",
     metadata,
@@ -170,7 +182,7 @@ audit = Table(
     Column("changed", BigInteger, nullable=False),
     Column("skipped", BigInteger, nullable=False),
     Column("detail", Text, nullable=False),
-    CheckConstraint("action IN ('retry', 'cancel')", name="ket_audit_action"),
+    CheckConstraint(f"action IN ({_states(AUDIT_ACTIONS)})", name="ket_audit_action"),
     sqlite_autoincrement=True,
 )
 

@@ -60,6 +60,8 @@ from ket.store.types import (
     ModelTable,
     NewJob,
     Prune,
+    Reran,
+    Rerun,
     Rescued,
     ScheduleState,
     Settle,
@@ -695,6 +697,26 @@ class SqlStore:
         lane: a worker reading them for its metrics loads no SQLAlchemy)."""
         now = self._now()
         return await self._hot(lambda rows: stats.job_stats(rows, now, long_after), lasting=True)
+
+    # -- reruns (RerunStore; statements in rerun.py) ----------------------------------------
+
+    async def job_rerun(self, rerun: Rerun) -> Reran:
+        """Insert a finished job's rerun, linked to it; refused when it has not finished."""
+        payloads = validate.check_rerun(rerun)
+        now = self._now()
+        from ket.store.sql import rerun as reruns
+
+        reran = await self._transact(lambda conn: reruns.rerun(conn, now, rerun, payloads))
+        if reran.inserted is not None and not reran.inserted.coalesced:
+            self._woken([rerun.job], now)
+        return reran
+
+    async def job_reruns(self, job_id: JobId) -> list[JobId]:
+        """The ids of the jobs that rerun `job_id`, oldest first."""
+        validate.check_job_id(job_id)
+        from ket.store.sql import rerun as reruns
+
+        return await self._transact(lambda conn: reruns.reruns(conn, job_id))
 
     # -- the audit log (AuditLog; statements in audit.py) ----------------------------------
 
