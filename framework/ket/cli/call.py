@@ -6,18 +6,30 @@ import argparse
 import asyncio
 import json
 import sys
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from ket.catalog import Catalog
+from ket.catalog import Catalog, validate_input
 from ket.cli.options import deployment_of
 from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
 from ket.errors import KetError
-from ket.runtime.call import MAX_INPUT_DEPTH, call_function, json_depth, redactor
+from ket.runtime.call import (
+    MAX_INPUT_DEPTH,
+    call_function,
+    function_named,
+    json_depth,
+    redactor,
+)
+from ket.runtime.events import Event, Hooks
 from ket.storage import BlobStore
 from ket.workspace import where_in_user_code
+
+if TYPE_CHECKING:
+    from ket.runtime.contexts import Contexts
 
 
 def add_parser(
@@ -74,29 +86,94 @@ def run(args: argparse.Namespace) -> int:
     catalog = Catalog.build(deployment_of(args))
     payload = parse_input(args.input)
     tenant, url = single_tenant(args)
+    # an unknown name or input the function refuses is bad input (2), found before it runs
+    _validated(catalog, args.name, payload)
     blobs = default_blobs()  # a bad KET_STORAGE_URL stops here, naming it
+    enqueued: list[Event] = []
     try:
-        [result] = asyncio.run(
-            call_on_tenant(
-                catalog, tenant, url, [(args.name, payload)], blobs, company=args.company
-            )
+        result = asyncio.run(
+            _call(catalog, tenant, url, (args.name, payload), blobs, args.company, enqueued)
         )
-    except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
-        )
-        raise KetError(f"invalid input for {args.name}: {problems}") from None
-    except KetError:
-        raise
-    except Exception as error:  # the function's own failure: say where, without a traceback
+    except FunctionFailed as failure:  # it ran and raised: say where, without a traceback
         from ket.runtime.outcome import describe
 
+        error = failure.error
         hidden = redactor(catalog, [(args.name, payload)])
-        raised = where_in_user_code(error) + describe(error, hidden)
-        sys.stderr.write(f"ket: {escape(args.name)} raised {escape(clip(raised))}\n")
+        raised = clip(where_in_user_code(error) + describe(error, hidden))
+        sys.stderr.write(
+            f"ket: {escape(args.name)} raised {escape(raised + _left_queued(enqueued))}\n"
+        )
         return 1
     sys.stdout.write(json_text(result) + "\n")
     return 0
+
+
+def _validated(catalog: Catalog, name: str, payload: dict[str, Any]) -> None:
+    """KetError when `name` is no function or `payload` does not fit its input."""
+    try:
+        validate_input(function_named(catalog, name), payload)
+    except ValidationError as error:
+        raise invalid_input(name, error) from None
+
+
+def invalid_input(name: str, error: ValidationError) -> KetError:
+    """The one line for input that function or job `name` refused: each field and why."""
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
+    )
+    return KetError(f"invalid input for {name}: {problems}")
+
+
+class FunctionFailed(Exception):
+    """The function ran and raised `error` (anything else went wrong around it)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(type(error).__name__)  # its message may not even be readable
+        self.error = error
+
+
+async def _call(
+    catalog: Catalog,
+    tenant: str,
+    url: str,
+    call: tuple[str, dict[str, Any]],
+    blobs: BlobStore,
+    company: str | None,
+    enqueued: list[Event],
+) -> Any:
+    """Call one function; the new jobs it enqueued and committed are added to `enqueued` as
+    they are (a failure after them leaves them queued: the caller says so)."""
+    hooks = Hooks()
+    hooks.subscribe(
+        lambda event: enqueued.append(event) if event.detail != "coalesced" else None,
+        ["enqueued"],
+    )
+    async with tenant_contexts(catalog, tenant, url, blobs, hooks=hooks) as contexts:
+        try:
+            return await call_function(catalog, contexts, call[0], call[1], company=company)
+        except Exception as error:
+            raise FunctionFailed(error) from error
+
+
+def _left_queued(enqueued: list[Event], shown: int = 5) -> str:
+    """`; before failing it enqueued job 12 (sales.send), which stays queued: cancel it ...`,
+    naming the first `shown` jobs; "" when there are none."""
+    if not enqueued:
+        return ""
+    jobs = [f"job {e.job_id} ({e.name})" for e in enqueued[:shown]]
+    cancels = [f"'ket jobs cancel {e.job_id}'" for e in enqueued[:shown]]
+    if len(enqueued) > shown:
+        jobs.append(f"{len(enqueued) - shown} more ('ket jobs list' shows them)")
+    one = len(enqueued) == 1
+    return (
+        f"; before failing it enqueued {_and(jobs)}, which {'stays' if one else 'stay'} queued: "
+        f"cancel {'it' if one else 'them'} with {_and(cancels)} if {'it' if one else 'they'} "
+        "should not run"
+    )
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 async def call_on_tenant(
@@ -110,17 +187,36 @@ async def call_on_tenant(
 ) -> list[Any]:
     """Call functions in order against one tenant's database, for `company`; their results.
     `blobs` is where ctx.storage keeps blobs (None: what KET_STORAGE_URL names)."""
+    async with tenant_contexts(catalog, tenant, url, blobs) as contexts:
+        return [
+            await call_function(catalog, contexts, name, payload, company=company)
+            for name, payload in calls
+        ]
+
+
+@asynccontextmanager
+async def tenant_contexts(
+    catalog: Catalog,
+    tenant: str,
+    url: str,
+    blobs: BlobStore | None = None,
+    *,
+    hooks: Hooks | None = None,
+) -> AsyncIterator[Contexts]:
+    """The contexts functions run in against one tenant's database (its store open, the
+    deployment's models installed), reporting to `hooks`; the store closed after."""
     from ket.runtime.contexts import Contexts, default_sender, install_models
 
     store = await open_store(url)
     try:
         await install_models(store, catalog)
-        contexts = Contexts(
-            store=store, catalog=catalog, tenant=tenant, sender=default_sender(), blobs=blobs
+        yield Contexts(
+            store=store,
+            catalog=catalog,
+            tenant=tenant,
+            sender=default_sender(),
+            blobs=blobs,
+            hooks=hooks,
         )
-        return [
-            await call_function(catalog, contexts, name, payload, company=company)
-            for name, payload in calls
-        ]
     finally:
         await store.close()

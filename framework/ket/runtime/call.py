@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ket.catalog import Catalog, validate_input
+from ket.catalog import Catalog, OperationSpec, validate_input
 from ket.context.blocking import Blocking
 from ket.errors import JobRejected
 from ket.runtime.contexts import Contexts
@@ -37,18 +37,28 @@ async def call_function(
     """Run function `name` with `input`, for `company`; returns its result (pydantic
     ValidationError on bad input, JobRejected for an unknown function, the handler's own
     exception otherwise)."""
-    spec = catalog.functions.get(name)
-    if spec is None:
-        known = ", ".join(sorted(catalog.functions)) or "none"
-        raise JobRejected(
-            f"unknown function {name!r} in deployment {catalog.deployment!r} ({known})"
-        )
+    spec = function_named(catalog, name)
     payload = validate_input(spec, input)
     ctx = contexts.for_function(spec, company)
     if inspect.iscoroutinefunction(spec.handler):
         return await spec.handler(ctx, payload)
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(executor, spec.handler, Blocking(ctx, loop), payload)
+
+
+def function_named(catalog: Catalog, name: str) -> OperationSpec:
+    """The function `name`; JobRejected naming the functions there are, or, for a job, how to
+    enqueue it instead (a job runs on a worker, never as a call)."""
+    spec = catalog.functions.get(name)
+    if spec is not None:
+        return spec
+    if name in catalog.jobs:
+        raise JobRejected(
+            f"{name!r} is a job, not a function: enqueue it with "
+            f"`ket jobs enqueue {name} '{{...}}'`"
+        )
+    known = ", ".join(sorted(catalog.functions)) or "none"
+    raise JobRejected(f"unknown function {name!r} in deployment {catalog.deployment!r} ({known})")
 
 
 def redactor(catalog: Catalog, calls: Sequence[tuple[str, Mapping[str, Any]]]) -> Redactor:
