@@ -1,4 +1,4 @@
-"""`ket jobs list/show/retry/cancel/prune/stats`: operating one tenant's jobs.
+"""`ket jobs list/show/retry/cancel/prune/stats` (and `enqueue`, `rerun`): one tenant's jobs.
 
 Exit codes: 0 done, 1 the job does not exist or the command does not apply to it (the reason is
 printed), or the operator answered no, 2 bad input (unknown tenant, bad option) or a question
@@ -17,7 +17,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ket.cli import bulk, selection, workers
+from ket.cli import bulk, enqueue, rerun, selection, workers
 from ket.cli.options import deployment_of, workspace_parent
 from ket.cli.output import clip, escape, json_text
 from ket.cli.runtime import open_store, single_tenant
@@ -106,6 +106,10 @@ def add_parser(
     stats.add_argument("--format", choices=["text", "json"], default="text")
     stats.set_defaults(run=_stats)
 
+    # their own modules: an operator's producing, not listing or steering
+    enqueue.add_parser(actions, parents)
+    rerun.add_parser(actions, parents, _positive)
+
 
 def _with_store(args: argparse.Namespace, action: Callable[[SqlStore], Awaitable[T]]) -> T:
     _, url = single_tenant(args)
@@ -169,12 +173,13 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    record = _with_store(args, lambda store: store.job_get(args.id))
+    record, reruns = _with_store(args, lambda store: rerun.record_and_reruns(store, args.id))
     if record is None:
         sys.stderr.write(f"ket: no job {args.id}\n")
         return 1
     if args.format == "json":  # secret input fields, sealed or not, show as ***
-        _print_json({**_jsonable(asdict(record)), "payload": redact_payload(record.payload)})
+        payload = redact_payload(record.payload)
+        _print_json({**_jsonable(asdict(record)), "payload": payload, "reruns": reruns})
         return 0
     fields = _summary(record)
     for key in (
@@ -199,6 +204,7 @@ def _show(args: argparse.Namespace) -> int:
         if key == "tags":
             value = ", ".join(record.tags) or None
         sys.stdout.write(f"{key + ':':<14}{'-' if value is None else escape(str(value))}\n")
+    sys.stdout.write(rerun.link_lines(record, reruns))
     payload = json.dumps(redact_payload(record.payload), sort_keys=True)
     sys.stdout.write(f"{'version:':<14}{record.payload_version}\n")  # the payload's input version
     sys.stdout.write(f"{'payload:':<14}{payload}\n")

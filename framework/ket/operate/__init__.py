@@ -1,13 +1,15 @@
 """What operators do to a tenant's jobs, shared by `ket jobs` and the dashboard.
 
-Retry and cancel, of one job or of every job a filter selects, each written to the tenant's
-audit log (and logged under `ket.audit`) with who did it; and the schedules as an operator sees
-them. The CLI and the dashboard are thin adapters over these functions, so a retry from either
-changes a job the same way and leaves the same trace.
+Retry and cancel, of one job or of every job a filter selects, a rerun of a finished job and an
+operator's enqueue, each written to the tenant's audit log (and logged under `ket.audit`) with
+who did it; and the schedules as an operator sees them. The CLI and the dashboard are thin
+adapters over these functions, so a retry from either changes a job the same way and leaves the
+same trace.
 """
 
-from ket.operate.action import Actor, cancel_job, retry_job
+from ket.operate.action import Actor, cancel_job, enqueue_traced, retry_job
 from ket.operate.bulk import BulkOutcome, apply_bulk, count_bulk, selection_of
+from ket.operate.rerun import rerun_job, rerun_text
 from ket.operate.schedule import ScheduleRow, schedule_rows
 
 __all__ = [
@@ -17,6 +19,9 @@ __all__ = [
     "apply_bulk",
     "cancel_job",
     "count_bulk",
+    "enqueue_traced",
+    "rerun_job",
+    "rerun_text",
     "retry_job",
     "schedule_rows",
     "selection_of",

@@ -1,5 +1,5 @@
 """Retry or cancel one job, as `ket jobs retry ID` and the dashboard's buttons do: the store's
-operator command, then the trace in the audit log."""
+operator command, then the trace in the audit log; and the trace of an operator's enqueue."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ket.operate.audit import record
 from ket.store.contract import JobStore
-from ket.store.types import AuditAction, AuditEntry, JobId, StateChange
+from ket.store.types import AuditAction, AuditEntry, Inserted, JobId, StateChange
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -32,6 +32,25 @@ async def cancel_job(store: JobStore, job_id: JobId, actor: Actor, *, tenant: st
     change = await store.job_cancel(job_id)
     await _trace(store, "cancel", change, actor, tenant)
     return change
+
+
+async def enqueue_traced(
+    store: JobStore, name: str, inserted: Inserted, actor: Actor, *, tenant: str
+) -> None:
+    """Record `actor`'s enqueue of a job `name` (made through a client, as any producer's) and
+    what came of it: a new job, or the active one holding its unique key."""
+    entry = AuditEntry(
+        subject=actor.subject,
+        source=actor.source,
+        action="enqueue",
+        job_id=inserted.id,
+        changed=int(not inserted.coalesced),
+        skipped=int(inserted.coalesced),
+        detail=f"{name}: coalesced with active job {inserted.id}"
+        if inserted.coalesced
+        else f"{name}: enqueued",
+    )
+    await record(store, entry, tenant=tenant)
 
 
 def change_text(change: StateChange) -> str:
