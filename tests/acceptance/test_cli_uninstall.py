@@ -3,14 +3,18 @@ app's model tables stay; `ket migrate` installs them again."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from contextlib import closing
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from ket.store.roster import WorkerInfo
+from ket.store.sql.roster import SqlRoster
 from tests.acceptance.conftest import run_ket
 
 KET_TABLES = {
@@ -82,3 +86,93 @@ def _workspace(folder: Path) -> Path:
         encoding="utf-8",
     )
     return path
+
+
+CONTROL_TABLES = {"ket_control_migrations", "ket_workers"}
+
+
+def _ket_tables(url: str) -> set[str]:
+    """The tables named ket_... in the database, as sqlite_master or pg_tables lists them."""
+    if url.startswith("sqlite"):
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as connection:
+            found = connection.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name LIKE 'ket\\_%' ESCAPE '\\'"
+            )
+            return {row[0] for row in found}
+    with psycopg.connect(url) as connection:
+        rows = connection.execute(
+            "SELECT tablename FROM pg_tables WHERE tablename LIKE 'ket\\_%'"
+        ).fetchall()
+    return {row[0] for row in rows}
+
+
+def _report_worker(control_url: str) -> None:
+    """A worker records itself in the control database, as `ket worker` does."""
+
+    async def report() -> None:
+        roster = SqlRoster(control_url)
+        try:
+            now = datetime.now(UTC)
+            info = WorkerInfo(
+                id="host:1:abc",
+                host="host",
+                pid=1,
+                started_at=now,
+                tenants=None,
+                version="0",
+                manifest_hash="0" * 64,
+                interval_seconds=10.0,
+            )
+            await roster.worker_report(info)
+        finally:
+            await roster.close()
+
+    asyncio.run(report())
+
+
+def test_uninstall_of_a_single_tenant_database_leaves_no_ket_table(
+    tenant_database: str, tmp_path: Path
+) -> None:
+    # no registry: the single tenant's database is the control database the workers use
+    alone = {"KET_REGISTRY_URL": f"sqlite:///{tmp_path / 'registry.db'}"}
+    _create_model_table(tenant_database)
+    _report_worker(tenant_database)
+    assert _ket_tables(tenant_database) == KET_TABLES | CONTROL_TABLES
+    url = ["--database-url", tenant_database]
+    done = run_ket("uninstall", *url, "--yes", "--format", "json", cwd=tmp_path, env=alone)
+    assert done.code == 0, done.err
+    assert set(json.loads(done.out)["removed"]) == KET_TABLES | CONTROL_TABLES
+    assert _ket_tables(tenant_database) == set()
+    assert _tables(tenant_database) == {"m_shop_order"}  # the app's data stays
+    assert not (tmp_path / "registry.db").exists()
+
+
+def test_uninstall_of_one_tenant_keeps_the_registrys_control_tables(
+    tenant_database: str, tmp_path: Path
+) -> None:
+    registry = f"sqlite:///{tmp_path / 'registry.db'}"
+    env = {"KET_REGISTRY_URL": registry}
+    added = run_ket(
+        "tenants", "add", "acme", "--tenant-database-url", tenant_database, cwd=tmp_path, env=env
+    )
+    assert added.code == 0, added.err
+    _report_worker(registry)  # with a registry, the workers of every tenant meet there
+    _report_worker(tenant_database)  # left from the days the app ran as one tenant
+    before = _ket_tables(registry)
+    assert before >= CONTROL_TABLES
+    done = run_ket("uninstall", "--tenant", "acme", "--yes", cwd=tmp_path, env=env)
+    assert done.code == 0, done.err
+    assert _ket_tables(tenant_database) == set()
+    assert _ket_tables(registry) == before  # the fleet's roster and the registry stay
+    listed = run_ket("tenants", "list", cwd=tmp_path, env=env)
+    assert "acme" in listed.out, listed
+
+
+def test_uninstall_of_a_database_that_does_not_exist_creates_none(tmp_path: Path) -> None:
+    alone = {"KET_REGISTRY_URL": f"sqlite:///{tmp_path / 'registry.db'}"}
+    url = f"sqlite:///{tmp_path / 'never.db'}"
+    done = run_ket("uninstall", "--database-url", url, "--yes", cwd=tmp_path, env=alone)
+    assert (done.code, done.err) == (0, ""), done
+    assert done.out.endswith(": no ket tables to remove\n"), done.out
+    assert sorted(path.name for path in tmp_path.iterdir()) == []

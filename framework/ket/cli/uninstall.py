@@ -1,7 +1,10 @@
 """`ket uninstall`: remove ket's tables from a tenant database, after a confirmation naming it.
 
-It drops every job, its history, the schedules' state and fire ledger, the sent ledger and the
-migration ledger; the app's model tables are its data and stay. Stop the workers first.
+It drops every job, its history, the schedules' state and fire ledger, the sent ledger, the
+audit log and the migration ledger, and the workers' roster (`ket_workers` and its ledger) that
+a single-tenant app keeps in the same database; the app's model tables are its data and stay.
+With a tenant registry the roster is in the registry's database, shared by every tenant: it
+stays. Stop the workers first.
 Exit codes: 0 removed (or nothing to remove), 1 not confirmed, 2 bad input or no terminal to ask
 on without --yes.
 """
@@ -13,9 +16,10 @@ import asyncio
 import sys
 
 from ket.cli.output import escape, json_text
-from ket.cli.runtime import open_store, single_tenant
+from ket.cli.runtime import open_store, registry_reader, single_tenant
 from ket.errors import KetError
-from ket.store.database_url import shown_url
+from ket.store.database_file import sqlite_file_missing
+from ket.store.database_url import database_identity, shown_url
 
 
 def add_parser(
@@ -53,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         if sys.stdin.readline().strip() != tenant:
             sys.stderr.write("not confirmed: nothing removed\n")
             return 1
-    dropped = asyncio.run(_uninstall(url))
+    dropped = asyncio.run(_uninstall(url, control=not _is_registry(args.database_url, url)))
     if args.format == "json":
         shown = {"tenant": tenant, "database": shown_url(url), "removed": dropped}
         sys.stdout.write(json_text(shown) + "\n")
@@ -65,9 +69,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _uninstall(url: str) -> list[str]:
+async def _uninstall(url: str, *, control: bool) -> list[str]:
+    if sqlite_file_missing(url):  # nothing was installed; opening it would make the file
+        return []
     store = await open_store(url)
     try:
-        return await store.uninstall()
+        return await store.uninstall(control=control)
     finally:
         await store.close()
+
+
+def _is_registry(database_url: str | None, url: str) -> bool:
+    """Whether the tenant's database `url` is also the tenant registry's: the control tables
+    there are where the workers of every tenant meet, not this tenant's to drop. (Without a
+    registry the single tenant's database is the control database, and its roster goes.)"""
+    registry = registry_reader(database_url)
+    try:
+        exists = registry.exists()
+    finally:
+        registry.close()
+    return exists and database_identity(registry.url) == database_identity(url)

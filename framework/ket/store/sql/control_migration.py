@@ -55,6 +55,8 @@ CONTROL_MIGRATIONS: tuple[ControlMigration, ...] = (
     ),
 )
 CONTROL_LATEST = CONTROL_MIGRATIONS[-1].version
+# every table these migrations make, their ledger last (dropped by `ket uninstall`)
+CONTROL_TABLES = ("ket_workers", "ket_control_migrations")
 _LEDGER = {
     "postgresql": "CREATE TABLE IF NOT EXISTS ket_control_migrations (version INTEGER NOT NULL "
     "PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMP WITH TIME ZONE NOT NULL)",

@@ -310,15 +310,23 @@ KET_TABLES = (
 )
 
 
-def uninstall(connection: Connection) -> list[str]:
-    """Drop ket's tables (those that exist) in one transaction; returns the tables dropped."""
+def uninstall(connection: Connection, *, control: bool = True) -> list[str]:
+    """Drop ket's tables (those that exist) in one transaction; returns the tables dropped.
+
+    With `control`, the control tables too (control_migration.py: the workers' roster, which a
+    single-tenant app keeps in its one database); without it they stay, for a database that is
+    also the registry's, where the workers of every tenant meet.
+    """
+    from ket.store.sql.control_migration import CONTROL_TABLES
+
     dialect = connection.dialect.name
     if dialect not in _LEDGER:
         raise ValueError(f"ket stores support postgresql and sqlite, not {dialect!r}")
     if dialect == "postgresql":  # not while a `ket migrate` runs
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK})
     present = set(inspect(connection).get_table_names())
-    dropped = [name for name in KET_TABLES if name in present]
+    wanted = KET_TABLES + (CONTROL_TABLES if control else ())
+    dropped = [name for name in wanted if name in present]
     for name in dropped:
         connection.execute(text(f"DROP TABLE {name}"))
     if dialect == "postgresql":

@@ -230,12 +230,15 @@ class SqlStore:
         StoreError if the database cannot be reached."""
         await self._hot(lambda conn: conn.tuples(stmt.CLOCK, {"now": self._now()}), single=True)
 
-    async def uninstall(self) -> list[str]:
-        """Drop ket's tables from this database (its jobs, their history, schedules and the sent
-        ledger; the app's model tables stay); returns the tables dropped."""
+    async def uninstall(self, *, control: bool = True) -> list[str]:
+        """Drop ket's tables from this database (its jobs, their history, schedules, the sent
+        ledger and, with `control`, the workers' roster; the app's model tables stay); returns
+        the tables dropped."""
         from ket.store.sql.migration import uninstall
 
-        return await self._transact(lambda conn: conn.run_sync(uninstall))
+        return await self._transact(
+            lambda conn: conn.run_sync(lambda sync: uninstall(sync, control=control))
+        )
 
     async def migrate(self) -> list[int]:
         """Install or upgrade ket's schema; returns the migration versions applied."""
