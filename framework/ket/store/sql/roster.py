@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ket.errors import StoreError
+from ket.store.database_file import sqlite_file_missing
 from ket.store.database_url import shown_url
 from ket.store.failure import describe
 from ket.store.roster import FORGET_AFTER_SECONDS, SeenWorker, WorkerInfo
@@ -64,6 +65,8 @@ class SqlRoster:
 
     async def worker_list(self) -> list[SeenWorker]:
         """Every row, oldest first (none where the roster's table does not exist)."""
+        if sqlite_file_missing(self.url):  # a reader makes no database: none, no workers
+            return []
 
         async def listing(rows: Rows, ddl: Callable[[str], Awaitable[None]]) -> list[Any]:
             if not await rows.rows(stmt.WORKER_TABLE):
@@ -74,6 +77,8 @@ class SqlRoster:
 
     async def worker_remove(self, worker_id: str) -> bool:
         """Delete the row of `worker_id`; False if there was none (or no table)."""
+        if sqlite_file_missing(self.url):
+            return False
 
         async def remove(rows: Rows, ddl: Callable[[str], Awaitable[None]]) -> bool:
             if not await rows.rows(stmt.WORKER_TABLE):
