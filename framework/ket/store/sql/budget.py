@@ -159,8 +159,13 @@ class ConnectionBudget:
             if waiter.done():
                 continue
             if kind == "engine":
+                # at their share, engines wait for one of theirs to go idle (they may shed it):
+                # woken only for room they could never take, they waited for good
                 if engines_full is None:
-                    engines_full = self.open_count("engine") >= max(1, self.ceiling() - RESERVED)
+                    engines_full = (
+                        self.open_count("engine") >= max(1, self.ceiling() - RESERVED)
+                        and not self._idle_engine()
+                    )
                 if engines_full:
                     continue
             del self._waiters[index]
@@ -392,6 +397,13 @@ class ConnectionBudget:
         task = asyncio.ensure_future(self._reap_idle())
         self._reaping.add(task)
         task.add_done_callback(self._reaped)
+
+    def _idle_engine(self) -> bool:
+        """Whether an engine's pool holds an idle connection that no one is shedding yet."""
+        return any(
+            getattr(holder, "kind", None) == "engine" and id(holder) not in self._shedding
+            for holder in self._idle_holders()
+        )
 
     def _idle_holders(self) -> list[Holder]:
         """The holders with an idle connection now (forgetting those without one)."""

@@ -1,0 +1,56 @@
+"""Engines (`ctx.db`, `ctx.tx`) under the process's connection budget, on a real server: a pool
+whose connections are all back is idle, and gives its room to another tenant's engine."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import psycopg
+import sqlalchemy
+
+from ket.store.sql import budget
+from ket.store.sql.engine import create_engine
+
+
+def _backends(postgres_url: str, tag: str) -> int:
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (tag,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_an_engine_whose_connection_came_back_gives_its_room_to_another_engine(
+    postgres_url: str,
+) -> None:
+    # A budget of 3 leaves engines one connection (the rest is the worker's reserve). Tenant a's
+    # engine used one and gave it back: tenant b's engine must get one, by closing a's idle one.
+    # An engine was never seen idle, so b waited forever: a worker of the example app, whose
+    # handlers use ctx.db, served 18 tenants of 40 at a budget of 20 and wedged.
+    tag = f"ket-engine-{uuid.uuid4().hex[:8]}"
+
+    async def body() -> None:
+        spent = budget.ConnectionBudget(3)
+        budget.install(spent)
+        options = {"connect_args": {"application_name": tag}}
+        first = create_engine(postgres_url, pool_size=1, max_overflow=0, **options)
+        second = create_engine(postgres_url, pool_size=1, max_overflow=0, **options)
+        try:
+            async with first.connect() as connection:
+                await connection.execute(sqlalchemy.text("SELECT 1"))
+            assert spent.open_count("engine") == 1
+            async with asyncio.timeout(10):  # never, before: b waited for room that never came
+                async with second.connect() as connection:
+                    assert (await connection.execute(sqlalchemy.text("SELECT 2"))).scalar() == 2
+            assert spent.open_count("engine") == 1
+            assert await asyncio.to_thread(_backends, postgres_url, tag) == 1
+            async with first.connect() as connection:  # and back: a takes b's idle one
+                assert (await connection.execute(sqlalchemy.text("SELECT 3"))).scalar() == 3
+        finally:
+            await first.dispose()
+            await second.dispose()
+            budget.install(None)
+
+    asyncio.run(body())
