@@ -70,22 +70,36 @@ async def _drain(store: SqlStore, jobs: int) -> None:
         )
 
 
-def test_a_vacuum_takes_the_claimed_jobs_index_entries_out_of_the_claims_way(
-    postgres_url: str, postgres_schema: str
-) -> None:
+@pytest.fixture
+def alone(postgres_url: str) -> Iterator[str]:
+    """A database of this test's own: VACUUM removes only rows no snapshot can still see, and
+    any transaction of another test in a shared database would keep the dead entries alive."""
+    name = f"ket_vacuum_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield f"{postgres_url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def test_a_vacuum_takes_the_claimed_jobs_index_entries_out_of_the_claims_way(alone: str) -> None:
     async def main() -> None:
-        store = await SqlStore.open(postgres_url, migrate=True, **_on_schema(postgres_schema))
+        store = await SqlStore.open(alone, migrate=True)
         try:
             await store.job_insert([NewJob(name="j", queue="q") for _ in range(6_000)])
             await _drain(store, 5_000)
-            walked = _claim_buffers(postgres_url, postgres_schema)
+            walked = _claim_buffers(alone, "public")
             result = await store.job_vacuum(ALWAYS)
             assert result.outcome == "vacuumed"
-            cleared = _claim_buffers(postgres_url, postgres_schema)
+            cleared = _claim_buffers(alone, "public")
             # 5,000 dead entries fill some 35 index pages; once gone, the claim reads 2 or 3
             assert walked >= 15
             assert cleared * 3 <= walked, (walked, cleared)
-            assert _vacuums(postgres_url, postgres_schema) == 1
+            assert _vacuums(alone, "public") == 1
             left = await store.job_claim(
                 JobClaim(queue="q", limit=2_000, worker_id="w", lease_seconds=30)
             )
