@@ -15,6 +15,9 @@ connection may be a SQLAlchemy `Connection`, a psycopg 3 `Connection` or Django'
         client.enqueue("sales.send_confirmation", {"order_id": str(order.pk)},
                        connection=django.db.connection)
 
+Django's connection and an `AsyncSession` wake the workers once they commit; on a SQLAlchemy
+`Connection` or a psycopg connection ket cannot see the commit: call `client.wake()` after it.
+
 Input is validated against the job's declaration (pydantic ValidationError naming the field);
 an unknown job is refused, and so is a `connection=` of another kind (ConnectionRejected, a
 TypeError, naming it); nothing is written in any of these cases.
@@ -23,7 +26,7 @@ TypeError, naming it); nothing is written in any of these cases.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -48,9 +51,8 @@ from ket.store.database_file import require_database
 from ket.store.database_url import PLACEHOLDER, parse_database_url
 from ket.store.failure import translated
 from ket.store.sql import SqlStore, insert_on
-from ket.store.sql.address import libpq_dsn, parse_url
 from ket.store.sql.app_connection import app_connection, async_app_connection
-from ket.store.sql.control_channel import ControlChannel, SyncHints
+from ket.store.sql.control_channel import ControlChannel, SyncHints, control_dsn
 from ket.store.sql.engine import create_sync_engine
 from ket.store.sql.failure import database_error
 from ket.store.sql.insert import wake_queues
@@ -118,10 +120,7 @@ def _target(tenant: str, database_url: str | None) -> tuple[str, str | None]:
     # serve a job enqueued for another name)
     registered = _registered(database_url) or {}
     url = _resolved(tenant, database_url, registered)
-    control = registry_url(database_url)
-    if registered and url.startswith("postgres") and control.startswith("postgres"):
-        return url, libpq_dsn(parse_url(control))
-    return url, None
+    return url, control_dsn(url, registry_url(database_url), registered=bool(registered))
 
 
 def _resolved(tenant: str, database_url: str | None, registered: dict[str, str | None]) -> str:
@@ -209,12 +208,12 @@ class Client:
             app = app_connection(connection)
             with _PayloadFree(jobs):
                 inserted = insert_on(app, jobs)
-            if self._hints is not None and app.on_commit is not None:
-                # Django: the hint goes out once the app's transaction commits (at once outside
-                # atomic()); on any other connection ket cannot see the commit, and the worker's
-                # poll or safety visit finds the job
-                hints, queues = self._hints, wake_queues(jobs, None)
-                app.on_commit(lambda: hints.sent(queues))
+            if app.on_commit is not None:
+                # Django: the workers are woken once the app's transaction commits (at once
+                # outside atomic()); on any other connection ket cannot see the commit: the
+                # app calls wake() after it, or the worker's poll or safety visit finds the job
+                queues = wake_queues(jobs, None)
+                app.on_commit(lambda: self._wake(queues))
             _report(self._hooks, self._tenant, jobs, inserted, app.on_commit)
             return inserted
         with _PayloadFree(jobs):
@@ -224,12 +223,28 @@ class Client:
                 self._engine.begin() as own,
             ):
                 inserted = insert_on(own, jobs, write_locked=True)
-            if self._wake_folder is not None:
-                self._wake_folder.ring(wake_queues(jobs, None))
-            if self._hints is not None:
-                self._hints.sent(wake_queues(jobs, None))
+            self._wake(wake_queues(jobs, None))
             report_enqueued(self._hooks, self._tenant, jobs, inserted)  # committed
             return inserted
+
+    def wake(self, jobs: Iterable[str] | None = None) -> None:
+        """Wake the workers for jobs enqueued with `connection=` on a connection whose commit
+        ket cannot see (SQLAlchemy's `Connection`, psycopg's): call it once the transaction
+        has committed. `jobs`: the names enqueued (their queues are woken); None wakes every
+        queue of the deployment. Without it such jobs wait for the worker's next poll or
+        safety visit; Django's connection needs no call (its on_commit does it).
+
+        A hint, not a promise: called before the commit, or for a rolled-back transaction,
+        it costs the workers one claim that finds nothing."""
+        self._wake(_queues(self._catalog, jobs))
+
+    def _wake(self, queues: Collection[str]) -> None:
+        """The sync client's wake path after a commit: SQLite's wake folder, the control
+        channel's hint (the async client's goes through its store: SqlStore._available)."""
+        if self._wake_folder is not None:
+            self._wake_folder.ring(queues)
+        if self._hints is not None:
+            self._hints.sent(queues)
 
     def close(self) -> None:
         """Release the client's connections."""
@@ -306,6 +321,12 @@ class AsyncClient:
         report_enqueued(self._hooks, self._tenant, jobs, inserted)  # committed
         return inserted
 
+    async def awake(self, jobs: Iterable[str] | None = None) -> None:
+        """Client.wake for asyncio: after the commit of a transaction on a psycopg
+        `AsyncConnection` or SQLAlchemy `AsyncConnection` (an `AsyncSession` needs no call:
+        its after_commit event does it)."""
+        self._store.jobs_available(_queues(self._catalog, jobs))
+
     async def aclose(self) -> None:
         """Release the client's connections."""
         await self._store.close()
@@ -347,6 +368,13 @@ async def open_async_client(
         await store.close()
         raise
     return AsyncClient(Catalog.build(deployment), store, tenant=tenant)
+
+
+def _queues(catalog: Catalog, jobs: Iterable[str] | None) -> set[str]:
+    """The queues of the jobs named (JobRejected for a name not declared); None: every queue."""
+    if jobs is None:
+        return {spec.queue for spec in catalog.jobs.values()}
+    return {catalog.job(name).queue for name in jobs}
 
 
 def _report(

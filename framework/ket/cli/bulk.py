@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ket.cli import selection
 from ket.cli.output import escape, json_text
-from ket.cli.runtime import open_store, single_tenant
+from ket.cli.runtime import open_store, open_tenant_store, single_tenant
 from ket.errors import KetError
 from ket.operate import Actor, apply_bulk, count_bulk, selection_of
 from ket.operate.bulk import SAMPLE
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace, action: BulkAction) -> int:
         return 0
     if not args.yes and not _confirmed(target, counted):
         return 1 if sys.stdin.isatty() else 2
-    changed, skipped = asyncio.run(_apply(url, job_filter, counted, target))
+    changed, skipped = asyncio.run(_apply(args, url, job_filter, counted, target))
     target.result(counted, changed, skipped)
     return 0
 
@@ -190,9 +190,10 @@ async def _count(
 
 
 async def _apply(
-    url: str, job_filter: JobFilter, counted: BulkCount, target: Target
+    args: argparse.Namespace, url: str, job_filter: JobFilter, counted: BulkCount, target: Target
 ) -> tuple[int, list[StateChange]]:
-    store = await _open(url)
+    # with the tenant's control channel: the retried jobs wake the workers at once
+    store = await _open(url, await open_tenant_store(args.database_url, target.tenant, url))
 
     def progress(changed: int) -> None:
         if not target.json:  # progress, where a pipe reading the result does not see it
@@ -207,8 +208,9 @@ async def _apply(
     return outcome.changed, list(outcome.skipped)
 
 
-async def _open(url: str) -> SqlStore:
-    store = await open_store(url)
+async def _open(url: str, store: SqlStore | None = None) -> SqlStore:
+    """The store on `url` (or `store`, opened already), if it can act by filter."""
+    store = store or await open_store(url)
     if not isinstance(store, BulkStore):
         await store.close()
         raise KetError("this store cannot retry or cancel jobs by filter")

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from ket.catalog import Catalog, validate_input
 from ket.cli.options import deployment_of
 from ket.cli.output import clip, escape, json_text
-from ket.cli.runtime import open_store, single_tenant
+from ket.cli.runtime import open_store, open_tenant_store, single_tenant
 from ket.errors import KetError
 from ket.runtime.call import (
     MAX_INPUT_DEPTH,
@@ -92,7 +92,16 @@ def run(args: argparse.Namespace) -> int:
     enqueued: list[Event] = []
     try:
         result = asyncio.run(
-            _call(catalog, tenant, url, (args.name, payload), blobs, args.company, enqueued)
+            _call(
+                catalog,
+                tenant,
+                url,
+                (args.name, payload),
+                blobs,
+                args.company,
+                enqueued,
+                args.database_url,
+            )
         )
     except FunctionFailed as failure:  # it ran and raised: say where, without a traceback
         from ket.runtime.outcome import describe
@@ -140,6 +149,7 @@ async def _call(
     blobs: BlobStore,
     company: str | None,
     enqueued: list[Event],
+    database_url: str | None,
 ) -> Any:
     """Call one function; the new jobs it enqueued and committed are added to `enqueued` as
     they are (a failure after them leaves them queued: the caller says so)."""
@@ -148,7 +158,9 @@ async def _call(
         lambda event: enqueued.append(event) if event.detail != "coalesced" else None,
         ["enqueued"],
     )
-    async with tenant_contexts(catalog, tenant, url, blobs, hooks=hooks) as contexts:
+    async with tenant_contexts(
+        catalog, tenant, url, blobs, hooks=hooks, hint=True, database_url=database_url
+    ) as contexts:
         try:
             return await call_function(catalog, contexts, call[0], call[1], company=company)
         except Exception as error:
@@ -202,12 +214,20 @@ async def tenant_contexts(
     blobs: BlobStore | None = None,
     *,
     hooks: Hooks | None = None,
+    hint: bool = False,
+    database_url: str | None = None,
 ) -> AsyncIterator[Contexts]:
     """The contexts functions run in against one tenant's database (its store open, the
-    deployment's models installed), reporting to `hooks`; the store closed after."""
+    deployment's models installed), reporting to `hooks`; the store closed after. With `hint`
+    the store has the tenant's part in the control channel (`database_url`: the
+    --database-url option), so the jobs a function enqueues wake the workers of other
+    processes (`ket dev` runs its worker in the process: woken there)."""
     from ket.runtime.contexts import Contexts, default_sender, install_models
 
-    store = await open_store(url)
+    if hint:
+        store = await open_tenant_store(database_url, tenant, url)
+    else:
+        store = await open_store(url)
     try:
         await install_models(store, catalog)
         yield Contexts(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ket.cli import bulk, enqueue, rerun, selection, workers
 from ket.cli.options import deployment_of, workspace_parent
 from ket.cli.output import clip, escape, json_text
-from ket.cli.runtime import open_store, single_tenant
+from ket.cli.runtime import open_tenant_store, single_tenant
 from ket.declare.resolve import worker_config
 from ket.errors import KetError
 from ket.operate import cancel_job, retry_job
@@ -112,13 +112,16 @@ def add_parser(
 
 
 def _with_store(args: argparse.Namespace, action: Callable[[SqlStore], Awaitable[T]]) -> T:
-    _, url = single_tenant(args)
-    return _on(url, action)
+    tenant, url = single_tenant(args)
+    return _on(args, tenant, url, action)
 
 
-def _on(url: str, action: Callable[[SqlStore], Awaitable[T]]) -> T:
+def _on(
+    args: argparse.Namespace, tenant: str, url: str, action: Callable[[SqlStore], Awaitable[T]]
+) -> T:
     async def run() -> T:
-        store = await open_store(url)
+        # with the tenant's control channel: a retried job wakes the workers at once
+        store = await open_tenant_store(args.database_url, tenant, url)
         try:
             if not isinstance(store, QueryableStore):
                 raise KetError("this store cannot list jobs")
@@ -225,7 +228,9 @@ def _retry(args: argparse.Namespace) -> int:
         return bulk.run(args, "retry")
     bulk.refuse_with_id(args)
     tenant, url = single_tenant(args)
-    change = _on(url, lambda store: retry_job(store, args.id, bulk.cli_actor(), tenant=tenant))
+    change = _on(
+        args, tenant, url, lambda store: retry_job(store, args.id, bulk.cli_actor(), tenant=tenant)
+    )
     return _changed(args.id, change.changed, change_text(change))
 
 
@@ -234,7 +239,9 @@ def _cancel(args: argparse.Namespace) -> int:
         return bulk.run(args, "cancel")
     bulk.refuse_with_id(args)
     tenant, url = single_tenant(args)
-    change = _on(url, lambda store: cancel_job(store, args.id, bulk.cli_actor(), tenant=tenant))
+    change = _on(
+        args, tenant, url, lambda store: cancel_job(store, args.id, bulk.cli_actor(), tenant=tenant)
+    )
     return _changed(args.id, change.changed, change_text(change))
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ket.cli.options import deployment_of, workspace_parent
 from ket.cli.output import escape, json_text
-from ket.cli.runtime import open_store, single_tenant
+from ket.cli.runtime import open_tenant_store, single_tenant
 from ket.store.contract import QueryableStore, RerunStore
 from ket.store.types import TERMINAL_STATES, JobId, JobRecord, Reran
 
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
     catalog = Catalog.build(deployment_of(args))
     tenant, url = single_tenant(args)
-    reran = asyncio.run(_rerun(url, catalog, args.id, tenant))
+    reran = asyncio.run(_rerun(args, url, catalog, args.id, tenant))
     if reran.inserted is None or reran.inserted.coalesced:
         sys.stderr.write(f"ket: job {args.id}: {escape(_refusal(reran))}\n")
         return 1
@@ -59,11 +59,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _rerun(url: str, catalog: Catalog, job_id: JobId, tenant: str) -> Reran:
+async def _rerun(
+    args: argparse.Namespace, url: str, catalog: Catalog, job_id: JobId, tenant: str
+) -> Reran:
     from ket.cli.bulk import cli_actor
     from ket.operate import rerun_job
 
-    store = await open_store(url)
+    # with the tenant's control channel: the rerun wakes the workers at once
+    store = await open_tenant_store(args.database_url, tenant, url)
     try:
         return await rerun_job(store, catalog, job_id, cli_actor(), tenant=tenant)
     finally:

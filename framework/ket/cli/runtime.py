@@ -25,6 +25,7 @@ T = TypeVar("T")
 if TYPE_CHECKING:
     from ket.runtime.tenancy import Tenancy
     from ket.store.sql import SqlStore
+    from ket.store.sql.control_channel import ControlChannels
     from ket.store.sql.registry import TenantRegistry
     from ket.store.sql.registry_reader import RegistryReader
 
@@ -164,6 +165,37 @@ async def open_store(
     else:
         require_database(url)
     return await SqlStore.open(url, pool_size=pool_size, **engine_options)
+
+
+async def open_tenant_store(database_url: str | None, tenant: str, url: str) -> SqlStore:
+    """open_store for a command that writes `tenant`'s jobs (retry, rerun, bulk, run now, a
+    called function's enqueue): with the tenant's part in the control channel when the
+    registry lists tenants on PostgreSQL, so what it makes runnable wakes the workers, which
+    listen there (SqlStore._available; without it they waited for their safety visit)."""
+    from ket.runtime.tenancy import registry_url
+    from ket.store.sql.control_channel import ControlChannel, control_dsn
+
+    registry = registry_reader(database_url)
+    try:
+        registered = await asyncio.to_thread(registry.databases)
+    finally:
+        registry.close()
+    dsn = control_dsn(url, registry_url(database_url), registered=bool(registered))
+    if dsn is None:
+        return await open_store(url)
+    return await open_store(url, channel=ControlChannel(dsn, tenant))
+
+
+def control_channels(registry: str) -> ControlChannels | None:
+    """The control channel on the registry's database when it is on PostgreSQL (used once the
+    registry lists tenants), for the long-running commands that serve tenants; None for
+    SQLite."""
+    if not registry.startswith("postgres"):
+        return None
+    from ket.store.sql.address import libpq_dsn, parse_url
+    from ket.store.sql.control_channel import ControlChannels
+
+    return ControlChannels(libpq_dsn(parse_url(registry)))
 
 
 async def creating_store(url: str, **options: Any) -> SqlStore:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ket.catalog import Catalog, JobSpec
 from ket.cli.options import deployment_of
 from ket.cli.output import escape, json_text
-from ket.cli.runtime import open_store, single_tenant
+from ket.cli.runtime import open_tenant_store, single_tenant
 from ket.errors import KetError
 from ket.operate import ScheduleRow, schedule_rows
 from ket.store.contract import QueryableStore, ScheduleControl
@@ -52,10 +52,11 @@ def add_parser(
 
 def _with_store(args: argparse.Namespace, action: Callable[[SqlStore, Catalog], Awaitable[T]]) -> T:
     catalog = Catalog.build(deployment_of(args))
-    _, url = single_tenant(args)
+    tenant, url = single_tenant(args)
 
     async def run() -> T:
-        store = await open_store(url)
+        # with the tenant's control channel: a run-now wakes the workers at once
+        store = await open_tenant_store(args.database_url, tenant, url)
         try:
             return await action(store, catalog)
         finally:

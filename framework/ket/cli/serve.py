@@ -25,7 +25,13 @@ from ket.catalog import Catalog
 from ket.cli import metrics
 from ket.cli.options import add_log_options, deployment_of, log_format, log_third_party
 from ket.cli.output import configure_logging
-from ket.cli.runtime import creating_store, registry_reader, run_service, tenant_urls
+from ket.cli.runtime import (
+    control_channels,
+    creating_store,
+    registry_reader,
+    run_service,
+    tenant_urls,
+)
 from ket.errors import KetError
 
 if TYPE_CHECKING:
@@ -174,6 +180,9 @@ def http_server(
         list_workers=list_workers,
         blobs=blobs,
         services=services,
+        # what a function enqueues and what the dashboard retries wakes the workers, which
+        # listen on the control database once the registry lists tenants on PostgreSQL
+        channels=control_channels(registry.url),
     )
     if chosen is not None:
         served.append(metrics.start_serve(chosen, catalog, app))

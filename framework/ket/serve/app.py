@@ -37,6 +37,7 @@ from ket.storage import BlobStore
 from ket.transport import Sender
 
 if TYPE_CHECKING:
+    from ket.runtime.fleet import Channels
     from ket.serve.dashboard.view import ListWorkers
 
 log = logging.getLogger("ket.serve")
@@ -83,6 +84,7 @@ def create_app(
     routes: Sequence[BaseRoute] = (),
     list_workers: ListWorkers | None = None,
     services: Callable[[Parts], Sequence[Service]] = lambda parts: (),
+    channels: Channels | None = None,
 ) -> Starlette:
     """The server's ASGI app. `list_tenants` reads the registry, `template` is the database URL
     template, `open_store` opens a tenant's store, `only` serves one tenant; `sender` and `blobs`
@@ -90,7 +92,8 @@ def create_app(
     mounted beside the functions (they find the Parts on `request.app.state.ket`); the
     dashboard, unless the deployment turns it off, at its path, showing the workers
     `list_workers` reads from the control database; `services(parts)` run beside the tenant
-    refresh while the app runs (the job stats behind metrics)."""
+    refresh while the app runs (the job stats behind metrics); `channels`, the control channel
+    of a PostgreSQL registry, through which the tenants' stores wake the workers."""
     repeats = Repeats(log)
     tenants = TenantLookup(
         list_tenants=list_tenants,
@@ -106,6 +109,8 @@ def create_app(
         blobs=blobs,
         hooks=default_hooks,
         repeats=repeats,
+        channels=channels,
+        several=lambda: bool(tenants.tenancy.registered),
     )
     parts = Parts(
         catalog=catalog, gate=Gate(catalog.serve, tenants), tenants=tenants, stores=stores

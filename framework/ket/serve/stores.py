@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from ket.catalog import Catalog
 from ket.runtime.contexts import Contexts, default_blobs, install_models
@@ -21,9 +22,12 @@ from ket.storage import BlobStore
 from ket.store.contract import JobStore
 from ket.transport import Sender
 
+if TYPE_CHECKING:
+    from ket.runtime.fleet import Channels
+
 log = logging.getLogger("ket.serve")
 
-OpenStore = Callable[[str], Awaitable[JobStore]]
+OpenStore = Callable[..., Awaitable[JobStore]]  # (url, channel=...)
 
 
 class TenantStores:
@@ -38,9 +42,17 @@ class TenantStores:
         blobs: BlobStore | None = None,  # None: what KET_STORAGE_URL names
         hooks: Hooks | None = None,
         repeats: Repeats | None = None,
+        channels: Channels | None = None,
+        several: Callable[[], bool] = lambda: False,
     ) -> None:
+        """`channels`: the deployment's control channel (PostgreSQL registry), given to the
+        store of each tenant on PostgreSQL while `several()` (the registry lists tenants):
+        what a function enqueues, and what the dashboard retries, then wakes the workers
+        that listen there (SqlStore._available) rather than waiting for their safety visit."""
         self._catalog = catalog
         self._open = open_store
+        self._channels = channels
+        self._several = several
         self._sender = sender
         # one backend for every tenant, as the worker has
         self._blobs = blobs if blobs is not None else default_blobs()
@@ -68,7 +80,10 @@ class TenantStores:
     async def _start(self, tenant: str, url: str) -> Contexts:
         where = f"opening the database of tenant {tenant}"
         try:
-            store = await self._open(url)
+            if self._channels is not None and self._several() and url.startswith("postgres"):
+                store = await self._open(url, channel=self._channels.for_tenant(tenant))
+            else:
+                store = await self._open(url)
         except Exception as error:
             self._repeats.failure(where, error)
             raise Refusal(
@@ -117,3 +132,5 @@ class TenantStores:
         """Close every open store."""
         for tenant in list(self._open_ones):
             await self.close_tenant(tenant)
+        if self._channels is not None:
+            await self._channels.close()

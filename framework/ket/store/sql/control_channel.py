@@ -38,6 +38,7 @@ import psycopg
 
 from ket.store.sql import budget
 from ket.store.sql import listener as listening
+from ket.store.sql.address import libpq_dsn, parse_url
 from ket.store.sql.goodbye import close_quietly
 from ket.store.sql.insert import CHANNEL
 from ket.store.wakeup import Wakeups
@@ -352,6 +353,21 @@ class SyncHints:
                 connection.close()
             except Exception:
                 return
+
+
+def control_dsn(url: str, registry: str, *, registered: bool) -> str | None:
+    """The control database a store of a tenant database at `url` hints the workers on: the
+    registry's (`registry`), once it lists tenants (`registered`) and both are on PostgreSQL,
+    since the workers then LISTEN there and not on the tenant databases; else None (a single
+    tenant's own database NOTIFYs its workers, and SQLite rings their sockets).
+
+    The clients and the commands that retry, rerun, run a schedule now or call a function
+    decide it here; `ket worker` and `ket serve` apply the same rule to each tenant they open
+    (ControlChannels). A store opened without its channel made jobs no worker heard of until
+    the tenant's safety visit (issue 26)."""
+    if registered and url.startswith("postgres") and registry.startswith("postgres"):
+        return libpq_dsn(parse_url(registry))
+    return None
 
 
 class ControlChannels:

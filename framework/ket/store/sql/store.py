@@ -349,11 +349,23 @@ class SqlStore:
         return inserted
 
     def _woken(self, batch: Sequence[NewJob], now: datetime | None) -> None:
-        woken = wake_queues(batch, now)
+        # a job due later wakes its queue too: the worker then learns when it is due
+        self._available(wake_queues(batch, now), {job.queue for job in batch})
+
+    def _available(self, woken: Collection[str], hinted: Collection[str] | None = None) -> None:
+        """The one wake path: a write of this store that made jobs runnable on `woken` (or due
+        later on the rest of `hinted`) committed. Waiters in this process wake now; with the
+        control channel (several tenants on PostgreSQL) the workers of other processes get a
+        hint; SQLite's shared wake-ups ring the other processes' sockets.
+
+        It is here, where such a write returns to its caller, rather than in each caller
+        (client, ctx.jobs, ctx.tx, a served function, the dashboard, the CLI), because a caller
+        that forgot it left its jobs to the safety visit: `ket serve` and the operator's retry
+        did (issue 26). Which stores hint is decided once, where a tenant's store is opened
+        (control_channel.control_dsn)."""
         self._wakeups.notify(woken)
         if self._channel is not None:
-            # a job due later wakes its queue too: the worker then learns when it is due
-            self._channel.sent({job.queue for job in batch}, woken=woken)
+            self._channel.sent(woken if hinted is None else hinted, woken=woken)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlTransaction]:
@@ -467,7 +479,7 @@ class SqlStore:
 
         with budget.urgent():  # a settlement ends a lease: it goes before other waits
             applied = await self._hot(body, single=not others)
-        self._wakeups.notify(woken)
+        self._available(woken)
         for queue, delay in later:
             self._wake_at(queue, delay)
         ids = [s.id for s in settlements]
@@ -531,7 +543,7 @@ class SqlStore:
             ]
 
         rescued = await self._hot(body)
-        self._wakeups.notify(_retryable_queues(rescued))
+        self._available(_retryable_queues(rescued))
         return rescued
 
     # -- operator commands ------------------------------------------------------------------
@@ -563,7 +575,7 @@ class SqlStore:
                 return command.unchanged(job_id, None, "its unique key was taken; try again")
             raise
         if queue is not None:
-            self._wakeups.notify([queue])
+            self._available([queue])
         return change
 
     async def job_bulk_count(self, job_filter: JobFilter, sample: int = 10) -> BulkCount:
@@ -593,7 +605,7 @@ class SqlStore:
                 # and this time sees the key's holder
                 if attempt == _KEY_RACES - 1 or not isinstance(error.__cause__, IntegrityError):
                     raise
-        self._wakeups.notify(queues)
+        self._available(queues)
         return applied
 
     async def job_prune(self, prune: Prune) -> int:
@@ -807,6 +819,11 @@ class SqlStore:
         if self._channel is None or listener is None or not listener.healthy:
             return poll_max
         return max(poll_max, BACKSTOP_POLL_SECONDS * random.uniform(0.8, 1.2))
+
+    def jobs_available(self, queues: Collection[str]) -> None:
+        """Jobs committed where this store could not see the commit (an application's own
+        connection) may run on `queues`: the workers are woken as for the store's own writes."""
+        self._available(queues)
 
     def wake(self, queues: Collection[str]) -> None:
         """Wake these queues' waiters in this process now (they claim)."""
