@@ -54,3 +54,39 @@ def test_an_engine_whose_connection_came_back_gives_its_room_to_another_engine(
             budget.install(None)
 
     asyncio.run(body())
+
+
+def test_handlers_waiting_for_their_own_pools_idle_connections_all_get_one(
+    postgres_url: str,
+) -> None:
+    # The fault: at --max-connections 6 engines may hold 4; 8 handlers of one tenant
+    # entered ctx.tx at once. 4 got a connection, 4 waited for room to open one more. When the
+    # first 4 committed, their connections went back to the pool, idle, but the pool still
+    # counted the 4 openings under way as checked out, so it was never seen idle: the 4 waited
+    # until their jobs timed out (120 s) and spent an attempt.
+    tag = f"ket-engine-{uuid.uuid4().hex[:8]}"
+
+    async def body() -> None:
+        spent = budget.ConnectionBudget(6)
+        budget.install(spent)
+        engine = create_engine(
+            postgres_url, pool_size=16, max_overflow=0, connect_args={"application_name": tag}
+        )
+
+        async def handler(number: int) -> int:
+            async with engine.begin() as connection:  # what ctx.tx does
+                await asyncio.sleep(0.2)  # the handler's own work inside its transaction
+                result = await connection.execute(sqlalchemy.text(f"SELECT {number}"))
+                return int(result.scalar_one())
+
+        try:
+            async with asyncio.timeout(20):  # never, before: 4 of them waited for good
+                done = await asyncio.gather(*[handler(n) for n in range(8)])
+            assert done == list(range(8))
+            assert spent.peak <= 6
+            assert await asyncio.to_thread(_backends, postgres_url, tag) <= 4
+        finally:
+            await engine.dispose()
+            budget.install(None)
+
+    asyncio.run(body())

@@ -113,8 +113,9 @@ def _budgeted_creator(
 
 
 class PoolHolder:
-    """An engine's pool as the budget sees it: idle while nothing is checked out, and shed
-    whole (its idle connections closed; a new pool opens connections as they are needed)."""
+    """An engine's pool as the budget sees it: idle while a connection sits in it, unused
+    (however many others are checked out), and shed one idle connection at a time (the
+    pool opens another when it needs one)."""
 
     kind = "engine"
 
@@ -123,36 +124,64 @@ class PoolHolder:
         self._budget = spent
         self._idle_at: float | None = None
         event.listen(engine.sync_engine, "checkin", self._checked_in)
-        event.listen(engine.sync_engine, "checkout", self._checked_out)
 
     def _checked_in(self, *_: Any) -> None:
-        # SQLAlchemy fires "checkin" before it puts the connection back in the pool: the one
-        # coming back still counts as checked out. Waiting for 0 here, the pool was never seen
-        # idle, and an engine kept its room in the budget for good (18 tenants' engines held
-        # a worker's 20 connections while the other tenants waited).
-        engine = self._engine()
-        if engine is not None and engine.sync_engine.pool.checkedout() <= 1:  # type: ignore[attr-defined]
-            self._idle_at = time.monotonic()
+        # Idle as soon as one connection is back, not once none is checked out: SQLAlchemy
+        # counts a connection it is still opening (waiting for the budget's room) as checked
+        # out, so handlers waiting in ctx.tx for room at the engines' share kept their own
+        # pool from ever looking idle, and waited for its idle connections until their jobs
+        # timed out (8 handlers at --max-connections 6; a worker at 4 wedged on one tenant).
+        # "checkin" fires before the connection is back in the pool: none there yet means
+        # this one is the first to sit idle.
+        pool = self._pool()
+        if pool is not None:
+            if pool.checkedin() == 0:
+                self._idle_at = time.monotonic()
             self._budget.released(self)
 
-    def _checked_out(self, *_: Any) -> None:
-        self._idle_at = None
+    def _pool(self) -> Any:
+        engine = self._engine()
+        return None if engine is None else engine.sync_engine.pool
 
     def idle_since(self) -> float | None:
-        engine = self._engine()
-        if engine is None or self._idle_at is None:
+        pool = self._pool()
+        if pool is None or not pool.checkedin():
             return None
-        return self._idle_at if engine.sync_engine.pool.checkedin() else None  # type: ignore[attr-defined]
+        return self._idle_at
 
     async def shed(self, older_than: float | None = None) -> int:
-        engine = self._engine()
+        """Close the pool's idle connections (all of them when they went idle before
+        `older_than`, else one), leaving those checked out alone: disposing of the whole
+        pool would orphan a connection still being opened for it."""
+        from sqlalchemy.util import greenlet_spawn
+
+        pool = self._pool()
         since = self.idle_since()
-        if engine is None or since is None or (older_than is not None and since > older_than):
+        if pool is None or since is None or (older_than is not None and since > older_than):
             return 0
-        idle: int = engine.sync_engine.pool.checkedin()  # type: ignore[attr-defined]
-        self._idle_at = None
-        await engine.dispose()
-        return idle
+        closed: int = await greenlet_spawn(_close_idle, pool, 1 if older_than is None else None)
+        if closed:
+            self._budget.released()
+        return closed
+
+
+def _close_idle(pool: Any, most: int | None) -> int:
+    """Close up to `most` (None: every one) of the connections idle in a QueuePool, as the pool
+    closes one returned to it when it is full (its record closed, its overflow counted down)."""
+    from sqlalchemy.util import queue
+
+    closed = 0
+    while most is None or closed < most:
+        try:
+            record = pool._pool.get(False)
+        except queue.Empty:
+            break
+        try:
+            record.close()
+        finally:
+            pool._dec_overflow()
+        closed += 1
+    return closed
 
 
 def create_sync_engine(url: str | URL | DatabaseUrl, **options: Any) -> Engine:
