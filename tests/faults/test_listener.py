@@ -146,6 +146,31 @@ def test_a_blackholed_listen_connection_is_probed_dropped_and_replaced(
         asyncio.run(main())
 
 
+def test_a_lost_listen_connection_wakes_every_waiter_while_the_database_stays_away(
+    database: str, fast: Timing, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A waiter paced for hints waits for minutes: when the LISTEN connection is lost it must
+    wake at once (its queue then polls), not at the reconnect, which may be long in coming."""
+    with Proxy(_target(database)) as proxy:
+
+        async def main() -> None:
+            waiter = await SqlStore.open(_via(database, proxy.port))
+            try:
+                await quiet(waiter, ["mail"])
+                waiting = asyncio.ensure_future(waiter.wait_for_jobs(["mail"], 600.0))
+                await asyncio.sleep(0.1)
+                proxy.set_mode("refuse")  # resets the connection; no new one gets through
+                assert await asyncio.wait_for(waiting, 5.0) is True
+                assert waiter.idle_poll(0.2) == 0.2  # not healthy: queues poll at poll_max
+                failure = await _logged(caplog, "idle queues poll until it is back")
+                assert failure.levelno == logging.WARNING
+            finally:
+                proxy.set_mode("pass")
+                await waiter.close()
+
+        asyncio.run(main())
+
+
 def test_a_terminated_listen_backend_is_replaced_and_wakes_waiters_again(
     database: str, fast: Timing, caplog: pytest.LogCaptureFixture
 ) -> None:

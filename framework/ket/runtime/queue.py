@@ -190,7 +190,9 @@ class QueueLoop:
             # poll) rather than polling again from poll_min: with a thousand tenants, that
             # ladder of dry claims after every job made most of the worker's connections.
             ceiling, rest = self._pace(poll_min, poll_max)
-            idle = rest if claimed else max(idle, rest)
+            # never past the ceiling: a wait paced for hints (minutes) must not carry over to
+            # the polls that take over when the listener is lost
+            idle = rest if claimed else min(max(idle, rest), ceiling)
             watch = watch or self._watch(idle)
             if ceiling > poll_max and not watch.done():
                 # waits may be long: learn when the next job is due, beside the wait, so that
@@ -199,6 +201,9 @@ class QueueLoop:
             woken = await watch
             if woken and self._paced is not None:
                 woken = await self._unless_seen(idle)
+            # paced anew: the listener may have been lost during the wait (which woke it), and
+            # the watch begun before the next claim must then be a poll's, not minutes long
+            ceiling, rest = self._pace(poll_min, poll_max)
             idle = rest if woken else min(idle * 2, ceiling)
 
     def _pace(self, poll_min: float, poll_max: float) -> tuple[float, float]:

@@ -92,7 +92,12 @@ class Wakeups:
     def notify_all(self) -> None:
         """Wake every waiter (after a reconnect, when notifications may have been missed)."""
         now = time.monotonic()
-        for name in self.woken_at:
+        with self._lock:
+            waiting = {name for waiter in self._waiters for name in waiter.queues}
+        # the waiters' queues too, never woken before: a claim loop that compares the wake-up
+        # with its last claim (woken_since_claim) would otherwise take it for an old one and
+        # wait again, for as long as before
+        for name in waiting | self.woken_at.keys():
             self.woken_at[name] = now
         self._wake(lambda waiter: True)
 

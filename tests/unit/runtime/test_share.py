@@ -116,6 +116,42 @@ def test_stale_peers_do_not_count() -> None:
     assert asyncio.run(share.mine(TENANTS)) == owned("me", TENANTS, ["me", "w2"])
 
 
+def test_after_an_outage_a_peer_that_looks_stale_gets_time_to_report_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The control database was away: this worker's reports failed, and its peer's rows look
+    stale when it reads again. The peer keeps its tenants for three of its intervals (a peer
+    that reports meanwhile never loses them); one that does not report by then is taken for
+    dead. Without a gap in this worker's own reads, a stale peer is dropped at once."""
+    caplog.set_level(logging.INFO, "ket.worker")
+    now = [100.0]
+    share = TenantShare(read=lambda: asyncio.sleep(0), clock=lambda: now[0])
+    me = _info("me")
+    share.see(me, _rows("me", "w2", "w3"))
+    now[0] += 1.0
+    share.see(me, _rows("me", "w2", "w3", stale=("w3",)))  # no gap: w3 died
+    assert share.peers == frozenset({"me", "w2"})
+    now[0] += 10.0  # ten seconds without a report read
+    share.see(me, _rows("me", "w2", stale=("w2",)))
+    assert share.peers == frozenset({"me", "w2"})  # excused
+    assert "could not read the worker roster for 10.0 s: w2" in caplog.text
+    now[0] += 2.5
+    share.see(me, _rows("me", "w2", stale=("w2",)))
+    assert share.peers == frozenset({"me", "w2"})  # still within its three intervals
+    now[0] += 1.0
+    share.see(me, _rows("me", "w2", stale=("w2",)))
+    assert share.peers == frozenset({"me"})  # it had its time: taken for dead
+    share.see(me, _rows("me", "w2"))  # it was alive after all: back
+    now[0] += 10.0  # another outage; this time the peer reports within its time
+    share.see(me, _rows("me", "w2", stale=("w2",)))
+    assert share.peers == frozenset({"me", "w2"})
+    now[0] += 1.0
+    share.see(me, _rows("me", "w2"))
+    now[0] += 5.0
+    share.see(me, _rows("me", "w2"))
+    assert share.peers == frozenset({"me", "w2"})
+
+
 def test_a_roster_that_cannot_be_read_at_first_chooses_nothing() -> None:
     share, roster = _share("w2")
     roster.broken = True

@@ -69,7 +69,13 @@ SAY_EVERY_SECONDS = 60.0  # the longest silence between two "budget spent" lines
 # A prompt wait goes before the others, but for those that waited this long already: a steady
 # stream of application hints cannot hold sweeps and ticks back for longer.
 PROMPT_AHEAD_SECONDS = 5.0
-CEILING_RETRY_SECONDS = 30.0  # while the server refuses more, one more is tried this often
+# While the server refuses more, one more is tried after a pause that doubles from
+# CEILING_FIRST_RETRY_SECONDS up to CEILING_RETRY_SECONDS, and each one it takes lets another be
+# tried at once: work resumes within about a second of the server having room again. (One more
+# every 30 s left a worker squeezed down to its LISTEN by another client idle for 30 s after
+# that client let go, and took 32 s to run 30 small jobs: issue 26.)
+CEILING_RETRY_SECONDS = 1.0
+CEILING_FIRST_RETRY_SECONDS = 0.05
 MIN_LIMIT = RESERVED + 1
 
 
@@ -127,9 +133,13 @@ class ConnectionBudget:
         self._recheck_at = 0.0
         self._reaping: set[asyncio.Task[None]] = set()
         self.peak = 0  # the most ever open at once
-        # below the limit while the server refuses more (see `connect`), and since when
+        # below the limit while the server refuses more (see `connect`); when one more may be
+        # tried; the refusals in a row, and those not said yet
         self._ceiling = limit
-        self._ceiling_at = 0.0
+        self._retry_at = 0.0
+        self._refusals = 0
+        self._unsaid_refusals = 0
+        self._refusal_said = False  # a refusal was logged, and no recovery since
 
     # -- counting ---------------------------------------------------------------------------
 
@@ -178,10 +188,12 @@ class ConnectionBudget:
         """`open_one()` once the budget has room for it; waits (never fails) while it has none.
 
         A server that refuses the connection for want of room (its `max_connections`, or the
-        role's `CONNECTION LIMIT`, below this budget) while this process holds others is taken
-        as the budget's real size for now: the caller waits for one of those, as for a spent
-        budget, and the budget tries one more every CEILING_RETRY_SECONDS. Other errors of
-        `open_one`, and a refusal while this process holds none, reach the caller."""
+        role's `CONNECTION LIMIT`, below this budget) is taken as the budget's real size for
+        now: the caller waits, as for a spent budget, and the budget tries one more after a
+        short pause (see CEILING_RETRY_SECONDS), and another at once each time the server takes
+        one. So does a refusal while this process holds none: another client may let go at any
+        moment, and a caller that failed would only be retried later, or logged per tenant.
+        Other errors of `open_one` reach the caller."""
         while True:
             await self._room(kind)
             self._opening[kind] += 1
@@ -190,7 +202,7 @@ class ConnectionBudget:
             except Exception as error:
                 self._opening[kind] -= 1
                 self.released()
-                if not (_no_room(error) and self.open_count()):
+                if not _no_room(error):
                     raise
                 self._refused(error)
                 continue
@@ -203,6 +215,8 @@ class ConnectionBudget:
         self._live[kind].add(connection)
         self.peak = max(self.peak, self.open_count())
         self._start_reaper()
+        if self._ceiling < self.limit:
+            self._taken()
         return connection
 
     @asynccontextmanager
@@ -214,35 +228,59 @@ class ConnectionBudget:
         self._start_reaper()
         try:
             yield
+        except Exception as error:
+            if _no_room(error):  # the server refused the block's connection: counted, said
+                self._refused(error)
+            raise
         finally:
             self._opening[kind] -= 1
             self.released()
 
     def _refused(self, error: Exception) -> None:
-        """The server had no room: work within what is open now, and say so (once a minute)."""
+        """The server had no room: work within what is open now, try one more after a pause
+        (doubling, up to CEILING_RETRY_SECONDS), and say so once a minute with the count."""
         now = time.monotonic()
-        self._ceiling, self._ceiling_at = max(1, self.open_count()), now
+        self._refusals += 1
+        self._unsaid_refusals += 1
+        self._ceiling = self.open_count()  # none at all, when none is open: try again later
+        pause = CEILING_FIRST_RETRY_SECONDS * 2.0 ** min(self._refusals - 1, 16)
+        pause = min(pause, CEILING_RETRY_SECONDS)
+        self._retry_at = now + pause
+        self._look_again_in(pause)  # the first waiter tries then, whoever else comes
         if now - self._refusal_said_at < SAY_EVERY_SECONDS:
             return
         log.warning(
-            "PostgreSQL refused a connection for want of room (%s) while this process holds %d: "
-            "working within %d until it takes more (tried again every %g s). Work waits, it "
-            "does not fail; lower --max-connections (now %d) to what the server allows",
+            "PostgreSQL refused a connection for want of room (%s) while this process holds %d "
+            "(%d refusal(s) since the last such line): working within %d until it takes more "
+            "(tried again within %g s). Work waits, it does not fail; lower --max-connections "
+            "(now %d) to what the server allows",
             _last_line(error),
             self.open_count(),
+            self._unsaid_refusals,
             self._ceiling,
             CEILING_RETRY_SECONDS,
             self.limit,
         )
-        self._refusal_said_at = now
+        self._refusal_said_at, self._unsaid_refusals = now, 0
+        self._refusal_said = True
+
+    def _taken(self) -> None:
+        """The server took a connection while the budget worked below its limit: it has room
+        again, perhaps for more; let the next waiter try one more at once."""
+        self._refusals = 0
+        self._ceiling = min(self.limit, max(self._ceiling, self.open_count()) + 1)
+        if self._ceiling >= self.limit and self._refusal_said:  # one line for each warning
+            self._refusal_said = False
+            log.info("PostgreSQL takes connections again: working within %d", self.limit)
+        self.released()
 
     def ceiling(self) -> int:
         """How many may be open now: the limit, or less while the server refuses more."""
-        if (
-            self._ceiling < self.limit
-            and time.monotonic() - self._ceiling_at >= CEILING_RETRY_SECONDS
-        ):
-            self._ceiling, self._ceiling_at = self._ceiling + 1, time.monotonic()
+        if self._ceiling < self.limit and time.monotonic() >= self._retry_at:
+            # time to try one more: room for one above what is open now, until the server
+            # answers (`_taken` raises it further, `_refused` lowers it and sets the next try)
+            self._ceiling = min(self.limit, max(self._ceiling, self.open_count() + 1))
+            self._retry_at = float("inf")
         return self._ceiling
 
     async def _room(self, kind: Kind) -> None:

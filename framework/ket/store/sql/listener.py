@@ -224,6 +224,7 @@ class Listener:
         self._failures = 0
         self._deaf = False
         self._up = False  # a LISTEN connection is in place now
+        self._polling = False  # it was just lost: the failure's line says the queues poll
 
     @property
     def healthy(self) -> bool:
@@ -264,10 +265,12 @@ class Listener:
                 self._failures += 1
                 delay = self._timing.backoff(self._failures)
                 expected = isinstance(error, psycopg.Error | OSError | ProbeTimeout)
+                polling, self._polling = self._polling, False
                 self._repeats.log(
                     logging.WARNING if expected else logging.ERROR,
                     f"{type(error).__name__}:{str(error)[:200]}",
-                    f"{error_text(error)}; reconnecting in {delay:.2g} s",
+                    f"{error_text(error)}; reconnecting in {delay:.2g} s"
+                    + ("; idle queues poll until it is back" if polling else ""),
                     exc_info=not expected,
                 )
                 await asyncio.sleep(delay)
@@ -286,11 +289,23 @@ class Listener:
             check = _NotifyCheck(self._dsn, timing)
             try:
                 await self._serve(connection, check)
+            except Exception:
+                self._lost()
+                raise
             finally:
                 check.cancel()
         finally:
             self._up = False
             await close_quietly(connection)
+
+    def _lost(self) -> None:
+        """The LISTEN connection failed: wake every waiter now. A queue woken by hints waits
+        for one for minutes (its paced backstop); woken, it claims and, seeing the listener
+        down (`healthy`), polls every `poll_max` until it is back: without this, the jobs
+        enqueued meanwhile waited for the tenant's safety visit or the reconnect (issue 26)."""
+        self._up = False
+        self._polling = True  # said once, with the failure
+        self._wakeups.notify_all()
 
     def _connected(self) -> None:
         if self._listening.is_set():
@@ -345,6 +360,7 @@ class Listener:
             )
         elif not self._deaf:
             self._deaf = True
+            self._wakeups.notify_all()  # waits begun before the verdict are long: shorten them
             log.warning(
                 "NOTIFY does not arrive on %s (a transaction-mode pooler?): running poll-only, "
                 "polling every %g s",
