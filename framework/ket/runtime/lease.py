@@ -2,15 +2,22 @@
 
 `Attempts` is the worker's table of running attempts, each with the time (on this process's
 monotonic clock) until which its lease is surely held: the claim's or last heartbeat's *send*
-time plus the lease, so a slow answer can only make the estimate early, never late.
+time plus the lease, so a slow answer can only make the estimate early, never late. It also
+holds the attempts that are over but whose outcome waits in the settler (`settling`): their
+leases are kept too, until the outcome is recorded, or a rescuer would take a finished job (the
+database away for a while, the settler retrying) and it would run again.
 
-- `HeartbeatService` extends the leases of every running attempt every third of a lease, aborts
-  attempts whose lease was lost or whose job an operator cancelled, and, while the worker is
-  fenced off, probes the database until it answers.
+- `HeartbeatService` extends the leases of every running attempt, and of every settling one,
+  every third of a lease, aborts attempts whose lease was lost or whose job an operator
+  cancelled, and, while the worker is fenced off, probes the database until it answers. Its
+  supervisor retries it at its interval after failures, not later: when the database comes back
+  the leases must be extended at once.
 - `LeaseGuard` needs no database: when an attempt's lease is within LEASE_SAFETY_MARGIN of
   running out (heartbeats have been failing), it aborts the attempt (reason `lease lost`) and
   pauses claiming, so a worker cut off from the database stops its work before the rescuer on
-  another worker may hand the job to someone else.
+  another worker may hand the job to someone else. A settling attempt has nothing left to
+  abort: its outcome stays in the settler, and is refused by its fence (`lease_lost`) if the
+  job was rescued meanwhile.
 """
 
 from __future__ import annotations
@@ -50,6 +57,8 @@ class Attempts:
     lease_seconds: float
     clock: Callable[[], float] = time.monotonic
     running: dict[JobId, Attempt] = field(default_factory=dict)
+    # over, their outcome not recorded yet: their leases are kept (heartbeated) until it is
+    settling: dict[JobId, Attempt] = field(default_factory=dict)
     # cleared while heartbeats fail and attempts were given up: queue loops wait on it
     reachable: asyncio.Event = field(default_factory=asyncio.Event)
     # set while there are attempts, or the database is to be probed: the heartbeat, the lease
@@ -69,7 +78,23 @@ class Attempts:
 
     def remove(self, job_id: JobId) -> None:
         self.running.pop(job_id, None)
-        if not self.running and self.reachable.is_set():
+        self._unwatch()
+
+    def finish(self, job_id: JobId) -> None:
+        """The attempt is over and its outcome goes to the settler: its lease is kept until
+        `settled`."""
+        attempt = self.running.pop(job_id, None)
+        if attempt is not None:
+            self.settling[job_id] = attempt
+        self._unwatch()
+
+    def settled(self, job_id: JobId) -> None:
+        """The attempt's outcome was recorded (or refused): its lease is no longer ours."""
+        if self.settling.pop(job_id, None) is not None:
+            self._unwatch()
+
+    def _unwatch(self) -> None:
+        if not self.running and not self.settling and self.reachable.is_set():
             self.watched.clear()
 
     def fence_off(self) -> None:
@@ -81,8 +106,7 @@ class Attempts:
     def answered(self) -> None:
         """The database answers again: claiming resumes."""
         self.reachable.set()
-        if not self.running:
-            self.watched.clear()
+        self._unwatch()
 
     def __iter__(self) -> Iterator[Attempt]:
         return iter(list(self.running.values()))
@@ -112,6 +136,7 @@ class HeartbeatService:
             log.warning("the database answers again; claiming resumes")
             attempts.answered()
         held = [a for a in attempts if a.signal.reason != "lease lost"]
+        held.extend(attempts.settling.values())
         if not held:
             return
         sent = attempts.clock()
@@ -124,6 +149,7 @@ class HeartbeatService:
             if attempt.job.id in extended:
                 attempt.held_until = sent + attempts.lease_seconds
         for job_id in result.lost:
+            attempts.settled(job_id)  # a settling one's outcome will be refused: keep nothing
             attempts.abort(job_id, "lease lost")
         for job_id in result.cancel_requested:
             attempts.abort(job_id, "cancelled")

@@ -28,11 +28,13 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from ket.errors import KetError
 
 log = logging.getLogger("ket.worker")
+
+T = TypeVar("T")
 
 REPEAT_WINDOW_SECONDS = 60.0
 MAX_BACKOFF_SECONDS = 30.0
@@ -137,16 +139,19 @@ class Supervisor:
         first_within: float = 0.0,
         timeout: float | None = None,
         gate: asyncio.Event | None = None,
+        patience: float = MAX_BACKOFF_SECONDS,
     ) -> None:
         """Tick `service` every `service.interval` seconds (the first time at once, or after a
         random part of one interval; after a first tick at once, the second comes after a
         random part of one: so replicas and tenants spread out), or when its tick says. With a
         `gate`, only while the gate is set: once it opens, the first tick is an interval later.
         `first_within`: with `at_once`, the first tick comes at a random moment within that
-        many seconds (a thousand tenants starting together spread out)."""
+        many seconds (a thousand tenants starting together spread out). `patience`: the
+        longest pause after failures (the heartbeat, which keeps leases, must not back off
+        past its interval: the database that comes back must hear from it at once)."""
         bound = timeout if timeout is not None else max(service.interval, 5.0)
         first = first_within if at_once else None
-        self._spawn(service.name, self._periodic(service, first, bound, gate))
+        self._spawn(service.name, self._periodic(service, first, bound, gate, patience))
 
     def keep(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
         """Run `loop()` for as long as the worker runs, restarting it if it ends."""
@@ -189,7 +194,12 @@ class Supervisor:
     # -- the policy -------------------------------------------------------------------------
 
     async def _periodic(
-        self, service: Service, first: float | None, timeout: float, gate: asyncio.Event | None
+        self,
+        service: Service,
+        first: float | None,
+        timeout: float,
+        gate: asyncio.Event | None,
+        patience: float = MAX_BACKOFF_SECONDS,
     ) -> None:
         """`first`: the first tick within that many seconds (None: after a random part of one
         interval)."""
@@ -216,7 +226,7 @@ class Supervisor:
             except Exception as error:
                 failures += 1
                 self.repeats.failure(where, error)
-                await self.sleep(backoff(service.interval, failures))
+                await self.sleep(backoff(service.interval, failures, ceiling=patience))
                 continue
             if failures:
                 failures = 0
@@ -283,7 +293,7 @@ class Supervisor:
         )
 
 
-async def bounded(work: Awaitable[float | None], timeout: float, name: str) -> float | None:
+async def bounded(work: Awaitable[T], timeout: float, name: str) -> T:
     """Await `work` for at most `timeout` seconds and return its result; past that, cancel it
     without waiting for it (a call stuck on a dead connection may not even finish cancelling)
     and raise TickTimeout."""
@@ -301,15 +311,16 @@ async def bounded(work: Awaitable[float | None], timeout: float, name: str) -> f
     return task.result()
 
 
-def backoff(interval: float, failures: int) -> float:
-    """The pause after the `failures`-th failure in a row: doubling from `interval`, capped,
-    with jitter so that replicas and tenants do not retry in step."""
-    ceiling = max(interval, MAX_BACKOFF_SECONDS)
+def backoff(interval: float, failures: int, *, ceiling: float = MAX_BACKOFF_SECONDS) -> float:
+    """The pause after the `failures`-th failure in a row: doubling from `interval`, capped at
+    `ceiling` (or the interval, if longer), with jitter so that replicas and tenants do not
+    retry in step."""
+    ceiling = max(interval, ceiling)
     exponent = min(failures - 1, 32)  # 2**32 intervals is past any cap; more would overflow
     return min(interval * 2.0**exponent, ceiling) * random.uniform(0.5, 1.0)
 
 
-def _quiet(task: asyncio.Task[float | None]) -> None:
+def _quiet(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
         task.exception()  # retrieved: an abandoned tick's late error is not news
 

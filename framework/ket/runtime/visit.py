@@ -10,6 +10,8 @@ many tenants it serves. A visit that finds a running job comes back when its
 lease ends, so a job whose worker died is rescued about when its lease expires. The visit
 sweeps the tenant's schedules too, on the same connection, and its timer also brings the sweep
 of each schedule tick: an idle tenant costs one connection a visit, not one more per sweep.
+Its rescue follows runtime/rescue.py's rules: this worker's waiting outcomes first, and none for
+a lease after the database was away from this worker.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable, Collection
 from typing import Protocol
 
 from ket.runtime.events import Hooks
-from ket.runtime.rescue import rescue
+from ket.runtime.rescue import Hold, Recorded, rescue
 from ket.store.contract import JobStore, PacedStore
 
 # How often a tenant is visited at least (a job enqueued with no hint starts within this)...
@@ -66,10 +68,13 @@ class VisitService:
         served: Callable[[], int],
         sweep: Sweep | None = None,
         clock: Callable[[], float] = time.monotonic,
+        recorded: Recorded | None = None,
+        hold: Hold | None = None,
     ) -> None:
         """`sweep`: swept at every visit, on the visit's connection (a resumed schedule is
         seen then), and at each tick it asks for; so a thousand idle tenants open one
-        connection each per visit, not one more per sweep between ticks."""
+        connection each per visit, not one more per sweep between ticks. `recorded` and
+        `hold`: see runtime/rescue.py (without a hold, rescues are never held back)."""
         self._store = store
         self._hooks = hooks
         self._tenant = tenant
@@ -77,11 +82,20 @@ class VisitService:
         self._served = served
         self._sweep = sweep
         self._clock = clock
+        self._recorded = recorded
+        self._hold = hold or Hold(0.0, clock)
         self._visit_at: float | None = None  # on `clock`; None: at the next tick
         self._sweep_at: float | None = None  # the next tick's sweep; None: none due
         self.interval = visit_every(served())
 
     async def tick(self) -> float:
+        try:
+            return await self._tick()
+        except Exception:
+            self._hold.away()
+            raise
+
+    async def _tick(self) -> float:
         now = self._clock()
         # woken for a tick's sweep, with the visit not due: that sweep alone; else a visit
         # (and a sweep with it)
@@ -104,9 +118,18 @@ class VisitService:
         # a visit rescues only when a lease has ended: most find none (three round trips
         # fewer than a rescue that finds nothing, BEGIN and COMMIT included)
         ends = await store.lease_end()
+        held = await self._hold.left(self._recorded)  # the database answered: see rescue.py
         if ends is not None and ends <= 0:
-            await rescue(store, self._hooks, tenant=self._tenant)
-            ends = await store.lease_end()
+            if held > 0:  # back when the hold ends
+                ends = max(held - AFTER_LEASE_SECONDS, 0.0)
+            else:
+                rescued = await rescue(
+                    store, self._hooks, tenant=self._tenant, recorded=self._recorded
+                )
+                if rescued is None:  # the outcomes could not be recorded: the database is away
+                    self._hold.away()
+                else:
+                    ends = await store.lease_end()
         store.wake(self._queues)  # they claim on the connection the visit just used
         self.interval = visit_every(self._served())
         delay = self.interval * random.uniform(0.8, 1.2)

@@ -36,7 +36,7 @@ from ket.runtime.lease import Attempt, Attempts, HeartbeatService, LeaseGuard
 from ket.runtime.outcome import describe
 from ket.runtime.prune import PruneService
 from ket.runtime.queue import QueueLoop, QueueSlots
-from ket.runtime.rescue import RescueService, rescue
+from ket.runtime.rescue import Hold, RescueService, rescue
 from ket.runtime.runner import ABORT_GRACE_SECONDS, JobRunner, Result
 from ket.runtime.settler import Settler
 from ket.runtime.supervisor import Repeats, Supervisor
@@ -146,7 +146,13 @@ class TenantWorker:
         )
         self.burst = None if not burst else Burst(config.queues, self.attempts, self.runner.report)
         report = self.runner.report if self.burst is None else self.burst.report
-        self.settler = Settler(store, report, self.supervisor)
+        # a write stuck on a silent connection is abandoned within the heartbeat's bound
+        self.settler = Settler(
+            store,
+            self._settled(report),
+            self.supervisor,
+            timeout=self.attempts.lease_seconds / 3,
+        )
         self._queues = {q: QueueSlots(q, n) for q, n in config.queues.items()}
         self._served = served or (lambda: 1)
         self._fleet = fleet or self._served
@@ -185,6 +191,8 @@ class TenantWorker:
                 queues=self._queues,
                 served=self._served,
                 sweep=sweep,
+                recorded=self.settler.recorded,
+                hold=Hold(attempts.lease_seconds),
             )
             # at once: a tenant taken over from a worker that died has its jobs rescued when
             # their leases end, not a whole visit interval later
@@ -197,7 +205,11 @@ class TenantWorker:
         else:
             sup.every(
                 RescueService(
-                    store, self.hooks, tenant=self.tenant, interval=attempts.lease_seconds
+                    store,
+                    self.hooks,
+                    tenant=self.tenant,
+                    interval=attempts.lease_seconds,
+                    recorded=self.settler.recorded,
                 )
             )
             sup.every(sweep, at_once=True, first_within=first)
@@ -247,7 +259,12 @@ class TenantWorker:
         to be probed)."""
         attempts = self.attempts
         heartbeat = HeartbeatService(self.store, attempts)
-        self._leases.every(heartbeat, timeout=heartbeat.interval, gate=attempts.watched)
+        self._leases.every(
+            heartbeat,
+            timeout=heartbeat.interval,
+            gate=attempts.watched,
+            patience=heartbeat.interval,  # leases are kept at once when the database returns
+        )
         self._leases.every(LeaseGuard(attempts, tenant=self.tenant), gate=attempts.watched)
 
     def _start_spread(self) -> float:
@@ -309,6 +326,17 @@ class TenantWorker:
 
     # -- one job ----------------------------------------------------------------------------
 
+    def _settled(self, report: Callable[[Result, bool], None]) -> Callable[[Result, bool], None]:
+        """`report`, after which the attempt's lease is no longer kept: its outcome is recorded
+        (or refused by its fence)."""
+        attempts = self.attempts
+
+        def recorded(result: Result, applied: bool) -> None:
+            attempts.settled(result.job.id)
+            report(result, applied)
+
+        return recorded
+
     def _launch(self, queue: QueueSlots) -> None:
         """Start the queue's claimed jobs while it has free slots."""
         loop = asyncio.get_running_loop()
@@ -316,7 +344,7 @@ class TenantWorker:
         while queue.ready and (stopping or queue.busy < queue.slots):
             attempt = queue.ready.popleft()
             if stopping or attempt.signal.aborted:  # over before it started
-                self.attempts.remove(attempt.job.id)
+                self.attempts.finish(attempt.job.id)  # leased until handed back
                 self.settler.put(self.runner.abandoned(attempt.job, attempt.signal))
                 continue
             queue.busy += 1
@@ -342,7 +370,11 @@ class TenantWorker:
             )
             result = Result(job=job, settle=settle, kind="failed", error=reason)
         finally:
-            self.attempts.remove(job.id)
+            if result is not None and result.settle is not None:
+                # over, its outcome not recorded yet: the heartbeat keeps its lease meanwhile
+                self.attempts.finish(job.id)
+            else:
+                self.attempts.remove(job.id)
             # the runner timed the attempt; its duration steers the queue's prefetch
             queue.release(result.duration_ms / 1000 if result is not None else 0.0)
         self.settler.put(result)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -14,7 +14,7 @@ from ket.errors import StoreError
 from ket.runtime.lease import LEASE_SAFETY_MARGIN, Attempts, HeartbeatService, LeaseGuard
 from ket.store import ManualClock
 from ket.store.memory import MemoryStore
-from ket.store.types import ClaimedJob, Heartbeat, HeartbeatResult, JobClaim, NewJob
+from ket.store.types import ClaimedJob, Heartbeat, HeartbeatResult, JobClaim, JobQuery, NewJob
 
 LEASE = 30.0
 
@@ -260,5 +260,41 @@ def test_the_lease_services_are_watched_only_while_attempts_run_or_claiming_is_p
         s.store.away = False
         await s.heartbeat.tick()
         assert s.attempts.reachable.is_set() and not watched.is_set()
+
+    run(scenario)
+
+
+def test_heartbeat_keeps_the_lease_of_an_attempt_whose_outcome_waits_to_be_recorded() -> None:
+    async def scenario(s: Setup) -> None:
+        [job] = await s.start()
+        s.attempts.finish(job.id)  # over: its outcome is in the settler
+        assert list(s.attempts) == [] and s.attempts.watched.is_set()
+        s.clock.now = 10.0
+        s.store_clock.advance(seconds=10)
+        await s.heartbeat.tick()
+        assert s.attempts.settling[job.id].held_until == 10.0 + LEASE
+        [record] = await s.memory.job_list(JobQuery())
+        assert record.lease_until == s.store_clock.now() + timedelta(seconds=LEASE)
+        # the lease guard has nothing of it to abort, however long heartbeats fail
+        s.store.away = True
+        s.clock.now = 100.0
+        await s.guard.tick()
+        assert s.attempts.reachable.is_set()
+        assert not s.attempts.settling[job.id].signal.aborted
+        s.attempts.settled(job.id)  # recorded: the lease is no longer kept
+        assert not s.attempts.settling and not s.attempts.watched.is_set()
+
+    run(scenario)
+
+
+def test_a_settling_attempt_whose_lease_was_taken_is_no_longer_heartbeated() -> None:
+    async def scenario(s: Setup) -> None:
+        [job] = await s.start()
+        s.attempts.finish(job.id)
+        s.store_clock.advance(seconds=LEASE + 1)
+        await s.memory.job_rescue()
+        await s.claim(0, worker="w2")
+        await s.heartbeat.tick()
+        assert job.id not in s.attempts.settling  # its late outcome will be refused anyway
 
     run(scenario)

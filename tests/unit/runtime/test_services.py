@@ -16,7 +16,7 @@ from ket.errors import JobRejected, StoreError
 from ket.runtime.events import Event, Hooks
 from ket.runtime.fleet import Fleet, TenantRefresh
 from ket.runtime.prune import PruneService
-from ket.runtime.rescue import RescueService
+from ket.runtime.rescue import Hold, RescueService
 from ket.runtime.sweep import SweepService, run_now
 from ket.runtime.visit import VISITS_PER_SECOND
 from ket.store import JobClaim, JobQuery, NewJob, Settle
@@ -397,5 +397,84 @@ def test_a_sweep_its_safety_visits_also_make_sleeps_until_the_next_tick() -> Non
         assert await many.tick() is None
         kept = SweepService(store, quick, hooks_of(events), tenant="acme", between_ticks=False)
         assert 0.5 <= await next_sweep(kept) <= 1.0
+
+    run(scenario)
+
+
+class AwayStore:
+    """A memory store whose database can be taken away: rescues and clock reads then raise."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.memory = store
+        self.away = False
+
+    async def now(self) -> datetime:
+        if self.away:
+            raise StoreError("the database is away")
+        return await self.memory.now()
+
+    async def job_rescue(self, limit: int = 1_000) -> Any:
+        if self.away:
+            raise StoreError("the database is away")
+        return await self.memory.job_rescue(limit)
+
+
+def test_after_the_database_was_away_rescue_waits_a_lease_and_for_this_worker_s_outcomes() -> None:
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        await store.job_insert([NewJob(name="t.work") for _ in range(2)])
+        jobs = await store.job_claim(
+            JobClaim(queue="default", limit=2, worker_id="cut-off", lease_seconds=30)
+        )
+        away = AwayStore(store)
+        asked: list[float] = []
+        recorded_ok = [True]  # nothing of this worker's waits
+
+        async def recorded(timeout: float) -> bool:
+            asked.append(timeout)
+            return recorded_ok[0]
+
+        monotonic = [0.0]
+        hold = Hold(30.0, clock=lambda: monotonic[0])
+        service = RescueService(
+            away,  # type: ignore[arg-type]
+            hooks_of(events),
+            tenant="acme",
+            interval=30,
+            recorded=recorded,
+            hold=hold,
+        )
+        away.away = True
+        with pytest.raises(StoreError):
+            await service.tick()  # the rescue fails: the database is away
+        clock.advance(seconds=60)  # every lease ran out during the outage
+        recorded_ok[0] = False  # and this worker's finished attempts' outcomes wait
+        away.away = False
+        assert await service.tick() == 30.0  # answers, but its outcomes still wait: held
+        recorded_ok[0] = True
+        # the outcomes are written: a lease from now, the holders may record or heartbeat
+        assert await service.tick() == 30.0
+        monotonic[0] = 29.0
+        assert await service.tick() == 1.0
+        await store.job_settle([Settle(id=jobs[0].id, fence=jobs[0].fence, outcome="completed")])
+        monotonic[0] = 30.0
+        assert await service.tick() is None  # the hold is over: rescue what is still expired
+        assert [(e.kind, e.job_id) for e in events] == [("rescued", jobs[1].id)]
+        assert (await store.job_get(jobs[0].id)).state == "completed"  # type: ignore[union-attr]
+
+    run(scenario)
+
+
+def test_a_rescue_whose_outcomes_cannot_be_recorded_is_put_off() -> None:
+    async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
+        await store.job_insert([NewJob(name="t.work")])
+        await store.job_claim(JobClaim(queue="default", limit=1, worker_id="w", lease_seconds=30))
+        clock.advance(seconds=31)
+
+        async def never(timeout: float) -> bool:
+            return False
+
+        service = RescueService(store, hooks_of(events), tenant="acme", interval=30, recorded=never)
+        await service.tick()
+        assert events == []  # nothing rescued ahead of this worker's own outcomes
 
     run(scenario)

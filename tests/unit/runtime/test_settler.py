@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,7 +19,7 @@ from ket.errors import StoreError
 from ket.runtime.contexts import Contexts
 from ket.runtime.events import Event, Hooks
 from ket.runtime.runner import JobRunner, Result
-from ket.runtime.settler import Settler, record
+from ket.runtime.settler import RETRY_AT_MOST_SECONDS, Settler, record
 from ket.runtime.supervisor import Repeats, Supervisor
 from ket.store import ManualClock
 from ket.store.memory import MemoryStore
@@ -316,5 +317,77 @@ def test_the_settler_counts_only_outcomes_when_it_gives_up(
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
         assert "giving up recording 1 outcomes at shutdown" in caplog.text
+
+    run(scenario)
+
+
+def test_outcomes_held_through_a_long_outage_are_recorded_within_a_second_of_its_end() -> None:
+    async def scenario(s: Setup) -> None:
+        supervisor = Supervisor(tenant="acme", stopping=asyncio.Event())
+        settler = Settler(s.store, s.report, supervisor)  # type: ignore[arg-type]
+        running = asyncio.ensure_future(settler.run())
+        [job] = await s.claim()
+        s.store.away = True
+        settler.put(completed(job))
+        await asyncio.sleep(3.5)  # long enough for a doubling backoff to pass 1.6 s
+        failures = len(s.store.batches)
+        assert failures >= 6, s.store.batches  # it kept trying (each round: batch, row, discard)
+        s.store.away = False
+        back = time.monotonic()
+        while not s.reports and time.monotonic() - back < 5:
+            await asyncio.sleep(0.01)
+        assert time.monotonic() - back <= RETRY_AT_MOST_SECONDS + 0.1
+        assert (await s.get(job)).state == "completed"
+        await settler.close(timeout=1)
+        await running
+
+    run(scenario)
+
+
+def test_recorded_waits_for_the_outcomes_put_before_it_and_retries_at_once() -> None:
+    async def scenario(s: Setup) -> None:
+        supervisor = Supervisor(tenant="acme", stopping=asyncio.Event())
+        settler = Settler(s.store, s.report, supervisor)  # type: ignore[arg-type]
+        running = asyncio.ensure_future(settler.run())
+        assert await settler.recorded(0.0)  # nothing waits
+        [job] = await s.claim()
+        s.store.away = True
+        settler.put(completed(job))
+        assert not await settler.recorded(0.3)  # the store is away: not recorded
+        await asyncio.sleep(0.7)  # the settler now pauses before its next try
+        s.store.away = False
+        asked = time.monotonic()
+        assert await settler.recorded(2.0)
+        assert time.monotonic() - asked < 0.3  # tried again at once, not after its pause
+        assert (await s.get(job)).state == "completed"
+        await settler.close(timeout=1)
+        await running
+
+    run(scenario)
+
+
+class Silent(FlakyStore):
+    """Its first write never answers, as on a connection the network dropped without a word."""
+
+    async def job_settle(self, settlements: Sequence[Settle]) -> SettleResult:
+        if not self.batches:
+            self.batches.append([s.id for s in settlements])
+            await asyncio.Event().wait()
+        return await super().job_settle(settlements)
+
+
+def test_a_write_that_never_answers_is_abandoned_and_tried_again() -> None:
+    async def scenario(s: Setup) -> None:
+        store = Silent(s.memory)
+        supervisor = Supervisor(tenant="acme", stopping=asyncio.Event())
+        settler = Settler(store, s.report, supervisor, timeout=0.2)  # type: ignore[arg-type]
+        running = asyncio.ensure_future(settler.run())
+        [job] = await s.claim()
+        settler.put(completed(job))
+        assert await settler.recorded(2.0)
+        assert len(store.batches) == 2  # the silent write, then one that answered
+        assert (await s.get(job)).state == "completed"
+        await settler.close(timeout=1)
+        await running
 
     run(scenario)

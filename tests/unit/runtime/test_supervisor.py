@@ -217,7 +217,7 @@ def run(scenario: Callable[[Supervisor], Awaitable[None]]) -> None:
 @pytest.fixture
 def quick_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Restarts and backoffs after a millisecond, so loop tests take no real waiting."""
-    monkeypatch.setattr(supervisor, "backoff", lambda interval, failures: 0.001)
+    monkeypatch.setattr(supervisor, "backoff", lambda interval, failures, **ceiling: 0.001)
 
 
 def test_where_names_the_service_and_tenant() -> None:
@@ -625,3 +625,11 @@ def test_services_started_together_at_once_within_a_spread_tick_first_at_spread_
     assert max(firsts) <= 0.3 + 0.3  # the spread, and a busy machine's slack
     assert sum(1 for t in firsts if t < 0.05) < 20  # spread out, not all at once
     assert max(firsts) - min(firsts) > 0.15
+
+
+def test_backoff_stops_at_a_service_s_patience(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ket.runtime.supervisor.random.uniform", lambda low, high: high)
+    # the heartbeat (a 10 s interval) retries every interval, never 30 s late
+    assert backoff(10.0, 20, ceiling=10.0) == 10.0
+    assert backoff(0.2, 20, ceiling=1.0) == 1.0  # the settler's retries
+    assert backoff(0.2, 2, ceiling=1.0) == 0.4

@@ -8,7 +8,9 @@ from collections.abc import Collection
 
 import pytest
 
+from ket.errors import StoreError
 from ket.runtime.events import Event, Hooks
+from ket.runtime.rescue import Hold
 from ket.runtime.visit import VISIT_AT_LEAST_SECONDS, VISITS_PER_SECOND, VisitService, visit_every
 from ket.store import JobClaim, JobQuery, JobStore, NewJob, Rescued
 from ket.store.clock import ManualClock
@@ -155,6 +157,62 @@ def test_a_visit_sweeps_the_schedules_and_wakes_for_a_tick_s_sweep_alone() -> No
         now[0] += until_visit
         assert await visit.tick() == 40.0  # the visit, with a sweep
         assert (len(store.woken), sweeps.swept) == (2, 3)
+        await store.close()
+
+    asyncio.run(main())
+
+
+class Flaky(Rescues):
+    """Its database can be taken away: every visit then fails at its first question."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.away = False
+
+    async def lease_end(self) -> float | None:
+        if self.away:
+            raise StoreError("the database is away")
+        return await super().lease_end()
+
+
+def test_after_the_database_was_away_a_visit_rescues_only_a_lease_later() -> None:
+    async def main() -> None:
+        clock = ManualClock()
+        store = Flaky(clock)
+        monotonic = [0.0]
+        recorded: list[float] = []
+
+        async def written(timeout: float) -> bool:
+            recorded.append(timeout)
+            return True
+
+        visit = VisitService(
+            store,
+            Hooks(),
+            tenant="acme",
+            queues=["default"],
+            served=lambda: 8,
+            clock=lambda: monotonic[0],
+            recorded=written,
+            hold=Hold(30.0, clock=lambda: monotonic[0]),
+        )
+        await store.job_insert([NewJob(name="t.work")])
+        [job] = await store.job_claim(
+            JobClaim(queue="default", limit=1, worker_id="cut-off", lease_seconds=30)
+        )
+        store.away = True
+        with pytest.raises(StoreError):
+            await visit.tick()
+        clock.advance(seconds=60)  # the lease ran out while the database was away
+        store.away = False
+        # it answers: this worker's outcomes are written first, then the holder gets a lease
+        assert await visit.tick() <= 30.0  # back by the hold's end (or sooner, at its pace)
+        assert store.rescues == 0 and recorded
+        monotonic[0] = 30.0
+        await visit.tick()
+        assert store.rescues == 1
+        rescued = await store.job_get(job.id)
+        assert rescued is not None and rescued.state == "retryable"
         await store.close()
 
     asyncio.run(main())
