@@ -467,3 +467,33 @@ def test_prompt_waits_do_not_pass_work_that_waited_long(monkeypatch: pytest.Monk
     monkeypatch.setattr(ket_budget, "PROMPT_AHEAD_SECONDS", 0.0)
     order = _serving_order([("sweep", "normal"), ("claim", "prompt")])
     assert order == ["sweep", "claim"]
+
+
+def test_the_listener_and_the_hint_connection_do_not_eat_the_workers_reserve() -> None:
+    # At --max-connections 4 with tenants registered on PostgreSQL, the LISTEN connection and
+    # the one sending wake-up hints held 2: two handlers in ctx.tx took the other 2, and the
+    # heartbeats found no room for as long as the transactions lasted (their attempts aborted,
+    # leases lost). The engines' share leaves the reserve beside those two.
+    async def scenario() -> tuple[bool, int, int]:
+        budget = ConnectionBudget(4)
+
+        async def _open() -> Connection:
+            return Connection()
+
+        listener = await budget.connect(_open, kind="listener")
+        hints = await budget.connect(_open, kind="other")
+        first = await budget.connect(_open, kind="engine")
+        second = asyncio.ensure_future(budget.connect(_open, kind="engine"))
+        await asyncio.sleep(0.1)
+        # a heartbeat's connection: at once, while the second handler waits
+        heartbeat = await asyncio.wait_for(budget.connect(_open, kind="lane"), 1)
+        waited = not second.done()
+        first.close()
+        budget.released()
+        await asyncio.wait_for(second, 5)
+        for connection in (heartbeat, listener, hints):
+            connection.close()
+        return waited, budget.open_count("engine"), budget.peak
+
+    waited, engines, peak = asyncio.run(scenario())
+    assert (waited, engines, peak) == (True, 1, 4)

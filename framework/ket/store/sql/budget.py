@@ -28,9 +28,11 @@ at once; the job an application enqueued into one tenant meanwhile would otherwi
 them all, for a second or more.
 
 Connections held across a handler's own code (an engine's: `ctx.db`, `ctx.tx`) may take at most
-`limit - RESERVED` of the budget: the worker's own statements (claims, settlements, heartbeats,
-which never wait on anything while they hold one) always find room, so a fleet of handlers each
-holding a transaction cannot starve the heartbeats that keep their leases.
+`limit - RESERVED` of the budget, less the connections that are neither an engine's nor the
+worker's statements (the listener, the hint sender, a registry read): the worker's own statements
+(claims, settlements, heartbeats, which never wait on anything while they hold one) always find
+room, so a fleet of handlers each holding a transaction cannot starve the heartbeats that keep
+their leases.
 """
 
 from __future__ import annotations
@@ -173,8 +175,7 @@ class ConnectionBudget:
                 # woken only for room they could never take, they waited for good
                 if engines_full is None:
                     engines_full = (
-                        self.open_count("engine") >= max(1, self.ceiling() - RESERVED)
-                        and not self._idle_engine()
+                        self.open_count("engine") >= self.engine_share() and not self._idle_engine()
                     )
                 if engines_full:
                     continue
@@ -283,12 +284,24 @@ class ConnectionBudget:
             self._retry_at = float("inf")
         return self._ceiling
 
+    def engine_share(self) -> int:
+        """How many connections engines may hold now: what leaves RESERVED of the ceiling to
+        the worker's own statements, beside the connections that are neither theirs nor an
+        engine's (the LISTEN connection, the one that sends wake-up hints, a registry read);
+        at least one."""
+        # Counting only the engines against `ceiling - RESERVED` left the reserve to the
+        # listener and the hint connection: at --max-connections 4 two handlers in ctx.tx took
+        # the last two, heartbeats found none for their whole transaction, and the attempts
+        # were aborted with their leases lost.
+        others = self.open_count("listener") + self.open_count("other")
+        return max(1, self.ceiling() - RESERVED - others)
+
     async def _room(self, kind: Kind) -> None:
         waited_since: float | None = None
         woken = False
         while True:
             ceiling = self.ceiling()
-            cap = max(1, ceiling - RESERVED) if kind == "engine" else ceiling
+            cap = self.engine_share() if kind == "engine" else ceiling
             total = self.open_count()
             fits = total < ceiling and (kind != "engine" or self.open_count("engine") < cap)
             if fits:
@@ -379,7 +392,7 @@ class ConnectionBudget:
         hundred tenants may each want a connection at once, and one shed at a time would
         serve them at the pace of the server's goodbyes."""
         holders = [h for h in self._idle_holders() if id(h) not in self._shedding]
-        if kind == "engine" and self.open_count("engine") >= max(1, self.ceiling() - RESERVED):
+        if kind == "engine" and self.open_count("engine") >= self.engine_share():
             holders = [h for h in holders if getattr(h, "kind", None) == "engine"]
         if not holders:
             return False, None
