@@ -297,7 +297,10 @@ async def serve(
             # a burst lists what it serves: no worker that shares the tenants takes it for a peer
             serving=(lambda: tuple(sorted(fleet.workers))) if burst else None,
         )
-        presence.every(service, timeout=PRESENCE_TIMEOUT_SECONDS)
+        # failing reports are retried every interval, never backed off further: after an outage
+        # of the control database the peers must hear from this worker within the time they
+        # give it (ket.runtime.share), or they take it for dead
+        presence.every(service, timeout=PRESENCE_TIMEOUT_SECONDS, patience=service.interval)
         if tenant is None and not burst:
             share = tenant_share(service, timeout=PRESENCE_TIMEOUT_SECONDS)
     fleet = stopping.fleet = Fleet(
