@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ket.catalog import Catalog
 from ket.cli import concurrency, metrics
@@ -30,7 +30,14 @@ from ket.cli.concurrency import HostConcurrency
 from ket.cli.options import add_log_options, deployment_of, log_format, log_third_party
 from ket.cli.output import configure_logging
 from ket.cli.presence import presence_service, report_interval, tenant_share
-from ket.cli.runtime import open_store, registry_reader, run_service, tenant_urls, worker_id
+from ket.cli.runtime import (
+    control_channels,
+    open_store,
+    registry_reader,
+    run_service,
+    tenant_urls,
+    worker_id,
+)
 from ket.declare.deployment import DeploymentDecl
 from ket.errors import KetError
 from ket.runtime.contexts import default_blobs, default_sender
@@ -43,9 +50,6 @@ from ket.store.contract import JobStore
 from ket.store.sql import budget
 from ket.store.sql.address import name_connections
 from ket.store.sql.budget import DEFAULT_LIMIT, MIN_LIMIT, RESERVED
-
-if TYPE_CHECKING:
-    from ket.store.sql.control_channel import ControlChannels
 
 log = logging.getLogger("ket.worker")
 T = TypeVar("T")
@@ -312,7 +316,7 @@ async def serve(
         sender=default_sender(),
         blobs=blobs,
         only=tenant,
-        channels=_control_channels(registry.url),
+        channels=control_channels(registry.url),
         share=share,
         burst=burst,
     )
@@ -398,14 +402,3 @@ def _connections(template: str, registry: str, budget: int, pool: int) -> str:
     if template.startswith("postgres") or registry.startswith("postgres"):
         return f"up to {budget} PostgreSQL connections in all, {pool} per tenant"
     return "tenant databases on SQLite"
-
-
-def _control_channels(registry: str) -> ControlChannels | None:
-    """The control channel on the registry's database when it is on PostgreSQL (used once the
-    registry lists tenants); None for SQLite."""
-    if not registry.startswith("postgres"):
-        return None
-    from ket.store.sql.address import libpq_dsn, parse_url
-    from ket.store.sql.control_channel import ControlChannels
-
-    return ControlChannels(libpq_dsn(parse_url(registry)))
