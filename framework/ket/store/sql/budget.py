@@ -472,7 +472,11 @@ class ConnectionBudget:
         for holder in self._idle_holders():
             since = holder.idle_since()
             if since is not None and since <= before:
-                await holder.shed(older_than=before)
+                self._draining += 1  # counted until its server process is gone, as a shed is
+                try:
+                    await holder.shed(older_than=before)
+                finally:
+                    self._draining -= 1
 
     def _reaped(self, task: asyncio.Task[None]) -> None:
         self._reaping.discard(task)

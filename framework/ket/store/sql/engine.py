@@ -7,11 +7,13 @@ mode the last commits can be lost on power loss or an OS crash, never on a proce
 
 from __future__ import annotations
 
+import socket
 import time
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import psycopg
 import sqlalchemy
 from sqlalchemy import URL, event
 from sqlalchemy.engine import Engine
@@ -32,6 +34,7 @@ from ket.store.sql.address import (
     psycopg_params,
     sqlite_synchronous,
 )
+from ket.store.sql.goodbye import peer_of, server_gone
 from ket.store.url import DatabaseUrl, to_sqlalchemy
 
 _ASYNC_DRIVERS = {"postgresql": "postgresql+psycopg", "sqlite": "sqlite+aiosqlite"}
@@ -159,15 +162,22 @@ class PoolHolder:
         since = self.idle_since()
         if pool is None or since is None or (older_than is not None and since > older_than):
             return 0
-        closed: int = await greenlet_spawn(_close_idle, pool, 1 if older_than is None else None)
+        peers: list[socket.socket | None] = []
+        most = 1 if older_than is None else None
+        closed: int = await greenlet_spawn(_close_idle, pool, most, peers)
+        # counted until their server processes are gone, as every connection the budget counts
+        # (store/sql/goodbye.py): the server would otherwise see one more than the budget
+        for peer in peers:
+            await server_gone(peer)
         if closed:
             self._budget.released()
         return closed
 
 
-def _close_idle(pool: Any, most: int | None) -> int:
+def _close_idle(pool: Any, most: int | None, peers: list[socket.socket | None]) -> int:
     """Close up to `most` (None: every one) of the connections idle in a QueuePool, as the pool
-    closes one returned to it when it is full (its record closed, its overflow counted down)."""
+    closes one returned to it when it is full (its record closed, its overflow counted down);
+    `peers` gets a handle on each one's socket, to hear its server hang up."""
     from sqlalchemy.util import queue
 
     closed = 0
@@ -176,6 +186,8 @@ def _close_idle(pool: Any, most: int | None) -> int:
             record = pool._pool.get(False)
         except queue.Empty:
             break
+        raw = getattr(record.dbapi_connection, "_connection", None)  # psycopg's, under the adapter
+        peers.append(peer_of(raw) if isinstance(raw, psycopg.AsyncConnection) else None)
         try:
             record.close()
         finally:

@@ -22,9 +22,15 @@ SERVER_GONE_SECONDS = 1.0
 
 async def close_quietly(raw: psycopg.AsyncConnection[Any]) -> None:
     """Close `raw`; return once its server process is gone (within SERVER_GONE_SECONDS)."""
-    peer = _peer(raw)
+    peer = peer_of(raw)
     with contextlib.suppress(Exception):  # a broken connection is gone either way
         await raw.close()
+    await server_gone(peer)
+
+
+async def server_gone(peer: socket.socket | None) -> None:
+    """Return once the server behind `peer` (from `peer_of`, taken before the close) has hung
+    up, or after SERVER_GONE_SECONDS; closes `peer`."""
     if peer is None:
         return
     try:
@@ -39,7 +45,7 @@ async def close_quietly(raw: psycopg.AsyncConnection[Any]) -> None:
 
 def close_quietly_sync(raw: psycopg.Connection[Any]) -> None:
     """`close_quietly` for a connection of the synchronous driver (a call made in a thread)."""
-    peer = _peer(raw)
+    peer = peer_of(raw)
     with contextlib.suppress(Exception):
         raw.close()
     if peer is None:
@@ -55,7 +61,7 @@ def close_quietly_sync(raw: psycopg.Connection[Any]) -> None:
         peer.close()
 
 
-def _peer(raw: psycopg.AsyncConnection[Any] | psycopg.Connection[Any]) -> socket.socket | None:
+def peer_of(raw: psycopg.AsyncConnection[Any] | psycopg.Connection[Any]) -> socket.socket | None:
     """A second handle on the connection's socket, to hear the server hang up."""
     try:
         if raw.closed:
