@@ -50,7 +50,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(client, name)
     if name == "hooks":  # imported on first use too: declaring never loads the runtime
-        from ket.runtime.events import hooks
+        from ket.runtime.events import process_hooks
 
-        return hooks
+        return process_hooks()
     raise AttributeError(f"module 'ket' has no attribute {name!r}")

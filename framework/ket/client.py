@@ -37,8 +37,7 @@ from ket.catalog import Catalog
 from ket.declare.deployment import DeploymentDecl
 from ket.due import RunAt, RunIn
 from ket.errors import JobRejected, StoreError
-from ket.runtime.events import Hooks, report_enqueued
-from ket.runtime.events import hooks as default_hooks
+from ket.runtime.events import Hooks, process_hooks, report_enqueued
 from ket.runtime.tenancy import (
     DEFAULT_TENANT,
     check_registered,
@@ -160,7 +159,7 @@ class Client:
         self._catalog = catalog
         self._engine = engine
         self._tenant = tenant
-        self._hooks = default_hooks  # what `ket worker` emits to: `from ket import hooks`
+        self._hooks = process_hooks()  # what `ket worker` emits to: `from ket import hooks`
         # SQLite: workers in other processes hear of a commit through its wake folder
         self._wake_folder = WakeFolder.of(engine.url)
         # several tenants on PostgreSQL: through the control database
@@ -271,7 +270,7 @@ class AsyncClient:
         self._catalog = catalog
         self._store = store
         self._tenant = tenant
-        self._hooks = default_hooks  # as Client's
+        self._hooks = process_hooks()  # as Client's
 
     async def aenqueue(
         self,

@@ -11,6 +11,8 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
+from ket import process
+
 if TYPE_CHECKING:  # only for the annotations: `from ket import hooks` loads no store
     from ket.store.types import Inserted, NewJob
 
@@ -172,7 +174,18 @@ def _logged(value: object) -> object:
     return value.isoformat() if isinstance(value, datetime) else value
 
 
-hooks = Hooks()
-"""The process's default hooks (`from ket import hooks`): what `ket worker` and `ket dev` emit
-to. Subscribe from the workspace module, e.g.
-``hooks.subscribe(lambda event: metrics.count(event.kind))``."""
+def process_hooks() -> Hooks:
+    """The process's hooks (`from ket import hooks`): what `ket worker`, `ket dev`, `ket serve`
+    and the clients emit to (a part of the process: ket.process). Subscribe from the workspace
+    module, e.g. ``hooks.subscribe(lambda event: metrics.count(event.kind))``."""
+    return process.current().part(Hooks)
+
+
+if TYPE_CHECKING:
+    hooks: Hooks  # `from ket.runtime.events import hooks`: the process's, as process_hooks()
+else:
+
+    def __getattr__(name: str) -> Hooks:
+        if name == "hooks":
+            return process_hooks()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,8 +29,7 @@ from typing import Protocol
 
 from ket.catalog import Catalog
 from ket.runtime.contexts import Contexts, default_blobs, install_models
-from ket.runtime.events import Hooks
-from ket.runtime.events import hooks as default_hooks
+from ket.runtime.events import Hooks, process_hooks
 from ket.runtime.share import TenantShare
 from ket.runtime.supervisor import Repeats, Service, Supervisor
 from ket.runtime.tenancy import resolve_tenants
@@ -112,7 +111,7 @@ class Fleet:
         self._list = list_tenants
         self._open = open_store
         self._worker_id = worker_id
-        self.hooks = hooks or default_hooks
+        self.hooks = hooks or process_hooks()
         self._only = only
         # with several tenants on PostgreSQL, their wake-ups come through the control
         # database, one LISTEN for all (ket.store.sql.control_channel)

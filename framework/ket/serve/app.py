@@ -25,7 +25,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from ket.catalog import Catalog
 from ket.runtime.contexts import default_sender
-from ket.runtime.events import hooks as default_hooks
+from ket.runtime.events import process_hooks
 from ket.runtime.supervisor import Repeats, Service, Supervisor
 from ket.serve.function import PREFIX, FunctionEndpoint
 from ket.serve.gate import Gate
@@ -107,7 +107,7 @@ def create_app(
         open_store=open_store,
         sender=sender or default_sender(),
         blobs=blobs,
-        hooks=default_hooks,
+        hooks=process_hooks(),
         repeats=repeats,
         channels=channels,
         several=lambda: bool(tenants.tenancy.registered),

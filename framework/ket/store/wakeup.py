@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
+from ket import process
+
 
 @dataclass(eq=False)
 class _Waiter:
@@ -133,14 +135,22 @@ class Wakeups:
                 self._waiters.remove(waiter)
 
 
-_SHARED: dict[str, Wakeups] = {}
-_SHARED_LOCK = threading.Lock()
+class SharedWakeups:
+    """The process's Wakeups, one per database (by key), shared by all its handles (a part of
+    the process: ket.process)."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, Wakeups] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str, make: Callable[[], Wakeups]) -> Wakeups:
+        with self._lock:
+            if key not in self._by_key:
+                self._by_key[key] = make()
+            return self._by_key[key]
 
 
 def shared(key: str, make: Callable[[], Wakeups] = Wakeups) -> Wakeups:
     """The process-wide Wakeups of one database (by key), shared by all its handles; `make`
     builds it on first use."""
-    with _SHARED_LOCK:
-        if key not in _SHARED:
-            _SHARED[key] = make()
-        return _SHARED[key]
+    return process.current().part(SharedWakeups).get(key, make)

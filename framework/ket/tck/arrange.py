@@ -6,7 +6,6 @@ or an operator would, never by writing rows behind the store's back.
 
 from __future__ import annotations
 
-import itertools
 import time
 import uuid
 from collections.abc import Collection, Iterable
@@ -34,10 +33,6 @@ TAKEOVER_WORKER = "worker-2"
 # An id no test ever creates: stores number jobs from small integers.
 UNKNOWN_ID: JobId = 987_654_321
 
-_queues = itertools.count(1)
-# Unique to this process: NOTIFY reaches every listener of a PostgreSQL database, so a kit run in
-# another process (on another schema of that database) must not use the same queue names.
-_RUN = uuid.uuid4().hex[:8]
 
 
 def new_job(name: str = "kit.job", **fields: Any) -> NewJob:
@@ -52,7 +47,9 @@ def after(t: Tck, seconds: float) -> datetime:
 
 def fresh_queue(label: str = "q") -> str:
     """A queue name no other job of the test uses."""
-    return f"kit-{label}-{_RUN}-{next(_queues)}"
+    # unique, not merely numbered: NOTIFY reaches every listener of a PostgreSQL database, so a
+    # kit run in another process (on another schema of that database) must not meet its names
+    return f"kit-{label}-{uuid.uuid4().hex[:16]}"
 
 
 async def insert(store: JobStore, *jobs: NewJob) -> list[JobId]:

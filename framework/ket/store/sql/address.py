@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from ket import process
 from ket.errors import StoreError
 from ket.store.database_url import parse_database_url, shown_url
 from ket.store.url import DatabaseUrl
@@ -29,24 +32,42 @@ BACKENDS = ("postgresql", "sqlite")
 # route, a server gone without a reset): a statement would otherwise wait for TCP's own
 # retransmission limit, about 15 minutes. libpq's keepalives notice a silent peer while waiting
 # for an answer, tcp_user_timeout a request that is never acknowledged.
-POSTGRES_CONNECT_ARGS: dict[str, Any] = {
-    "connect_timeout": 10,
-    "keepalives": 1,
-    "keepalives_idle": 10,
-    "keepalives_interval": 5,
-    "keepalives_count": 3,
-    "tcp_user_timeout": 30_000,
-}
+POSTGRES_CONNECT_ARGS: Mapping[str, Any] = MappingProxyType(
+    {
+        "connect_timeout": 10,
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 30_000,
+    }
+)
+
+
+class ConnectionName:
+    """The name the process's PostgreSQL connections go by (a part of the process:
+    ket.process); None: unnamed."""
+
+    def __init__(self) -> None:
+        self.name: str | None = None
 
 
 def name_connections(name: str | None) -> None:
     """Name the PostgreSQL connections this process opens from now on: `application_name`,
     which `pg_stat_activity` shows (`ket worker vm:4242:a1b2c3`); None stops naming them. A
     URL's own `?application_name=` wins, and so does PGAPPNAME in the environment."""
-    if name is None or os.environ.get("PGAPPNAME"):
-        POSTGRES_CONNECT_ARGS.pop("application_name", None)
-        return
-    POSTGRES_CONNECT_ARGS["application_name"] = name[:63]  # PostgreSQL keeps 63 bytes
+    named = name if name is not None and not os.environ.get("PGAPPNAME") else None
+    # PostgreSQL keeps 63 bytes
+    process.current().part(ConnectionName).name = named[:63] if named else None
+
+
+def connect_args() -> dict[str, Any]:
+    """POSTGRES_CONNECT_ARGS, with the process's connection name (`name_connections`) as the
+    application_name when it has one."""
+    name = process.current().part(ConnectionName).name
+    return (
+        {**POSTGRES_CONNECT_ARGS, "application_name": name} if name else {**POSTGRES_CONNECT_ARGS}
+    )
 
 
 def parse_url(url: UrlLike) -> DatabaseUrl:
@@ -93,7 +114,7 @@ def postgres_connect_args(url: UrlLike, given: dict[str, Any] | None = None) -> 
     """The keepalives and timeouts of POSTGRES_CONNECT_ARGS, then `given`; the URL's own
     parameters (e.g. ?connect_timeout=3) win over the defaults."""
     query = parse_database_url(url).query
-    defaults = {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in query}
+    defaults = {k: v for k, v in connect_args().items() if k not in query}
     return {**defaults, **(given or {})}
 
 

@@ -47,6 +47,7 @@ from contextlib import AbstractContextManager, asynccontextmanager, contextmanag
 from contextvars import ContextVar
 from typing import Any, Literal, Protocol, TypeVar
 
+from ket import process
 from ket.errors import StoreError
 
 log = logging.getLogger("ket.store.budget")
@@ -516,7 +517,6 @@ def _closed(connection: Any) -> bool:
     return bool(closed)
 
 
-_PROCESS: ConnectionBudget | None = None
 URGENT, PROMPT, NORMAL = 0, 1, 2  # the tiers of waiters, first served first
 
 
@@ -550,27 +550,27 @@ def urgent() -> AbstractContextManager[Ticket]:
 
 def promote(ticket: Ticket) -> None:
     """Make the wait of `ticket` prompt (see the module's text), in the process's budget."""
-    if _PROCESS is not None:
-        _PROCESS.promote(ticket)
+    spent = process.current().budget
+    if spent is not None:
+        spent.promote(ticket)
     else:
         ticket.tier = PROMPT
 
 
 def install(budget: ConnectionBudget | None) -> None:
     """Make `budget` the process's (None: no budget, as for an application's own process)."""
-    global _PROCESS
-    _PROCESS = budget
+    process.current().budget = budget
 
 
 def current() -> ConnectionBudget | None:
     """The process's budget, if `ket worker` (or a test) installed one."""
-    return _PROCESS
+    return process.current().budget
 
 
 @asynccontextmanager
 async def held(kind: Kind = "other") -> AsyncIterator[None]:
     """Room for one connection for the block within the process's budget, if there is one."""
-    budget = _PROCESS
+    budget = process.current().budget
     if budget is None:
         yield
         return
@@ -580,7 +580,7 @@ async def held(kind: Kind = "other") -> AsyncIterator[None]:
 
 async def connect(open_one: Callable[[], Awaitable[C]], *, kind: Kind) -> C:
     """`open_one()` within the process's budget, if there is one."""
-    budget = _PROCESS
+    budget = process.current().budget
     if budget is None:
         return await open_one()
     return await budget.connect(open_one, kind=kind)

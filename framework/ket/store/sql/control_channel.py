@@ -36,11 +36,13 @@ from typing import Any
 
 import psycopg
 
+from ket import process
 from ket.store.sql import budget
 from ket.store.sql import listener as listening
 from ket.store.sql.address import libpq_dsn, parse_url
 from ket.store.sql.goodbye import close_quietly
 from ket.store.sql.insert import CHANNEL
+from ket.store.sql.pooler import listen_dsn
 from ket.store.wakeup import Wakeups
 
 log = logging.getLogger("ket.store.listener")
@@ -157,9 +159,10 @@ class _Sender:
     finish). So a connection never outlives its event loop unclosed, and an application that
     stopped enqueuing holds none on the control database."""
 
-    def __init__(self, dsn: str, key: tuple[str, int]) -> None:
+    def __init__(self, dsn: str, key: tuple[str, int], hinting: Hinting) -> None:
         self._dsn = dsn
         self._key = key
+        self._hinting = hinting  # the process's senders and routers: this one is among them
         # hint -> the waiters of this process that woke for it already
         self._pending: dict[str, set[Wakeups]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -199,8 +202,8 @@ class _Sender:
                         break
         finally:
             # idle or cancelled: hints sent from now on go to a new sender
-            if _SENDERS.get(self._key) is self:
-                del _SENDERS[self._key]
+            if self._hinting.senders.get(self._key) is self:
+                del self._hinting.senders[self._key]
             await self._drop()
 
     async def _flush(self) -> None:
@@ -210,12 +213,12 @@ class _Sender:
             self._sending = True
             try:
                 connection = await self._connect()
-                router = _ROUTERS.get(self._key)
+                router = self._hinting.routers.get(self._key)
                 if router is not None:  # one NOTIFY per distinct hint: one echo each
                     for one in batch:
                         if pending[one]:
                             router.expect(self._pid, one, frozenset(pending[one]))
-                await connection.execute(SEND, (batch,))
+                await connection.execute(SEND, (batch,), prepare=False)  # pooler.py
             except Exception as error:  # a hint is not worth more than a log line
                 await self._drop()  # and the echoes its connection would have sent
                 self._dropped.said(error, len(batch))
@@ -236,7 +239,7 @@ class _Sender:
 
     def _forget_echoes(self) -> None:
         """The connection is gone: the echoes it would have sent are awaited no more."""
-        router = _ROUTERS.get(self._key)
+        router = self._hinting.routers.get(self._key)
         if router is not None and self._pid:
             router.forget(self._pid)
         self._pid = 0
@@ -264,9 +267,17 @@ class _Sender:
         await self._drop()
 
 
-# one sender and one router per control database and event loop in a process
-_SENDERS: dict[tuple[str, int], _Sender] = {}
-_ROUTERS: dict[tuple[str, int], Router] = {}
+class Hinting:
+    """The process's hint senders and routers, one of each per control database and event loop
+    (a part of the process: ket.process)."""
+
+    def __init__(self) -> None:
+        self.senders: dict[tuple[str, int], _Sender] = {}
+        self.routers: dict[tuple[str, int], Router] = {}
+
+
+def _hinting() -> Hinting:
+    return process.current().part(Hinting)
 
 
 class ControlChannel:
@@ -284,9 +295,10 @@ class ControlChannel:
         if not queues:
             return
         key = (self.dsn, id(asyncio.get_running_loop()))
-        sender = _SENDERS.get(key)
+        hinting = _hinting()
+        sender = hinting.senders.get(key)
         if sender is None:
-            sender = _SENDERS[key] = _Sender(self.dsn, key)
+            sender = hinting.senders[key] = _Sender(self.dsn, key, hinting)
         mine = self._wakeups if self._listener is not None else None  # routed here: an echo
         if mine is None or not woken:
             sender.send(hint(self.tenant, queue) for queue in queues)
@@ -299,28 +311,31 @@ class ControlChannel:
         `wakeups` (taken once; `release` gives it back)."""
         if self._listener is None:
             key = (self.dsn, id(asyncio.get_running_loop()))
-            router = _ROUTERS.get(key)
+            routers = _hinting().routers
+            router = routers.get(key)
             if router is None:
-                router = _ROUTERS[key] = Router()
+                router = routers[key] = Router()
             router.add(self.tenant, wakeups)
             self._wakeups = wakeups
-            self._listener = listening.acquire(self.dsn, router)
+            # KET_LISTEN_URL's way to the control database, when set (pooler.py)
+            self._listener = listening.acquire(listen_dsn(self.dsn), router)
         return self._listener
 
     async def release(self) -> None:
         """This store is closing: the hints gathered so far are sent, then its routes and its
         use of the listener go."""
         key = (self.dsn, id(asyncio.get_running_loop()))
-        sender = _SENDERS.get(key)
+        hinting = _hinting()
+        sender = hinting.senders.get(key)
         if sender is not None:
             await sender.flushed()
         listener, self._listener = self._listener, None
         if listener is None:
             return
-        router = _ROUTERS.get(key)
+        router = hinting.routers.get(key)
         if router is not None and self._wakeups is not None:
             router.remove(self.tenant, self._wakeups)
-        await listening.release(self.dsn, listener)
+        await listening.release(listen_dsn(self.dsn), listener)
 
 
 class SyncHints:
@@ -341,7 +356,8 @@ class SyncHints:
             if connection is None or connection.closed:
                 options = listening.TIMING.connect_options(self.dsn)
                 connection = self._connection = psycopg.Connection.connect(self.dsn, **options)
-            connection.execute(SEND, ([hint(self.tenant, queue) for queue in sorted(queues)],))
+            hints = [hint(self.tenant, queue) for queue in sorted(queues)]
+            connection.execute(SEND, (hints,), prepare=False)  # pooler.py
         except Exception as error:
             self.close()
             self._dropped.said(error, len(queues))
@@ -386,5 +402,6 @@ class ControlChannels:
 async def close_senders() -> None:
     """Send what is pending and close the hint connections of this event loop."""
     loop = id(asyncio.get_running_loop())
-    for key in [k for k in _SENDERS if k[1] == loop]:
-        await _SENDERS.pop(key).close()
+    senders = _hinting().senders
+    for key in [k for k in senders if k[1] == loop]:
+        await senders.pop(key).close()

@@ -39,9 +39,10 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from ket import process
 from ket.store.database_url import shown_url
 from ket.store.sql import budget
-from ket.store.sql.address import POSTGRES_CONNECT_ARGS
+from ket.store.sql.address import connect_args
 from ket.store.sql.goodbye import close_quietly
 from ket.store.sql.insert import CHANNEL
 from ket.store.url import UrlSyntaxError, make_url
@@ -84,7 +85,7 @@ class Timing:
         """psycopg options of the listener's connections to `dsn`: the pool's TCP keepalives and
         timeouts, this connect timeout, and the DSN's own parameters winning over both."""
         own = conninfo_to_dict(dsn)
-        tcp = {**POSTGRES_CONNECT_ARGS, "connect_timeout": self.connect_timeout}
+        tcp = {**connect_args(), "connect_timeout": self.connect_timeout}
         return {"autocommit": True, **{k: v for k, v in tcp.items() if k not in own}}
 
     def backoff(self, failures: int) -> float:
@@ -375,28 +376,35 @@ def error_text(error: BaseException) -> str:
     return text or type(error).__name__
 
 
-_SHARED: dict[tuple[str, int], tuple[Listener, int]] = {}
+class Listeners:
+    """The process's listeners, one per database and event loop, with how many stores use
+    each (a part of the process: ket.process)."""
+
+    def __init__(self) -> None:
+        self.shared: dict[tuple[str, int], tuple[Listener, int]] = {}
 
 
 def acquire(dsn: str, wakeups: Wakeups) -> Listener:
     """The process's listener for `dsn` on the running loop (one more user of it)."""
+    shared = process.current().part(Listeners).shared
     key = (dsn, id(asyncio.get_running_loop()))
-    listener, users = _SHARED.get(key, (None, 0))
+    listener, users = shared.get(key, (None, 0))
     if listener is None:
         listener = Listener(dsn, wakeups, timing=TIMING)
-    _SHARED[key] = (listener, users + 1)
+    shared[key] = (listener, users + 1)
     return listener
 
 
 async def release(dsn: str, listener: Listener) -> None:
     """One user fewer; the last one stops the listener."""
+    shared = process.current().part(Listeners).shared
     key = (dsn, id(asyncio.get_running_loop()))
-    current, users = _SHARED.get(key, (None, 0))
+    current, users = shared.get(key, (None, 0))
     if current is not listener:
         await listener.stop()
         return
     if users <= 1:
-        del _SHARED[key]
+        del shared[key]
         await listener.stop()
     else:
-        _SHARED[key] = (listener, users - 1)
+        shared[key] = (listener, users - 1)

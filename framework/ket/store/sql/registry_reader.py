@@ -19,8 +19,8 @@ from ket.store.database_file import sqlite_path
 from ket.store.database_url import shown_url
 from ket.store.failure import describe
 from ket.store.sql.address import (
-    POSTGRES_CONNECT_ARGS,
     SQLITE_BUSY_TIMEOUT_S,
+    connect_args,
     parse_url,
     psycopg_params,
 )
@@ -112,7 +112,7 @@ class RegistryReader:
         # the URL's parts as the engine passes them (a DSN rendered anew would turn a space
         # in `?options=-c%20search_path%3Dx` into a `+` that libpq keeps)
         own = self._params
-        options = {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in own}
+        options = {k: v for k, v in connect_args().items() if k not in own}
         try:
             connection = psycopg.connect(autocommit=True, **own, **options)
         except psycopg.OperationalError as error:

@@ -23,7 +23,7 @@ from ket.store.failure import describe
 from ket.store.roster import FORGET_AFTER_SECONDS, SeenWorker, WorkerInfo
 from ket.store.sql import budget
 from ket.store.sql import statement as stmt
-from ket.store.sql.address import POSTGRES_CONNECT_ARGS, parse_url, psycopg_params
+from ket.store.sql.address import connect_args, parse_url, psycopg_params
 from ket.store.sql.control_migration import CONTROL_LATEST, migrate_control
 from ket.store.sql.failure import hide_password
 from ket.store.sql.fetch import Rows
@@ -117,7 +117,7 @@ class SqlRoster:
         from ket.store.sql.lane import LaneConnection
 
         params = psycopg_params(self._parsed)
-        options = {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in params}
+        options = {k: v for k, v in connect_args().items() if k not in params}
         # urgent, as a heartbeat is: a worker's report keeps its tenants as a heartbeat keeps a
         # lease. Behind the herd of a thousand tenants starting (or taken over), it came late
         # enough for the peers to take this worker for gone and share its tenants out, and

@@ -39,6 +39,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ket import process
 from ket.store.database_file import sqlite_path
 from ket.store.wakeup import Wakeups, shared
 
@@ -90,7 +91,7 @@ class WakeFolder:
         try:
             with self.opened(create=False) as folder:
                 if folder is not None:
-                    _send_all(folder, self.path, message, _own(besides))
+                    _send_all(folder, self.path, message, _sockets().feeding(besides))
         except OSError:
             return  # missing, not ours, unreadable: the waiting processes poll
 
@@ -182,8 +183,7 @@ class Inbox:
         self._socket.bind(_address(self._folder, path, self.name))
         # unreachable by others in a 0700 folder anyway; kept private should it be widened
         os.chmod(self.name, SOCKET_MODE, dir_fd=self._folder)
-        with _OWN_LOCK:
-            _OWN[self.name] = self.wakeups
+        _sockets().own(self.name, self.wakeups)
         self.loop.add_reader(self._socket.fileno(), self._read)
 
     def _read(self) -> None:
@@ -224,8 +224,7 @@ class Inbox:
             if not self.loop.is_closed():
                 self.loop.remove_reader(sock.fileno())
             sock.close()
-        with _OWN_LOCK:
-            _OWN.pop(self.name, None)
+        _sockets().disown(self.name)
         folder, self._folder = self._folder, None
         if folder is not None:
             with contextlib.suppress(OSError):
@@ -233,33 +232,76 @@ class Inbox:
             os.close(folder)
 
 
-# -- one inbox per database and event loop, shared by that loop's stores -------------------------
+# -- the process's part: its inboxes, its bound sockets, its sending socket ----------------------
 
-_INBOXES: dict[tuple[int, asyncio.AbstractEventLoop], tuple[Inbox, int]] = {}
-_INBOXES_LOCK = threading.Lock()
+
+class Sockets:
+    """This process's wake sockets (a part of the process: ket.process): one inbox per database
+    and event loop, shared by that loop's stores; the names of its bound sockets with the
+    Wakeups each feeds (a ring skips those woken already); one unbound socket that sends for the
+    whole process; the folders it warned of."""
+
+    def __init__(self) -> None:
+        self.inboxes: dict[tuple[int, asyncio.AbstractEventLoop], tuple[Inbox, int]] = {}
+        self.inboxes_lock = threading.Lock()
+        self._own: dict[str, Wakeups] = {}
+        self._own_lock = threading.Lock()
+        self._sender: socket.socket | None = None
+        self._sender_lock = threading.Lock()
+        self.warned: set[Path] = set()
+
+    def own(self, name: str, wakeups: Wakeups) -> None:
+        with self._own_lock:
+            self._own[name] = wakeups
+
+    def disown(self, name: str) -> None:
+        with self._own_lock:
+            self._own.pop(name, None)
+
+    def feeding(self, wakeups: Wakeups | None) -> frozenset[str]:
+        """The names of this process's sockets that feed `wakeups`."""
+        if wakeups is None:
+            return frozenset()
+        with self._own_lock:
+            return frozenset(name for name, fed in self._own.items() if fed is wakeups)
+
+    def sender(self) -> socket.socket:
+        """One unbound datagram socket sends for the whole process."""
+        with self._sender_lock:
+            if self._sender is None:
+                self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self._sender.setblocking(False)
+                atexit.register(self._sender.close)  # closed, not left to the garbage collector
+            return self._sender
+
+
+def _sockets() -> Sockets:
+    return process.current().part(Sockets)
 
 
 def acquire(wakeups: FolderWakeups) -> Inbox:
     """The process's inbox for `wakeups` on the running loop (one more user of it)."""
     key = (id(wakeups), asyncio.get_running_loop())
-    with _INBOXES_LOCK:
-        inbox, users = _INBOXES.get(key, (None, 0))
+    sockets = _sockets()
+    with sockets.inboxes_lock:
+        inbox, users = sockets.inboxes.get(key, (None, 0))
         if inbox is None:
             inbox = Inbox(wakeups)
-        _INBOXES[key] = (inbox, users + 1)
+        sockets.inboxes[key] = (inbox, users + 1)
         return inbox
 
 
 def release(inbox: Inbox) -> None:
     """One user fewer; the last one closes the inbox."""
     key = (id(inbox.wakeups), inbox.loop)
-    with _INBOXES_LOCK:
-        current, users = _INBOXES.get(key, (None, 0))
+    sockets = _sockets()
+    with sockets.inboxes_lock:
+        current, users = sockets.inboxes.get(key, (None, 0))
         if current is inbox and users > 1:
-            _INBOXES[key] = (inbox, users - 1)
+            sockets.inboxes[key] = (inbox, users - 1)
             return
         if current is inbox:
-            del _INBOXES[key]
+            del sockets.inboxes[key]
     inbox.close()
 
 
@@ -274,31 +316,6 @@ def listening(wakeups: FolderWakeups, held: Inbox | None) -> Inbox:
 
 # -- sending ------------------------------------------------------------------------------------
 
-# this process's bound sockets by name, with the Wakeups each one feeds
-_OWN: dict[str, Wakeups] = {}
-_OWN_LOCK = threading.Lock()
-_SENDER: socket.socket | None = None
-_SENDER_LOCK = threading.Lock()
-_WARNED: set[Path] = set()
-
-
-def _own(wakeups: Wakeups | None) -> frozenset[str]:
-    if wakeups is None:
-        return frozenset()
-    with _OWN_LOCK:
-        return frozenset(name for name, fed in _OWN.items() if fed is wakeups)
-
-
-def _sender() -> socket.socket:
-    """One unbound datagram socket sends for the whole process."""
-    global _SENDER
-    with _SENDER_LOCK:
-        if _SENDER is None:
-            _SENDER = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            _SENDER.setblocking(False)
-            atexit.register(_SENDER.close)  # closed, not left to the garbage collector
-        return _SENDER
-
 
 def _send_all(folder: int, path: Path, message: bytes, skipped: frozenset[str]) -> None:
     with os.scandir(folder) as entries:
@@ -307,9 +324,10 @@ def _send_all(folder: int, path: Path, message: bytes, skipped: frozenset[str]) 
             for entry in entries
             if entry.name.endswith(".sock") and entry.name not in skipped and not entry.is_symlink()
         ]
+    sender = _sockets().sender()
     for name in names:
         try:
-            _sender().sendto(message, _address(folder, path, name))
+            sender.sendto(message, _address(folder, path, name))
         except ConnectionRefusedError:  # nobody is bound to it: its process is gone
             _remove_stale(folder, name)
         except OSError:  # a full buffer (that process has wake-ups to read), a race, a limit
@@ -333,9 +351,10 @@ def _address(folder: int, path: Path, name: str) -> str:
 
 
 def _warn_once(folder: WakeFolder, error: OSError) -> None:
-    if folder.path in _WARNED:
+    warned = _sockets().warned
+    if folder.path in warned:
         return
-    _WARNED.add(folder.path)
+    warned.add(folder.path)
     logger.warning(
         "wake-ups from other processes are off for %s (%s); jobs they enqueue are found by "
         "polling, within poll_max_ms",

@@ -15,8 +15,8 @@ from ket.store.database_file import sqlite_path
 from ket.store.database_url import shown_url
 from ket.store.failure import describe
 from ket.store.sql.address import (
-    POSTGRES_CONNECT_ARGS,
     SQLITE_BUSY_TIMEOUT_S,
+    connect_args,
     parse_url,
     psycopg_params,
 )
@@ -52,7 +52,7 @@ async def schema_installed(url: str) -> bool:
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_schema_installed(url)
     params = psycopg_params(parsed)
-    options = {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in params}
+    options = {k: v for k, v in connect_args().items() if k not in params}
     try:
         async with await psycopg.AsyncConnection.connect(
             autocommit=True, **params, **options
@@ -150,7 +150,7 @@ async def _reachable(parsed: DatabaseUrl) -> bool:
     """Whether the database exists: a connection refused for any other reason counts as
     existing, and the registry then says what is wrong in its own words."""
     params = psycopg_params(parsed)
-    options = {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in params}
+    options = {k: v for k, v in connect_args().items() if k not in params}
     try:
         connection = await psycopg.AsyncConnection.connect(autocommit=True, **params, **options)
     except psycopg.OperationalError as error:
