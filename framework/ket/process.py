@@ -3,12 +3,13 @@
 A ket process (`ket worker`, `ket dev`, `ket serve`, an application with a client, a test
 deployment) shares, across its tenants, stores, event loops and threads:
 
-- the connection budget (`ket.store.sql.budget`): every PostgreSQL connection it opens counted
-  in one place;
+- the connection budget `ket worker` installs (`ket.store.sql.budget`): every PostgreSQL
+  connection it opens counted in one place;
 - its wake-ups: the in-process Wakeups of each database (`ket.store.wakeup`), the LISTEN
   connections (`ket.store.sql.listener`), the control channel's hint senders and routers
   (`ket.store.sql.control_channel`), the SQLite datagram sockets (`ket.store.sql.sqlite_wakeup`);
-- the hooks lifecycle events go to (`ket.runtime.events`, `from ket import hooks`).
+- the hooks lifecycle events go to (`ket.runtime.events`, `from ket import hooks`);
+- the name its PostgreSQL connections go by (`ket.store.sql.address.name_connections`).
 
 They live on one `Process`, and nowhere else: no module keeps mutable state of its own
 (`tests/unit/test_process_state.py` lists every module-level value and fails on a new one).
@@ -28,10 +29,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar, cast
-
-if TYPE_CHECKING:  # only for the annotation: this module imports no room
-    from ket.store.sql.budget import ConnectionBudget
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -40,9 +38,6 @@ class Process:
     """What one ket process shares; see the module's text."""
 
     def __init__(self) -> None:
-        # the connection budget `ket worker` (or a test) installs; None: no budget, as in an
-        # application's own process, whose connections its pools bound
-        self.budget: ConnectionBudget | None = None
         self._parts: dict[type[Any], Any] = {}
         self._lock = threading.Lock()
 

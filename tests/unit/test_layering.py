@@ -1,268 +1,128 @@
-"""Data flows one way between the rooms of the package (STYLE.md): a test keeps it so."""
+"""Data flows one way between the rooms of the package: every import of framework/ket is held
+against the rules of docs/rooms.json (the rooms, and which may never import which), so the
+picture in docs/architecture.md and the code cannot drift apart."""
 
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
+import functools
+import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "framework" / "ket"
-
-# a leaf room imports no other room of the package
-LEAF = {
-    "declare",
-    "manifest",
-    "check",
-    "diff",
-    "cli",
-    "workspace",
-    "catalog",
-    "runtime",
-    "context",
-    "store",
-    "tck",
-    "schedule",
-    "transport",
-    "operate",
-    "storage",
-}
-
-# room -> rooms it must never import
-FORBIDDEN = {
-    "schedule": {"declare", "manifest", "check", "diff", "cli", "workspace"},
-    "declare": {"manifest", "check", "diff", "cli", "workspace"},
-    "check": {"manifest", "diff", "cli", "workspace"},
-    "manifest": {"diff", "cli", "workspace"},
-    "diff": {"check", "declare", "cli", "workspace", "schedule"},
-    "errors": {"declare", "manifest", "diff", "cli", "workspace", "schedule"},
-    "store": {
-        "declare",
-        "manifest",
-        "check",
-        "diff",
-        "cli",
-        "workspace",
-        "catalog",
-        "runtime",
-        "context",
-        "tck",
-        "schedule",
-        "observe",
-    },
-    "tck": {
-        "declare",
-        "manifest",
-        "check",
-        "diff",
-        "cli",
-        "workspace",
-        "catalog",
-        "runtime",
-        "context",
-        "schedule",
-    },
-    "catalog": {"manifest", "diff", "cli", "workspace", "runtime", "context", "observe"},
-    "context": {"manifest", "check", "diff", "cli", "workspace", "runtime", "tck", "observe"},
-    # the runtime is watched through its hooks and job stats; it never knows who watches
-    "runtime": {"manifest", "check", "diff", "cli", "workspace", "tck", "serve", "observe"},
-    # logs and metrics read the runtime's events and the store's stats, never the other way
-    # (`ket serve` may mount them: the server may import observe, not observe the server)
-    "observe": {
-        "manifest",
-        "check",
-        "diff",
-        "cli",
-        "workspace",
-        "tck",
-        "context",
-        "declare",
-        "serve",
-    },
-    # what operators do (retry, cancel, the audit log, schedules), for the CLI and the server
-    "operate": {
-        "manifest",
-        "check",
-        "diff",
-        "cli",
-        "workspace",
-        "tck",
-        "serve",
-        "testing",
-        "runtime",
-    },
-    # the server stands on the runtime and the store contract; the CLI passes it a store opener
-    "serve": {"manifest", "check", "diff", "cli", "workspace", "tck", "testing"},
-    # private folders (storage, the outbox): os calls only, so both rooms can use them
-    "folder": LEAF,
-    # secret input fields: pure functions over pydantic values and payloads, used by the
-    # catalog, the runtime, the client and the CLI
-    "secret": LEAF,
-    # senders know messages, not jobs: the context checks effects and keys before them
-    "transport": {
-        "declare",
-        "manifest",
-        "check",
-        "diff",
-        "cli",
-        "workspace",
-        "catalog",
-        "runtime",
-        "context",
-        "tck",
-        "schedule",
-    },
-    # blob backends know tenants, keys and bytes: the context checks effects before them
-    "storage": {
-        "declare",
-        "manifest",
-        "check",
-        "diff",
-        "cli",
-        "workspace",
-        "catalog",
-        "runtime",
-        "context",
-        "store",
-        "tck",
-        "schedule",
-        "transport",
-        "serve",
-        "testing",
-    },
-}
-# rooms that may use the store contract but never a concrete store
-CONTRACT_ONLY = ["catalog", "context", "runtime", "tck", "serve", "operate", "observe"]
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "framework" / "ket"
+ROOMS: dict[str, Any] = json.loads((ROOT / "docs" / "rooms.json").read_text(encoding="utf-8"))
 
 
-def _modules(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
-    return {name for name in found if name.startswith("ket.")}
+def room_of(relative: str) -> str | None:
+    """The room of a file (a path inside framework/ket): the longest path of a room holding it."""
+    best, length = None, -1
+    for name, room in ROOMS["rooms"].items():
+        for path in room["is"]:
+            holds = relative.startswith(path) if path.endswith("/") else relative == path
+            if holds and len(path) > length:
+                best, length = name, len(path)
+    return best
 
 
-def _imports(path: Path) -> set[str]:
-    return {name.split(".")[1] for name in _modules(path)}
+def _file_of(module: str) -> str | None:
+    """The file of a module of the package (`ket.store.sql.lane` -> store/sql/lane.py)."""
+    parts = module.split(".")[1:]
+    for candidate in ("/".join(parts) + ".py", "/".join([*parts, "__init__.py"])):
+        if parts and (PACKAGE / candidate).is_file():
+            return candidate
+    return "__init__.py" if not parts else None
 
 
-def _files(room: str) -> list[Path]:
-    files = [PACKAGE / f"{room}.py"] if (PACKAGE / f"{room}.py").exists() else []
-    return files + (sorted((PACKAGE / room).rglob("*.py")) if (PACKAGE / room).is_dir() else [])
+def _imported(node: ast.AST) -> Iterator[str]:
+    """The modules of the package an import statement reaches (`from ket.store.sql import lane`
+    reaches ket.store.sql.lane, not the package's __init__)."""
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names if alias.name.startswith("ket"))
+    elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ket":
+        modules = [f"{node.module}.{alias.name}" for alias in node.names]
+        found = [module for module in modules if _file_of(module) is not None]
+        yield from found or [node.module]
 
 
-@pytest.mark.parametrize("room", sorted(FORBIDDEN))
-def test_room_does_not_import_rooms_downstream_of_it(room: str) -> None:
-    files = _files(room)
-    assert files, f"room {room} not found"
-    offenders = {
-        f"{path.relative_to(PACKAGE)} imports ket.{target}"
-        for path in files
-        for target in _imports(path) & FORBIDDEN[room]
-    }
-    assert offenders == set()
+@functools.cache
+def edges() -> frozenset[tuple[str, str, str]]:
+    """(room, room it imports, file: module) for every import across rooms."""
+    found = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = str(path.relative_to(PACKAGE))
+        source = room_of(relative)
+        assert source is not None, f"{relative} is in no room of docs/rooms.json"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for module in _imported(node):
+                file = _file_of(module)
+                while file is None:  # `from ket.x import name`: the module x
+                    module = module.rpartition(".")[0]
+                    file = _file_of(module)
+                target = room_of(file)
+                if target is not None and target != source:
+                    found.add((source, target, f"{relative}: {module}"))
+    return frozenset(found)
 
 
-def test_only_the_cli_imports_the_server() -> None:
-    # `ket.serve` needs Starlette: no room a worker or a declaration loads may import it
-    offenders = [
-        str(path.relative_to(PACKAGE))
-        for path in PACKAGE.rglob("*.py")
-        if path.relative_to(PACKAGE).parts[0] not in ("cli", "serve") and "serve" in _imports(path)
-    ]
-    assert offenders == []
+def _rooms(given: str | list[str]) -> set[str]:
+    return set(ROOMS["rooms"]) if given == "*" else set(given)
 
 
-def test_nothing_imports_the_cli() -> None:
-    offenders = [
-        str(path.relative_to(PACKAGE))
-        for path in PACKAGE.rglob("*.py")
-        if "cli" not in path.relative_to(PACKAGE).parts and "cli" in _imports(path)
-    ]
-    assert offenders == []
+def forbidden() -> dict[tuple[str, str], str]:
+    """(room, room) -> why it may never import it, from the rules."""
+    pairs: dict[tuple[str, str], str] = {}
+    for rule in ROOMS["never"]:
+        allowed = set(rule.get("except", ()))
+        for source in _rooms(rule["from"]) - allowed:
+            for target in _rooms(rule["to"]) - allowed - {source}:
+                pairs.setdefault((source, target), rule["why"])
+    return pairs
 
 
-@pytest.mark.parametrize("room", CONTRACT_ONLY)
-def test_room_depends_on_the_store_contract_never_on_a_concrete_store(room: str) -> None:
-    offenders = {
-        f"{path.relative_to(PACKAGE)} imports {name}"
-        for path in _files(room)
-        for name in _modules(path)
-        if name in ("ket.store.sql", "ket.store.memory")
-        or name.startswith(("ket.store.sql.", "ket.store.memory."))
-    }
-    assert offenders == set()
+def test_the_rules_name_only_rooms_there_are() -> None:
+    named = set()
+    for rule in ROOMS["never"]:
+        for key in ("from", "to", "except"):
+            given = rule.get(key, [])
+            named |= set() if given == "*" else set(given)
+    assert named - set(ROOMS["rooms"]) == set()
 
 
-def test_declaring_and_the_cli_start_without_the_sql_store() -> None:
-    # SQLAlchemy's engines and asyncio extension are most of ket's start-up time and memory:
-    # `import ket`, `ket check`, `ket manifest` and `ket diff` must not pay for them.
-    probe = (
-        "import sys, ket, ket.cli.main; from ket import define_job; "
-        "print(sorted(m for m in sys.modules "
-        "if m.startswith(('ket.store.sql', 'ket.client', 'sqlalchemy.ext', 'sqlalchemy.orm'))))"
+def test_every_room_holds_a_file() -> None:
+    for name, room in ROOMS["rooms"].items():
+        for path in room["is"]:
+            assert (PACKAGE / path).exists(), f"room {name}: {path} is not in framework/ket"
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS["rooms"]))
+def test_no_room_imports_a_room_it_may_never_import(room: str) -> None:
+    rules = forbidden()
+    broken = sorted(
+        f"{where} ({source} -> {target}: {rules[source, target]})"
+        for source, target, where in edges()
+        if source == room and (source, target) in rules
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert done.stdout.strip() == "[]"
+    assert broken == []
 
 
-def _loaded(code: str, prefixes: tuple[str, ...]) -> list[str]:
-    """The modules starting with `prefixes` that a fresh interpreter has loaded after `code`."""
-    probe = (
-        f"import sys\n{code}\nprint(sorted(m for m in sys.modules if m.startswith({prefixes!r})))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-        cwd=PACKAGE.parents[1],
-    )
-    return list(ast.literal_eval(done.stdout.strip().splitlines()[-1]))
+def test_the_rules_catch_an_import_against_them() -> None:
+    # the test above would pass on a rule set that forbids nothing: prove that it forbids
+    rules = forbidden()
+    assert ("sql", "runtime") in rules
+    assert ("runtime", "sql") in rules
+    assert ("declare", "store") in rules
+    assert ("serve", "cli") in rules
+    assert ("process", "store") in rules
+    assert room_of("store/sql/budget.py") == "connections"
+    assert room_of("store/sql/query.py") == "sql"
 
 
-STORES = ("ket.store.sql", "ket.store.memory", "ket.runtime", "ket.client", "sqlalchemy", "psycopg")
-
-
-def test_import_ket_loads_no_store() -> None:
-    assert _loaded("import ket", ("ket.store", *STORES)) == []
-
-
-def test_ket_check_loads_no_store_and_no_other_command() -> None:
-    code = (
-        "from ket.cli.main import main\n"
-        "assert main(['check', '--workspace', 'modules_example/workspace.py']) == 0"
-    )
-    assert _loaded(code, (*STORES, "ket.manifest", "ket.cli.worker", "ket.cli.jobs")) == []
-
-
-def test_a_worker_without_metrics_imports_no_prometheus_client() -> None:
-    # metrics are the optional `metrics` extra, and cost a worker that did not ask nothing
-    code = "import ket.cli.worker, ket.cli.dev, ket.observe.logs"
-    assert _loaded(code, ("prometheus_client", "ket.observe.metrics", "ket.observe.gauges")) == []
-
-
-def test_the_worker_and_the_store_on_postgresql_import_no_sqlalchemy() -> None:
-    # SQLAlchemy is imported where the engine is made, on first use (ket.store.sql.store)
-    code = (
-        "import ket.cli.worker, ket.store.sql.store, ket.store.sql.lane, ket.store.sql.listener\n"
-        "import ket.store.sql.registry_reader"
-    )
-    assert _loaded(code, ("sqlalchemy", "ket.manifest", "ket.store.sql.registry")) == [
-        "ket.store.sql.registry_reader"
-    ]
-
-
-def test_the_worker_loads_no_s3_client_unless_storage_is_on_s3() -> None:
-    # obstore (a native library) costs start-up time and memory only to those who use it
-    code = "import ket.cli.worker, ket.cli.dev, ket.cli.call, ket.cli.serve, ket.testing"
-    assert _loaded(code, ("obstore", "ket.storage.s3", "boto3")) == []
+def test_the_architecture_page_names_every_room() -> None:
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [name for name in ROOMS["rooms"] if f"| `{name}` |" not in page]
+    assert missing == []

@@ -19,8 +19,8 @@ from ket.declare.operation import OperationDecl
 from ket.declare.serve import ServeConfig
 from ket.declare.worker import WorkerConfig
 from ket.errors import DeclarationError
+from ket.limits import MAX_TAG_LENGTH, MAX_TAGS
 from ket.schedule import Schedule, parse_schedule
-from ket.store.types import MAX_TAG_LENGTH, MAX_TAGS
 
 TIMEZONE_VARIABLE = "KET_TIMEZONE"
 

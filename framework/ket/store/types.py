@@ -41,7 +41,6 @@ RETRY_STATES: tuple[JobState, ...] = ("retryable", "discarded")  # what an opera
 CANCEL_STATES: tuple[JobState, ...] = ACTIVE_STATES  # what an operator cancel takes
 
 PRIORITY_MIN, PRIORITY_MAX = -1_000, 1_000
-MAX_TAGS, MAX_TAG_LENGTH = 32, 100  # per job; characters per tag
 PAYLOAD_VERSION = 1
 
 

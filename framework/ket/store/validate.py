@@ -16,13 +16,18 @@ from datetime import datetime
 from typing import Any, TypeGuard, cast
 
 from ket.errors import JobRejected
+from ket.limits import (
+    MAX_KEY_LENGTH,
+    MAX_NAME_LENGTH,
+    MAX_PAYLOAD_BYTES,
+    MAX_TAG_LENGTH,
+    MAX_TAGS,
+)
 from ket.store.types import (
     AUDIT_ACTIONS,
     CANCEL_STATES,
     JOB_STATES,
     MAX_AUDIT_TEXT,
-    MAX_TAG_LENGTH,
-    MAX_TAGS,
     PRIORITY_MAX,
     PRIORITY_MIN,
     RETRY_STATES,
@@ -44,9 +49,6 @@ from ket.store.types import (
     Vacuum,
 )
 
-MAX_PAYLOAD_BYTES = 1_048_576
-MAX_NAME_LENGTH = 200
-MAX_KEY_LENGTH = 500
 MAX_TRACE_ENTRIES, MAX_TRACE_TEXT = 8, 512
 MAX_FILTER_VALUES = 1_000  # the states, queues or names one listing or bulk filter may give
 # A century: any longer lease, delay, retention or staleness means "never", and would overflow

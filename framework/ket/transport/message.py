@@ -29,7 +29,7 @@ from email.utils import format_datetime
 from typing import Any
 
 from ket.errors import MessageRejected, TransportError
-from ket.store.validate import MAX_KEY_LENGTH
+from ket.limits import MAX_KEY_LENGTH
 from ket.transport.address import Address, address_problem, text_problem
 
 FIELDS = ("idempotency_key", "from", "to", "subject", "text", "html")

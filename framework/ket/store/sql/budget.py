@@ -517,6 +517,14 @@ def _closed(connection: Any) -> bool:
     return bool(closed)
 
 
+class Installed:
+    """The process's budget (a part of the process: ket.process); None: no budget, as in an
+    application's own process, whose connections its pools bound."""
+
+    def __init__(self) -> None:
+        self.budget: ConnectionBudget | None = None
+
+
 URGENT, PROMPT, NORMAL = 0, 1, 2  # the tiers of waiters, first served first
 
 
@@ -550,7 +558,7 @@ def urgent() -> AbstractContextManager[Ticket]:
 
 def promote(ticket: Ticket) -> None:
     """Make the wait of `ticket` prompt (see the module's text), in the process's budget."""
-    spent = process.current().budget
+    spent = process.current().part(Installed).budget
     if spent is not None:
         spent.promote(ticket)
     else:
@@ -559,18 +567,18 @@ def promote(ticket: Ticket) -> None:
 
 def install(budget: ConnectionBudget | None) -> None:
     """Make `budget` the process's (None: no budget, as for an application's own process)."""
-    process.current().budget = budget
+    process.current().part(Installed).budget = budget
 
 
 def current() -> ConnectionBudget | None:
     """The process's budget, if `ket worker` (or a test) installed one."""
-    return process.current().budget
+    return process.current().part(Installed).budget
 
 
 @asynccontextmanager
 async def held(kind: Kind = "other") -> AsyncIterator[None]:
     """Room for one connection for the block within the process's budget, if there is one."""
-    budget = process.current().budget
+    budget = process.current().part(Installed).budget
     if budget is None:
         yield
         return
@@ -580,7 +588,7 @@ async def held(kind: Kind = "other") -> AsyncIterator[None]:
 
 async def connect(open_one: Callable[[], Awaitable[C]], *, kind: Kind) -> C:
     """`open_one()` within the process's budget, if there is one."""
-    budget = process.current().budget
+    budget = process.current().part(Installed).budget
     if budget is None:
         return await open_one()
     return await budget.connect(open_one, kind=kind)

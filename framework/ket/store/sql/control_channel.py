@@ -41,7 +41,7 @@ from ket.store.sql import budget
 from ket.store.sql import listener as listening
 from ket.store.sql.address import libpq_dsn, parse_url
 from ket.store.sql.goodbye import close_quietly
-from ket.store.sql.insert import CHANNEL
+from ket.store.sql.listener import CHANNEL
 from ket.store.sql.pooler import listen_dsn
 from ket.store.wakeup import Wakeups
 

@@ -44,11 +44,11 @@ from ket.store.database_url import shown_url
 from ket.store.sql import budget
 from ket.store.sql.address import connect_args
 from ket.store.sql.goodbye import close_quietly
-from ket.store.sql.insert import CHANNEL
 from ket.store.url import UrlSyntaxError, make_url
 from ket.store.wakeup import Wakeups
 
 log = logging.getLogger("ket.store.listener")
+CHANNEL = "ket_jobs"  # the channel inserts NOTIFY and workers LISTEN on
 T = TypeVar("T")
 
 PROBE_EVERY_S = 30.0  # idle time after which the LISTEN connection is probed (a repeated LISTEN)
