@@ -42,6 +42,72 @@ from ket.store.types import ModelTable, NewJob
 Backoff = Callable[[int], float]
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EnqueueOptions:
+    """How a job is enqueued besides its name and input, the one type every enqueue path hands
+    to `Catalog.new_job` (the clients, ctx.jobs, the test deployment, `ket jobs enqueue`, the
+    third member of an `enqueue_many` item); None keeps the declaration's default. `run_at` (an
+    aware datetime or ISO-8601 text) and `run_in` (a delay from the store's now) exclude each
+    other (ket.due); `tags` given replace the declared ones."""
+
+    run_at: RunAt | None = None
+    run_in: RunIn | None = None
+    priority: int | None = None
+    unique_key: str | None = None
+    company: str | None = None
+    tags: list[str] | tuple[str, ...] | None = None
+
+    @classmethod
+    def given(
+        cls,
+        *,
+        run_at: RunAt | None = None,
+        run_in: RunIn | None = None,
+        priority: int | None = None,
+        unique_key: str | None = None,
+        company: str | None = None,
+        tags: list[str] | tuple[str, ...] | None = None,
+    ) -> EnqueueOptions:
+        """The options of an enqueue call's keywords: NO_OPTIONS when none is given (the plain
+        enqueue new_job builds fastest)."""
+        if (
+            run_at is None
+            and run_in is None
+            and priority is None
+            and unique_key is None
+            and company is None
+            and tags is None
+        ):
+            return NO_OPTIONS
+        return cls(
+            run_at=run_at,
+            run_in=run_in,
+            priority=priority,
+            unique_key=unique_key,
+            company=company,
+            tags=tags,
+        )
+
+    @classmethod
+    def of(cls, job: str, given: EnqueueOptions | Mapping[str, Any] | None) -> EnqueueOptions:
+        """The options of an `enqueue_many` item (a mapping of the names above, or options);
+        JobRejected naming any other name."""
+        if given is None:
+            return NO_OPTIONS
+        if isinstance(given, EnqueueOptions):
+            return given
+        unknown = sorted(set(given) - set(cls.__slots__))
+        if unknown:
+            raise JobRejected(
+                f"job {job!r}: unknown enqueue options {unknown} "
+                f"(known: {', '.join(cls.__slots__)})"
+            )
+        return cls.given(**given)
+
+
+NO_OPTIONS = EnqueueOptions()
+
+
 @dataclass(frozen=True, kw_only=True)
 class OperationSpec:
     """A function or job ready to run: its handler, validated input model and effects."""
@@ -137,30 +203,15 @@ class Catalog:
         self,
         name: str,
         input: BaseModel | Mapping[str, Any] | None = None,
+        options: EnqueueOptions = NO_OPTIONS,
         *,
-        run_at: RunAt | None = None,
-        run_in: RunIn | None = None,
-        priority: int | None = None,
-        unique_key: str | None = None,
-        company: str | None = None,
         tick: datetime | None = None,
         ticks_skipped: int | None = None,
-        tags: list[str] | tuple[str, ...] | None = None,
     ) -> NewJob:
         """A job to insert: input validated (pydantic ValidationError naming the field), defaults
-        from the declaration filled in (`tags` given replace the declared ones), due at `run_at`
-        or `run_in` after the store's now (JobRejected naming a bad one, or both: ket.due)."""
-        bare = (
-            input is None
-            and run_at is None
-            and run_in is None
-            and priority is None
-            and unique_key is None
-            and company is None
-            and tick is None
-            and ticks_skipped is None
-            and tags is None
-        )
+        from the declaration filled in, as `options` say (JobRejected naming a bad one). `tick`
+        and `ticks_skipped`: the schedule tick a sweep enqueues it for."""
+        bare = input is None and options is NO_OPTIONS and tick is None and ticks_skipped is None
         if bare and name in self._plain:
             return self._plain[name]
         spec = self.job(name)
@@ -171,6 +222,7 @@ class Catalog:
             payload = seal_payload(validate_input(spec, input), self.keys, job=name)
         else:
             payload = plain_payload(validate_input(spec, input), job=name)
+        run_at, run_in, tags = options.run_at, options.run_in, options.tags
         at, delay = None, 0.0
         if run_at is not None or run_in is not None:  # most enqueues are due now: no call
             try:
@@ -188,11 +240,11 @@ class Catalog:
             payload=payload,
             run_at=at,
             delay_seconds=delay,
-            priority=spec.priority if priority is None else priority,
+            priority=spec.priority if options.priority is None else options.priority,
             max_attempts=spec.max_attempts,
             payload_version=spec.input_version,
-            unique_key=unique_key,
-            company=company,
+            unique_key=options.unique_key,
+            company=options.company,
             tick=tick,
             ticks_skipped=ticks_skipped,
             tags=spec.tags if tags is None else tags,

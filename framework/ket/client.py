@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy.engine import Engine
 
-from ket.catalog import Catalog
+from ket.catalog import Catalog, EnqueueOptions
 from ket.declare.deployment import DeploymentDecl
 from ket.due import RunAt, RunIn
 from ket.errors import JobRejected, StoreError
@@ -99,7 +99,7 @@ def _jobs(catalog: Catalog, items: Sequence[Item]) -> list[NewJob]:
             jobs.append(new_job(item[0], item[1]))
         else:
             name, input, *rest = item
-            jobs.append(new_job(name, input, **(dict(rest[0]) if rest else {})))
+            jobs.append(new_job(name, input, EnqueueOptions.of(name, rest[0] if rest else None)))
     return jobs
 
 
@@ -185,12 +185,14 @@ class Client:
         job = self._catalog.new_job(
             name,
             input,
-            run_at=run_at,
-            run_in=run_in,
-            priority=priority,
-            unique_key=unique_key,
-            company=company,
-            tags=tags,
+            EnqueueOptions.given(
+                run_at=run_at,
+                run_in=run_in,
+                priority=priority,
+                unique_key=unique_key,
+                company=company,
+                tags=tags,
+            ),
         )
         [inserted] = self._insert([job], connection)
         return inserted
@@ -292,12 +294,14 @@ class AsyncClient:
         job = self._catalog.new_job(
             name,
             input,
-            run_at=run_at,
-            run_in=run_in,
-            priority=priority,
-            unique_key=unique_key,
-            company=company,
-            tags=tags,
+            EnqueueOptions.given(
+                run_at=run_at,
+                run_in=run_in,
+                priority=priority,
+                unique_key=unique_key,
+                company=company,
+                tags=tags,
+            ),
         )
         [inserted] = await self._insert([job], connection)
         return inserted

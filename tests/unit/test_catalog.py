@@ -10,7 +10,7 @@ from cryptography.fernet import Fernet
 from pydantic import BaseModel, SecretStr, ValidationError, field_validator
 
 from ket import define_deployment, define_function, define_job, define_module
-from ket.catalog import Catalog, UpgradeFailed, validate_input
+from ket.catalog import Catalog, EnqueueOptions, UpgradeFailed, validate_input
 from ket.errors import JobRejected, SecretKeyError
 
 KEY = Fernet.generate_key().decode()
@@ -178,8 +178,11 @@ TAGGED = define_deployment(
 def test_a_job_carries_its_declared_tags_unless_the_enqueue_gives_its_own() -> None:
     tagged = Catalog.build(TAGGED, environ={})
     assert tagged.new_job("t.send").tags == ("billing",)
-    assert tagged.new_job("t.send", tags=[" eu ", "urgent", "eu"]).tags == ("eu", "urgent")
-    assert tagged.new_job("t.send", tags=[]).tags == ()
+    assert tagged.new_job("t.send", None, EnqueueOptions(tags=[" eu ", "urgent", "eu"])).tags == (
+        "eu",
+        "urgent",
+    )
+    assert tagged.new_job("t.send", None, EnqueueOptions(tags=[])).tags == ()
 
 
 @pytest.mark.parametrize(("tags", "named"), [("eu", "'eu'"), ([1], "got 1"), ([""], "got ''")])
@@ -187,5 +190,20 @@ def test_bad_tags_at_enqueue_are_refused_naming_the_job_and_the_value(
     tags: Any, named: str
 ) -> None:
     with pytest.raises(JobRejected) as refused:
-        Catalog.build(TAGGED, environ={}).new_job("t.send", tags=tags)
+        Catalog.build(TAGGED, environ={}).new_job("t.send", None, EnqueueOptions(tags=tags))
     assert "job 't.send'" in str(refused.value) and named in str(refused.value)
+
+
+def test_enqueue_options_of_an_item_refuse_a_name_they_do_not_know() -> None:
+    # the third member of an enqueue_many item, as every enqueue path reads it
+    assert EnqueueOptions.of("t.send", None) is EnqueueOptions.of("t.send", {})
+    assert EnqueueOptions.of("t.send", {"priority": 3}) == EnqueueOptions(priority=3)
+    with pytest.raises(JobRejected, match=r"job 't.send': unknown enqueue options \['prio'\]"):
+        EnqueueOptions.of("t.send", {"prio": 3})
+
+
+def test_options_given_as_none_are_the_plain_enqueue() -> None:
+    tagged = Catalog.build(TAGGED, environ={})
+    assert EnqueueOptions.given() is EnqueueOptions.given(tags=None)
+    # the plain enqueue of a job without input is built once and reused
+    assert tagged.new_job("t.send", None, EnqueueOptions.given()) is tagged.new_job("t.send")

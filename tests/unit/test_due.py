@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ket import define_deployment, define_job, define_module
-from ket.catalog import Catalog
+from ket.catalog import Catalog, EnqueueOptions
 from ket.errors import JobRejected
 
 
@@ -39,20 +39,23 @@ NINE_IN_PARIS = datetime(2026, 12, 24, 8, 0, tzinfo=UTC)
 def test_run_in_takes_a_timedelta_a_number_of_seconds_or_a_duration(
     run_in: Any, seconds: float
 ) -> None:
-    job = CATALOG.new_job("m.ping", run_in=run_in)
+    job = CATALOG.new_job("m.ping", None, EnqueueOptions(run_in=run_in))
     assert (job.run_at, job.delay_seconds) == (None, seconds)
 
 
 @pytest.mark.parametrize("text", ["2026-12-24T09:00:00+01:00", "2026-12-24T08:00:00Z"])
 def test_run_at_takes_an_iso_8601_time_with_an_offset(text: str) -> None:
-    job = CATALOG.new_job("m.ping", run_at=text)
+    job = CATALOG.new_job("m.ping", None, EnqueueOptions(run_at=text))
     assert job.run_at == NINE_IN_PARIS
     assert job.run_at is not None and job.run_at.utcoffset() is not None
     assert job.delay_seconds == 0.0
 
 
 def test_run_at_still_takes_an_aware_datetime_as_it_is() -> None:
-    assert CATALOG.new_job("m.ping", run_at=NINE_IN_PARIS).run_at is NINE_IN_PARIS
+    assert (
+        CATALOG.new_job("m.ping", None, EnqueueOptions(run_at=NINE_IN_PARIS)).run_at
+        is NINE_IN_PARIS
+    )
 
 
 @pytest.mark.parametrize(
@@ -80,7 +83,7 @@ def test_a_bad_run_at_or_run_in_is_refused_naming_the_job_and_the_value(
     options: dict[str, Any], named: str
 ) -> None:
     with pytest.raises(JobRejected) as refusal:
-        CATALOG.new_job("m.ping", **options)
+        CATALOG.new_job("m.ping", None, EnqueueOptions(**options))
     message = str(refusal.value)
     assert "'m.ping'" in message and named in message, message
     assert "\n" not in message
@@ -89,4 +92,4 @@ def test_a_bad_run_at_or_run_in_is_refused_naming_the_job_and_the_value(
 def test_a_zero_delay_with_a_run_at_is_refused_too() -> None:
     # both were given: which one was meant is the caller's to say
     with pytest.raises(JobRejected, match="run_at or run_in, not both"):
-        CATALOG.new_job("m.ping", run_at=NINE_IN_PARIS, run_in=0)
+        CATALOG.new_job("m.ping", None, EnqueueOptions(run_at=NINE_IN_PARIS, run_in=0))

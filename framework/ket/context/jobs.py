@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
 
-from ket.catalog import Catalog, OperationSpec
+from ket.catalog import Catalog, EnqueueOptions, OperationSpec
 from ket.context.part import Part
 from ket.due import RunAt, RunIn
 from ket.errors import EffectError
@@ -57,7 +58,15 @@ class Jobs(Part):
 
         `run_at`: an aware datetime or an ISO-8601 text with an offset; `run_in`: a delay (a
         timedelta, seconds, or `"90s"`, `"5m"`, `"2h"`, `"1d"`) from the store's now."""
-        job = self.__build(name, input, run_at, run_in, priority, unique_key, company, tags)
+        options = EnqueueOptions.given(
+            run_at=run_at,
+            run_in=run_in,
+            priority=priority,
+            unique_key=unique_key,
+            company=company,
+            tags=tags,
+        )
+        job = self.__build(name, input, options)
         [inserted] = await self.__insert([job])
         return inserted
 
@@ -66,53 +75,29 @@ class Jobs(Part):
         jobs = []
         for item in items:
             name, input, *rest = item
-            options = dict(rest[0]) if rest else {}
             jobs.append(
-                self.__build(
-                    name,
-                    input,
-                    options.pop("run_at", None),
-                    options.pop("run_in", None),
-                    options.pop("priority", None),
-                    options.pop("unique_key", None),
-                    options.pop("company", None),
-                    options.pop("tags", None),
-                )
+                self.__build(name, input, EnqueueOptions.of(name, rest[0] if rest else None))
             )
-            if options:
-                raise TypeError(f"unknown enqueue options {sorted(options)} for job {name!r}")
         return await self.__insert(jobs)
 
     def __build(
         self,
         name: str,
         input: BaseModel | Mapping[str, Any] | None,
-        run_at: RunAt | None,
-        run_in: RunIn | None,
-        priority: int | None,
-        unique_key: str | None,
-        company: str | None,
-        tags: list[str] | tuple[str, ...] | None,
+        options: EnqueueOptions,
     ) -> NewJob:
         operation = self.__operation
         if not operation.allows("enqueue", name):
             raise EffectError(
                 f"{operation.name} may not enqueue {name!r}: declare the effect 'enqueue:{name}'"
             )
+        company = options.company
         if company is None:
-            company = self.__company
+            if self.__company is not None:  # the attempt's company, unless another is given
+                options = dataclasses.replace(options, company=self.__company)
         elif company != self.__company and not operation.cross_company:
             raise EffectError(
                 f"{operation.name} may not enqueue for company {company!r}: "
                 "declare cross_company=True"
             )
-        return self.__catalog.new_job(
-            name,
-            input,
-            run_at=run_at,
-            run_in=run_in,
-            priority=priority,
-            unique_key=unique_key,
-            company=company,
-            tags=tags,
-        )
+        return self.__catalog.new_job(name, input, options)

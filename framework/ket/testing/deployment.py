@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ket.catalog import Catalog
+from ket.catalog import Catalog, EnqueueOptions
 from ket.context import AbortSignal
 from ket.declare.deployment import DeploymentDecl
 from ket.due import RunAt, RunIn
@@ -194,12 +194,14 @@ class TestDeployment:
         job = self.catalog.new_job(
             name,
             input,
-            run_at=run_at,
-            run_in=run_in,
-            priority=priority,
-            unique_key=unique_key,
-            company=company,
-            tags=tags,
+            EnqueueOptions.given(
+                run_at=run_at,
+                run_in=run_in,
+                priority=priority,
+                unique_key=unique_key,
+                company=company,
+                tags=tags,
+            ),
         )
         [inserted] = self._loop.run(self._insert([job]))
         return inserted
@@ -336,7 +338,7 @@ class TestDeployment:
         reported to `hooks`), without the queue: no job row is written or settled; what the
         handler writes and enqueues is. `attempt` says which attempt of `max_attempts` it is."""
         self._require_worker()
-        job = self.catalog.new_job(name, input, company=company)
+        job = self.catalog.new_job(name, input, EnqueueOptions.given(company=company))
         now = self.clock.now()
         claimed = ClaimedJob(
             id=0,

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from cryptography.fernet import Fernet
 
 from ket import define_deployment, define_job, define_module
-from ket.catalog import Catalog
+from ket.catalog import Catalog, EnqueueOptions
 from ket.operate import Actor, enqueue_traced, rerun_job
 from ket.store import AuditEntry, AuditQuery, Inserted, JobClaim, JobQuery, NewJob, Settle
 from ket.store.memory import MemoryStore
@@ -54,7 +54,7 @@ def run(body: Callable[[MemoryStore], Awaitable[T]]) -> T:
 
 
 async def finished(store: MemoryStore, outcome: str = "completed", **options: Any) -> int:
-    job = CATALOG.new_job("shop.charge", {"card": "4242", "amount": 5}, **options)
+    job = CATALOG.new_job("shop.charge", {"card": "4242", "amount": 5}, EnqueueOptions(**options))
     [inserted] = await store.job_insert([job])
     [claimed] = await store.job_claim(
         JobClaim(queue="mail", limit=1, worker_id="w", lease_seconds=30)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ket import Discard, define_deployment, define_job, define_module
-from ket.catalog import Catalog
+from ket.catalog import Catalog, EnqueueOptions
 from ket.errors import StoreError
 from ket.runtime.contexts import Contexts
 from ket.runtime.events import Hooks
@@ -130,7 +130,9 @@ def burst(arrange: Callable[[MemoryStore, ManualClock], Awaitable[None]]) -> Bur
 
 def test_a_burst_runs_what_is_due_and_what_that_enqueues_then_is_drained() -> None:
     async def arrange(store: MemoryStore, clock: ManualClock) -> None:
-        later = CATALOG.new_job("t.child", {"n": 99}, run_at=clock.now() + timedelta(minutes=5))
+        later = CATALOG.new_job(
+            "t.child", {"n": 99}, EnqueueOptions(run_at=clock.now() + timedelta(minutes=5))
+        )
         await store.job_insert([CATALOG.new_job("t.parent", {"n": n}) for n in (1, 2, 3)])
         await store.job_insert([later])
 
@@ -164,7 +166,9 @@ def test_a_burst_sweeps_the_schedules_once_and_runs_the_tick_it_fired() -> None:
 
 def test_a_burst_with_nothing_due_is_drained_at_once() -> None:
     async def arrange(store: MemoryStore, clock: ManualClock) -> None:
-        await store.job_insert([CATALOG.new_job("t.child", {"n": 1}, run_at=clock.now() + HOUR)])
+        await store.job_insert(
+            [CATALOG.new_job("t.child", {"n": 1}, EnqueueOptions(run_at=clock.now() + HOUR))]
+        )
 
     done = burst(arrange)
     assert (ran, done.states, done.discarded) == ([], [("t.child", "scheduled")], 0)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ket import define_deployment, define_function, define_job, define_model, define_module
-from ket.catalog import Catalog
+from ket.catalog import Catalog, EnqueueOptions
 from ket.context import AbortSignal, JobContext, JobInfo, ScheduleInfo
 from ket.errors import Aborted
 from ket.runtime.contexts import Contexts
@@ -67,7 +67,10 @@ def run(tmp_path: Path, scenario: Callable[[MemoryStore, Attempts], Awaitable[No
         )
 
         async def attempts(count: int) -> list[tuple[JobContext, AbortSignal]]:
-            new = [CATALOG.new_job("notes.write", company="north") for _ in range(count - 1)]
+            new = [
+                CATALOG.new_job("notes.write", None, EnqueueOptions(company="north"))
+                for _ in range(count - 1)
+            ]
             new.append(CATALOG.new_job("notes.write", tick=TICK, ticks_skipped=2))
             await store.job_insert(new)
             claimed = await store.job_claim(
