@@ -40,10 +40,19 @@ def _version(folder: Path) -> tuple[int, ...]:
     return tuple(int(part) for part in folder.name.split(".") if part.isdigit())
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def as_postgres(command: list[str]) -> list[str]:
+    """`command` as the `postgres` OS user when run as root (PostgreSQL's programs, and
+    PgBouncer, refuse to run as root); as it is otherwise."""
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *command]
+    return command
 
 
 class PrivateCluster:
@@ -70,7 +79,7 @@ class PrivateCluster:
             self._run(
                 "initdb", "-D", str(data), "-U", SUPERUSER, "-A", "trust", "--no-sync", "-E", "UTF8"
             )
-            self.port = _free_port()
+            self.port = free_port()
             options = " ".join(
                 [
                     f"-p {self.port}",
@@ -110,9 +119,9 @@ class PrivateCluster:
     def _run(self, program: str, *args: str) -> None:
         assert self._bin is not None
         command = [str(self._bin / program), *args]
-        if self._as_postgres:
-            command = ["runuser", "-u", "postgres", "--", *command]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd="/")
+        done = subprocess.run(
+            as_postgres(command), capture_output=True, text=True, timeout=60, cwd="/"
+        )
         if done.returncode != 0:
             raise RuntimeError(
                 f"{program} failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr[-2000:]}"

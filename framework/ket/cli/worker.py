@@ -32,6 +32,7 @@ from ket.cli.output import configure_logging
 from ket.cli.presence import presence_service, report_interval, tenant_share
 from ket.cli.runtime import (
     control_channels,
+    control_url,
     open_store,
     registry_reader,
     run_service,
@@ -133,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     pool_settings(catalog, os.environ)  # refuse a pool too small before serving anything
     limit = connection_budget(args.max_connections, os.environ)
     report_interval(catalog, os.environ)  # and a bad KET_PRESENCE_INTERVAL_S
-    tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker
+    urls = tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker
+    check_pooler(urls[min(urls)], control_url(args.database_url), os.environ)
     blobs = default_blobs()  # a bad KET_STORAGE_URL stops the start, naming it
     return run_service(
         serve(
@@ -234,6 +236,18 @@ async def read_tenants(registry: Registry) -> dict[str, str | None]:
     with budget.urgent():
         async with budget.held():
             return await asyncio.to_thread(registry.databases)
+
+
+def check_pooler(tenant: str, control: str, environ: Mapping[str, str]) -> None:
+    """Refuse to start behind a pooler that cannot serve ket, or with a bad KET_LISTEN_URL,
+    naming it; else send the LISTEN connections where KET_LISTEN_URL says (store/sql/pooler)."""
+    listen = environ.get("KET_LISTEN_URL")
+    if not (listen or tenant.startswith("postgres") or control.startswith("postgres")):
+        return  # SQLite: no pooler, and psycopg is not loaded
+    from ket.store.sql import pooler
+
+    pooler.listen_through(listen)
+    pooler.check_start(tenant, control)
 
 
 async def serve(

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ket.errors import StoreError
 from ket.store.database_file import ensure_sqlite_file
-from ket.store.sql import budget
+from ket.store.sql import budget, pooler
 from ket.store.sql.address import (
     DEFAULT_SQLITE_SYNCHRONOUS,
     POSTGRES_CONNECT_ARGS,
@@ -92,6 +92,7 @@ def create_engine(
     if spent is not None and "async_creator" not in options:
         options["async_creator"] = _budgeted_creator(spent, parse_url(url), connect_args)
     engine = create_async_engine(target, pool_size=pool_size, connect_args=connect_args, **options)
+    event.listen(engine.sync_engine, "connect", _unprepared_behind_pooler)
     if spent is not None:
         PoolHolder(engine, spent)  # kept alive by the engine's events it listens to
     return engine
@@ -202,7 +203,14 @@ def create_sync_engine(url: str | URL | DatabaseUrl, **options: Any) -> Engine:
     engine = sqlalchemy.create_engine(sync_url(url), **options)
     if engine.dialect.name == "sqlite":
         sqlite_discipline(engine, sqlite_synchronous(url))
+    else:
+        event.listen(engine, "connect", _unprepared_behind_pooler)
     return engine
+
+
+def _unprepared_behind_pooler(dbapi_connection: Any, _record: Any) -> None:
+    """Behind a pooler (PgBouncer), the engine's connections prepare nothing (pooler.py)."""
+    pooler.check_pooled(dbapi_connection)
 
 
 def sqlite_discipline(engine: Engine, synchronous: str = DEFAULT_SQLITE_SYNCHRONOUS) -> None:

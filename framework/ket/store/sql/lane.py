@@ -42,7 +42,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
 
 from ket.errors import StoreError
-from ket.store.sql import budget
+from ket.store.sql import budget, pooler
 from ket.store.sql.address import psycopg_params
 from ket.store.sql.goodbye import close_quietly
 from ket.store.sql.postgres_text import TEXT
@@ -283,8 +283,12 @@ class Lane:
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         raw = await budget.connect(self._open_one, kind="lane")
         try:
-            # instants come back in UTC, as the engine's Instant type gives them
-            await raw.execute("SET TIME ZONE 'UTC'")
+            # instants come back in UTC, as the engine's Instant type gives them; and behind a
+            # pooler nothing is prepared, nor a pool that refuses transactions served (pooler.py)
+            found = await raw.execute(pooler.FIRST_STATEMENT, prepare=False)
+            row = await found.fetchone()
+            if row is not None and pooler.pooled(raw, int(row[0])):
+                await pooler.check_transactions(raw, pooler.where(raw))
         except BaseException:
             await close_quietly(raw)
             raise

@@ -37,6 +37,7 @@ from ket.store.sql.fetch import EngineRows, Rows, fetch_all
 from ket.store.sql.insert import insert_plan, one_statement, run_plan, run_sync, wake_queues
 from ket.store.sql.lane import Lane
 from ket.store.sql.now import time_params
+from ket.store.sql.pooler import listen_dsn
 from ket.store.sql.vacuum import vacuum_jobs
 from ket.store.types import (
     AuditEntry,
@@ -132,7 +133,8 @@ class SqlStore:
         else:
             self._wakeups = shared(key)
         self._inbox: Any = None  # SQLite's sqlite_wakeup.Inbox; taken on the first wait
-        self._dsn = libpq_dsn(self.url) if self.dialect == "postgresql" else None
+        # where this store LISTENs: its database, or KET_LISTEN_URL's way there (pooler.py)
+        self._dsn = listen_dsn(libpq_dsn(self.url)) if self.dialect == "postgresql" else None
         self._listener: listening.Listener | None = None  # shared; taken on the first wait
         # several tenants: wake-ups go through the control database (control_channel.py)
         self._channel = channel if self.dialect == "postgresql" else None
