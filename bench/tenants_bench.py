@@ -1,16 +1,21 @@
-"""Many tenant databases on one PostgreSQL server, served by `ket worker` processes (issue 12).
+"""Many tenant databases on one PostgreSQL server, served by `ket worker` processes (issues 12
+and 26).
 
-    python3 bench/tenants_bench.py                          # 100 tenants; 1 worker, then 4
+    python3 bench/tenants_bench.py                          # the example app, 100 tenants; 1, 4
     python3 bench/tenants_bench.py --tenants 1000 --json tenants.json
+    python3 bench/tenants_bench.py --app bench --quiet-schedules   # issue 12's bench-only app
     python3 bench/tenants_bench.py --tenants 20 --workers 1 --min-seconds 100   # a quick look
     python3 bench/tenants_bench.py --drop                   # drop every ketbench_* database
 
-The databases (`ketbench_t0001` ..., a template and a registry) are made once and reused: a
-later run creates only what is missing and truncates ket's tables (tenants_setup.py). Each pass
-(one per `--workers` count) starts real `ket worker` processes on the bench's deployment
-(tenants_app.py: a probe job, a backlog job, schedules every 1 minute and every 30 s, or
-every hour and daily at 03:00 UTC with `--quiet-schedules`, to measure an idle fleet's cost
-apart from a thousand tenants' ticks) and measures, in order:
+The databases (`ketbench_ex_t0001` ..., a template and a registry; `ketbench_t0001` ... for the
+bench app) are made once and reused: a later run creates only what is missing and truncates
+ket's tables (tenants_setup.py). Each pass (one per `--workers` count) starts real `ket worker`
+processes on the app's deployment (tenants_apps.py): by default the example app
+(example_app.py: modules_example's `erp` deployment, whose handlers use `ctx.db` and `ctx.tx`;
+its schedules every 15 minutes and daily), or with `--app bench` the bench-only app
+(tenants_app.py: a no-op probe and backlog, schedules every 1 minute and every 30 s, or every
+hour and daily at 03:00 UTC with `--quiet-schedules`). With the example app a `ket serve`
+process runs beside the workers. A pass measures, in order:
 
 1. connections: `pg_stat_activity`'s client backends every 0.5 s for the whole pass, told apart
    by `application_name` (each worker runs with PGAPPNAME=ketbench-w<i>, which libpq sends);
@@ -22,6 +27,9 @@ apart from a thousand tenants' ticks) and measures, in order:
    apart (150 ms: 200 probes span a whole 30 s schedule period, so every run meets one tick);
    latency = handler start - time.time() just before the enqueue call (the client, opened
    before it, is timed apart: what an application pays to open one at this many tenants);
+   with the example app, then the other enqueue paths (`--path-probes` each: `open_client`,
+   `ctx.jobs` from a running handler, a function called through `ket serve`; `--cli-probes`
+   `ket jobs enqueue` processes), see tenants_measure.Prober for where each one's clock starts;
 4. fairness: `--backlog` jobs enqueued in bulk into tenant t0001, then `--fairness-probes` into
    the others, compared with the idle median;
 5. hand-over (2 workers or more): `kill -9` of one worker, then a probe into every tenant;
@@ -52,18 +60,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-for folder in (HERE / "tenants", HERE / "compare"):
+REPO = HERE.parent
+for folder in (REPO, HERE / "tenants", HERE / "compare"):
     sys.path.insert(0, str(folder))
-# the workers import tenants_app from bench/tenants (executable.child_env adds bench/compare)
+# the workers import tenants_app or example_app from bench/tenants, and modules_example from the
+# repository's root (executable.child_env adds bench/compare)
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(HERE / "tenants"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    [str(HERE / "tenants"), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
 )
 
 from database import admin_url  # noqa: E402
-from executable import script  # noqa: E402
+from executable import child_env, script  # noqa: E402
 from procfs import load_average  # noqa: E402
 from side import Command  # noqa: E402
-from tenants_app import BACKLOG, SCHEDULES_ENV, STARTS_ENV  # noqa: E402
+from tenants_app import STARTS_ENV  # noqa: E402
+from tenants_apps import BenchApp, bench_app, example_app, find_probe_input  # noqa: E402
 from tenants_measure import (  # noqa: E402
     HARNESS_APP_NAME,
     Connections,
@@ -97,7 +108,7 @@ from worker import WorkerProcess  # noqa: E402
 # the harness's own ket clients and reads are labelled too, so they never count as a worker's
 os.environ["PGAPPNAME"] = HARNESS_APP_NAME
 
-WORKSPACE = "from tenants_app import bench\n"
+SERVE_APP_NAME = "ketbench-serve"  # PGAPPNAME of `ket serve`
 WARM_UP_TIMEOUT_S = 60.0
 SETTLE_MAX_S = 60.0
 SETTLE_STEADY_S = 5.0
@@ -121,10 +132,13 @@ class PassResult:
     # during the idle window (pg_stat_database.sessions): how often workers reconnect
     idle_sessions_per_s: float | None = None
     memory: dict[str, Memory] = field(default_factory=dict)
-    wake_up: ProbeStats | None = None
+    wake_up: ProbeStats | None = None  # open_async_client
+    paths: dict[str, ProbeStats] = field(default_factory=dict)  # the other enqueue paths
+    serve_connections_max: int | None = None  # `ket serve`'s, with the example app
     fairness: ProbeStats | None = None
     backlog_enqueue_error: str | None = None
     backlog_done: int = 0  # backlog jobs completed by the end of the pass
+    backlog_after_id: int = 0  # the backlog's jobs are those of the busy tenant after this id
     hand_over: ProbeStats | None = None
     hand_over_kill_to_last_start_s: float | None = None
     hand_over_killed_at: float | None = None  # time.time() of the kill
@@ -135,12 +149,17 @@ class PassResult:
 
 
 async def run_pass(
-    server: Server, tenants: list[str], workers: int, args: argparse.Namespace, folder: Path
+    server: Server,
+    tenants: list[str],
+    workers: int,
+    args: argparse.Namespace,
+    folder: Path,
+    app: BenchApp,
 ) -> PassResult:
     result = PassResult(workers=workers, tenants=len(tenants), load_before=load_average())
     rng = random.Random(args.seed + workers)
     workspace = folder / "workspace.py"
-    workspace.write_text(WORKSPACE, encoding="utf-8")
+    workspace.write_text(app.workspace, encoding="utf-8")
     start_files = [folder / f"starts-p{workers}-w{i}.txt" for i in range(workers)]
     for path in start_files:
         path.unlink(missing_ok=True)
@@ -153,7 +172,7 @@ async def run_pass(
                     "KET_REGISTRY_URL": server.registry,
                     "PGAPPNAME": worker_app_name(i),
                     STARTS_ENV: str(start_files[i]),
-                    SCHEDULES_ENV: os.environ.get(SCHEDULES_ENV, ""),
+                    **app.env,
                 },
             ),
             folder,
@@ -161,22 +180,44 @@ async def run_pass(
         )
         for i in range(workers)
     ]
+    serve = (
+        WorkerProcess(
+            Command(
+                argv=[script("ket"), "serve", "--workspace", str(workspace), "--port", "0"],
+                env={
+                    "KET_DATABASE_URL": server.template,
+                    "KET_REGISTRY_URL": server.registry,
+                    "PGAPPNAME": SERVE_APP_NAME,
+                    **app.env,
+                },
+            ),
+            folder,
+            folder / f"serve-p{workers}.log",
+        )
+        if app.serve and args.serve_probes
+        else None
+    )
     pids: dict[int, int] = {}
     sampler = Sampler(server, pids)  # connected before any worker takes a slot
     starts = Starts(start_files)
-    prober = Prober(server, starts)
+    prober = Prober(server, starts, app)
+    prober.cli = [script("ket"), "jobs", "enqueue", "--workspace", str(workspace), app.probe]
+    prober.cli_env = {**child_env(app.env), "PGAPPNAME": HARNESS_APP_NAME}
     began = ended = time.time()
     try:
         for i, proc in enumerate(procs):
             proc.start()
             pids[i] = proc.pid
         sampler.start()
+        if serve is not None:
+            serve.start()
         await _warm_up(result, prober, tenants[0], began)
         await _settle(sampler, workers)
         await asyncio.sleep(max(0.0, began + steady_after(len(tenants), workers) - time.time()))
         await _idle(result, procs, args.idle_seconds, server)
         result.wake_up = await _series(prober, tenants, args.probes, args, rng, args.probe_gap)
-        await _fairness(result, prober, tenants, args, rng)
+        await _paths(result, prober, serve, tenants, args, rng, app)
+        await _fairness(result, prober, tenants, args, rng, server, app)
         remaining = args.min_seconds - (time.time() - began)
         if remaining > 0:  # long enough for the schedules' ticks
             await asyncio.sleep(remaining)
@@ -193,7 +234,7 @@ async def run_pass(
         # (not held: WorkerProcess.stop holds and releases them itself)
         handlers = {n: signal.signal(n, signal.SIG_IGN) for n in (signal.SIGINT, signal.SIGTERM)}
         try:
-            for proc in procs:
+            for proc in [*procs, *([serve] if serve is not None else [])]:
                 with contextlib.suppress(Exception):
                     proc.stop()
         finally:
@@ -202,15 +243,27 @@ async def run_pass(
         sampler.stop()
     result.seconds = time.time() - began
     result.connections = connections(sampler.samples, workers)
+    if serve is not None:
+        result.serve_connections_max = max(
+            (s.by_app.get(SERVE_APP_NAME, 0) for s in sampler.samples if s.ok), default=0
+        )
     if sampler.failures:
         result.notes.append(f"sampler: {sampler.failures[0]}")
-    result.backlog_done = _count_done(server, tenants[0])
+    result.backlog_done = _count_done(server, tenants[0], app.backlog, result.backlog_after_id)
     # the ticks of a killed worker's tenants fall due with no worker until its lease ends: they
     # fire late, or once for two when the next tick came first (SPEC 6: after downtime, the
     # next sweep fires once): the hand-over's measure, not the sweep's, so the count ends there
     killed = result.hand_over_killed_at
-    result.ticks = read_ticks(server, tenants, began, ended if killed is None else killed)
+    expected = app.expected_ticks(began, ended if killed is None else killed)
+    result.ticks = read_ticks(server, tenants, expected, began)
     result.logs = read_logs([proc.log for proc in procs])
+    if serve is not None:
+        serve_logs = read_logs([serve.log])
+        if serve_logs.warnings or serve_logs.errors:
+            result.notes.append(
+                f"ket serve's log: {serve_logs.warnings} WARNING / {serve_logs.errors} ERROR: "
+                + "; ".join(serve_logs.first[:3])
+            )
     result.load_after = load_average()
     return result
 
@@ -270,21 +323,69 @@ async def _idle(
         result.memory[name] = Memory(rss_mb=memory_now(proc.pid), hwm_mb=float("nan"))
 
 
+async def _paths(
+    result: PassResult,
+    prober: Prober,
+    serve: WorkerProcess | None,
+    tenants: list[str],
+    args: argparse.Namespace,
+    rng: random.Random,
+    app: BenchApp,
+) -> None:
+    """The other enqueue paths, one series each (the example app only)."""
+    if app.name != "example":
+        return
+    plan = [("open_client", "sync", args.path_probes), ("ctx.jobs", "ctx.jobs", args.path_probes)]
+    if serve is not None:
+        prober.serve_url = await _serve_url(serve, result)
+        if prober.serve_url is not None:
+            plan.append(("ket serve", "serve", args.serve_probes))
+    plan.append(("ket jobs enqueue", "cli", args.cli_probes))
+    for label, path, count in plan:
+        if count > 0:
+            result.paths[label] = await _series(
+                prober, tenants, count, args, rng, args.probe_gap, path
+            )
+
+
+async def _serve_url(serve: WorkerProcess, result: PassResult) -> str | None:
+    """The address `ket serve` logged, once it serves (at most 60 s)."""
+    import re
+
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        text = serve.log.read_text(errors="replace") if serve.log.exists() else ""
+        found = re.search(r"serving the functions.* on (http://127\.0\.0\.1:\d+)", text)
+        if found is not None:
+            return found.group(1)
+        try:
+            serve.check_alive()
+        except RuntimeError:
+            break
+        await asyncio.sleep(0.2)
+    result.notes.append(f"ket serve did not start: {serve.tail(5)}")
+    return None
+
+
 async def _fairness(
     result: PassResult,
     prober: Prober,
     tenants: list[str],
     args: argparse.Namespace,
     rng: random.Random,
+    server: Server,
+    app: BenchApp,
 ) -> None:
     """A backlog in one tenant, then probes into the others while it drains."""
     busy, others = tenants[0], tenants[1:] or tenants
+    result.backlog_after_id = _last_id(server, busy)
     try:
         client = await prober.client(busy)
         try:
             for start in range(0, args.backlog, 5_000):
                 chunk = min(5_000, args.backlog - start)
-                await asyncio.wait_for(client.aenqueue_many([(BACKLOG, None)] * chunk), 60)
+                jobs = [(app.backlog, app.backlog_input())] * chunk
+                await asyncio.wait_for(client.aenqueue_many(jobs), 60)
         finally:
             await client.aclose()
     except Exception as error:
@@ -299,16 +400,17 @@ async def _series(
     args: argparse.Namespace,
     rng: random.Random,
     gap: float,
+    path: str = "async",
 ) -> ProbeStats:
-    """`count` probes one after the other, each into a random tenant, `gap` seconds after the
-    previous one started (or was given up); those not sent within `--phase-seconds` are counted
-    unsent."""
+    """`count` probes one after the other through `path`, each into a random tenant, `gap`
+    seconds after the previous one started (or was given up); those not sent within
+    `--phase-seconds` are counted unsent."""
     deadline = time.monotonic() + args.phase_seconds
     probes = []
     for _ in range(count):
         if time.monotonic() > deadline:
             break
-        probes.append(await prober.one(rng.choice(tenants), args.probe_timeout))
+        probes.append(await prober.one(rng.choice(tenants), args.probe_timeout, path))
         await asyncio.sleep(gap)
     return probe_stats(probes, args.probe_timeout, unsent=count - len(probes))
 
@@ -365,25 +467,32 @@ def _sessions(server: Server) -> int | None:
         with psycopg.connect(server.admin, autocommit=True) as admin:
             row = admin.execute(
                 "SELECT sum(sessions)::bigint FROM pg_stat_database WHERE datname LIKE %s",
-                ("ketbench\\_%",),
+                (server.prefix.replace("_", "\\_") + "%",),
             ).fetchone()
     except psycopg.Error:
         return None
     return None if row is None or row[0] is None else int(row[0])
 
 
-def _count_done(server: Server, tenant: str) -> int:
+def _count_done(server: Server, tenant: str, backlog: str, after_id: int) -> int:
     import psycopg
-    from tenants_setup import PREFIX
 
     try:
-        with psycopg.connect(server.url(PREFIX + tenant), autocommit=True) as connection:
+        with psycopg.connect(server.tenant_url(tenant), autocommit=True) as connection:
             row = connection.execute(
-                "SELECT count(*) FROM ket_jobs WHERE name = %s AND state = 'completed'",
-                (BACKLOG,),
+                "SELECT count(*) FROM ket_jobs WHERE name = %s AND state = 'completed' AND id > %s",
+                (backlog, after_id),
             ).fetchone()
     except psycopg.Error:
         return -1
+    return int(row[0]) if row else 0
+
+
+def _last_id(server: Server, tenant: str) -> int:
+    import psycopg
+
+    with psycopg.connect(server.tenant_url(tenant), autocommit=True) as connection:
+        row = connection.execute("SELECT coalesce(max(id), 0) FROM ket_jobs").fetchone()
     return int(row[0]) if row else 0
 
 
@@ -422,11 +531,23 @@ def _rows(p: PassResult, backlog: int) -> list[tuple[str, str]]:
         ("idle worker CPU, % of a core (max)", _f(max(cpu, default=None), 2)),
         ("  connections opened per second meanwhile, all workers", _f(p.idle_sessions_per_s)),
     ]
+    if p.serve_connections_max is not None:
+        rows.append(("ket serve's connections, max", str(p.serve_connections_max)))
     if p.wake_up is not None:
-        rows.append(("wake-up p50 / p95 / p99, ms", p.wake_up.line()))
+        rows.append(("wake-up p50 / p95 / p99, ms: open_async_client", p.wake_up.line()))
         rows.append(
             ("  open_async_client before each probe: p50, ms", _f(p.wake_up.client_open_p50_ms))
         )
+    for label, stats in p.paths.items():
+        rows.append((f"wake-up p50 / p95 / p99, ms: {label}", stats.line()))
+        if label == "open_client":
+            rows.append(("  open_client before each probe: p50, ms", _f(stats.client_open_p50_ms)))
+        if label == "ket serve":
+            rows.append(("  the HTTP answer: p50, ms", _f(stats.client_open_p50_ms)))
+        if label == "ket jobs enqueue":
+            rows.append(
+                ("  its start-up, spawn to enqueued_at: p50, ms", _f(stats.client_open_p50_ms))
+            )
     if p.fairness is not None and p.wake_up is not None:
         rows.append(
             (
@@ -488,7 +609,11 @@ def table(passes: list[PassResult], backlog: int) -> str:
         detail = []
         if p.logs is not None and p.logs.first:
             detail += ["  most frequent WARNING/ERROR kinds:", *[f"    {k}" for k in p.logs.first]]
-        for name, stats in (("wake-up", p.wake_up), ("fairness", p.fairness)):
+        for name, stats in (
+            ("wake-up", p.wake_up),
+            *p.paths.items(),
+            ("fairness", p.fairness),
+        ):
             if stats is not None and stats.errors:
                 detail += [
                     f"  {name} enqueue errors:",
@@ -506,6 +631,12 @@ def table(passes: list[PassResult], backlog: int) -> str:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--app",
+        choices=("example", "bench"),
+        default="example",
+        help="the workers' app: the example app (default), or issue 12's bench-only app",
+    )
     parser.add_argument("--tenants", type=int, default=100)
     parser.add_argument("--workers", default="1,4", help="worker counts, one pass each (1,4)")
     parser.add_argument("--probes", type=int, default=200, help="wake-up probes (200)")
@@ -514,6 +645,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=PROBE_GAP_S,
         help=f"seconds from one probe's start to the next probe ({PROBE_GAP_S:g})",
+    )
+    parser.add_argument(
+        "--path-probes",
+        type=int,
+        default=100,
+        help="example app: probes through open_client, ctx.jobs and ket serve, each (100)",
+    )
+    parser.add_argument(
+        "--serve-probes", type=int, default=None, help="through ket serve (--path-probes)"
+    )
+    parser.add_argument(
+        "--cli-probes",
+        type=int,
+        default=10,
+        help="example app: `ket jobs enqueue` processes, about a second each (10)",
     )
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--backlog", type=int, default=20_000)
@@ -548,21 +694,27 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.serve_probes is None:
+        args.serve_probes = args.path_probes
     # SIGTERM (`timeout`, say) unwinds like Ctrl-C, so the workers are stopped on the way out
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    server = Server(admin=admin_url())
     if args.drop:
-        dropped = drop_all(server)
+        dropped = drop_all(Server(admin=admin_url()))
         print(f"dropped {len(dropped)} databases: {', '.join(dropped) or 'none'}")
         return 0
     if args.quiet_schedules:  # the workers' app and the harness's tick count alike
-        os.environ[SCHEDULES_ENV] = "quiet"
+        if args.app != "bench":
+            raise SystemExit("--quiet-schedules is the bench app's (--app bench)")
+        os.environ["KETBENCH_SCHEDULES"] = "quiet"
+    app = example_app() if args.app == "example" else bench_app(args.quiet_schedules)
+    server = Server(admin=admin_url(), prefix=app.prefix)
     # the harness's clients find the tenants where the workers do
     os.environ["KET_DATABASE_URL"] = server.template
     os.environ["KET_REGISTRY_URL"] = server.registry
     counts = [int(n) for n in args.workers.split(",") if n.strip()]
     tenants = tenant_names(args.tenants)
-    prepared: Prepared = prepare(server, args.tenants)
+    prepared: Prepared = prepare(server, args.tenants, app.setup)
+    find_probe_input(app, server.url(server.template_db))
     print(
         f"set-up: {prepared.created} tenant databases created, {prepared.reused} reused "
         f"({prepared.migrated} migrated), {prepared.seconds:.1f} s",
@@ -577,9 +729,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for i, workers in enumerate(counts):
             if i:
-                reset_tenants(server, tenants)
+                reset_tenants(server, tenants, app.setup)
             print(f"pass: {args.tenants} tenants, {workers} worker(s) ...", flush=True)
-            passes.append(asyncio.run(run_pass(server, tenants, workers, args, folder)))
+            passes.append(asyncio.run(run_pass(server, tenants, workers, args, folder, app)))
             print(table(passes[-1:], args.backlog), flush=True)
     finally:
         if args.keep_logs or any(p.exits for p in passes):

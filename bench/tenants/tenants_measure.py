@@ -1,10 +1,11 @@
 """What bench/tenants_bench.py watches and reads: connections and memory sampled every 0.5 s,
-handler start times, probes through ket's client, schedule ticks, the workers' logs."""
+handler start times, probes through each enqueue path, schedule ticks, the workers' logs."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import statistics
 import threading
@@ -14,13 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib import request
 
 import psycopg
 from procfs import cpu_seconds, peak_rss_bytes, rss_bytes
-from tenants_app import PROBE, deployment, schedules
-from tenants_setup import PREFIX, Server
+from tenants_apps import BenchApp
+from tenants_setup import Server
 
-from ket.client import AsyncClient, open_async_client
+from ket.client import AsyncClient, open_async_client, open_client
 
 APP_NAME_PREFIX = "ketbench-w"  # PGAPPNAME of worker i is ketbench-w<i>: libpq tags its sessions
 HARNESS_APP_NAME = "ketbench-harness"
@@ -165,11 +167,13 @@ def cpu_now(pid: int) -> float:
 
 class Starts:
     """The start times the workers' probe handlers wrote, by (tenant, job id); each worker
-    writes a file of its own (see tenants_app.py)."""
+    writes a file of its own (see tenants_app.py). Lines `@chain <tenant> <job> <probe> <time>`
+    (example_app.py) say which probe a chain job enqueued, and when it began to."""
 
     def __init__(self, paths: Sequence[Path]) -> None:
         self._offsets = {path: 0 for path in paths}
         self.starts: dict[tuple[str, int], float] = {}
+        self.chains: dict[tuple[str, int], tuple[int, float]] = {}
 
     def read(self) -> dict[tuple[str, int], float]:
         for path, offset in self._offsets.items():
@@ -182,6 +186,10 @@ class Starts:
             complete = chunk[: chunk.rfind(b"\n") + 1]
             self._offsets[path] = offset + len(complete)
             for line in complete.decode("ascii").splitlines():
+                if line.startswith("@chain "):
+                    _, tenant, parent, child, sent = line.split()
+                    self.chains[(tenant, int(parent))] = (int(child), float(sent))
+                    continue
                 tenant, job_id, started = line.split()
                 self.starts.setdefault((tenant, int(job_id)), float(started))
         return self.starts
@@ -194,7 +202,10 @@ class Probe:
     job_id: int | None = None
     started: float | None = None
     error: str | None = None  # the client could not open or the enqueue failed
-    opened_s: float | None = None  # how long `open_async_client` took (not in the latency)
+    # how long opening the client took (not in the latency); for `ket jobs enqueue`, from the
+    # command's spawn to its job's enqueued_at (its start-up)
+    opened_s: float | None = None
+    parent_id: int | None = None  # the chain job whose handler enqueues this probe (ctx.jobs)
 
     @property
     def latency(self) -> float | None:
@@ -277,21 +288,34 @@ def _clock(instant: float) -> str:
 
 
 class Prober:
-    """Enqueues probe jobs through ket's own client (`open_async_client`, which reads the
-    registry and connects at once), one client per enqueue, opened before the clock starts
-    and closed after; then waits for the handler's start."""
+    """Enqueues the app's probe job through one path, then waits for the handler's start.
 
-    def __init__(self, server: Server, starts: Starts) -> None:
+    `send` (`open_async_client`) and `send_sync` (`open_client`): one client per enqueue,
+    opened before the clock starts and closed after; the clock starts just before the enqueue
+    call. `send_chain`: an async client enqueues the app's chain job; the clock is the chain
+    handler's, taken just before its transaction that enqueues the probe (`ctx.jobs`).
+    `send_serve`: an HTTP POST to `ket serve` calling `sales.place_order`, whose second
+    transaction enqueues the probe; the clock starts before the request. `send_cli`: a
+    `ket jobs enqueue` process; the clock is the job's `enqueued_at` (the command's start-up,
+    about a second of imports, is reported apart)."""
+
+    def __init__(self, server: Server, starts: Starts, app: BenchApp) -> None:
         self._server = server
         self._starts = starts
-        self._deployment = deployment()
+        self._app = app
+        self.serve_url: str | None = None
+        self.cli: list[str] = []  # `ket ... jobs enqueue` up to the job's name
+        self.cli_env: dict[str, str] = {}
 
     async def client(self, tenant: str) -> AsyncClient:
         return await asyncio.wait_for(
-            open_async_client(self._deployment, tenant=tenant), timeout=10
+            open_async_client(self._app.deployment, tenant=tenant), timeout=10
         )
 
     async def send(self, tenant: str) -> Probe:
+        return await self._send_async(tenant, self._app.probe, self._app.probe_input)
+
+    async def _send_async(self, tenant: str, job: str, payload: dict[str, object] | None) -> Probe:
         probe = Probe(tenant=tenant)
         try:
             opening = time.perf_counter()
@@ -302,7 +326,7 @@ class Prober:
             return probe
         try:
             probe.sent = time.time()
-            inserted = await asyncio.wait_for(client.aenqueue(PROBE), timeout=10)
+            inserted = await asyncio.wait_for(client.aenqueue(job, payload), timeout=10)
             probe.job_id = inserted.id
         except Exception as error:
             probe.error = _one_line(error)
@@ -311,22 +335,130 @@ class Prober:
                 await asyncio.wait_for(client.aclose(), timeout=5)
         return probe
 
+    async def send_sync(self, tenant: str) -> Probe:
+        return await asyncio.to_thread(self._send_sync, tenant)
+
+    def _send_sync(self, tenant: str) -> Probe:
+        probe = Probe(tenant=tenant)
+        try:
+            opening = time.perf_counter()
+            client = open_client(self._app.deployment, tenant=tenant)
+            probe.opened_s = time.perf_counter() - opening
+        except Exception as error:
+            probe.error = _one_line(error)
+            return probe
+        try:
+            probe.sent = time.time()
+            probe.job_id = client.enqueue(self._app.probe, self._app.probe_input).id
+        except Exception as error:
+            probe.error = _one_line(error)
+        finally:
+            with contextlib.suppress(Exception):
+                client.close()
+        return probe
+
+    async def send_chain(self, tenant: str) -> Probe:
+        assert self._app.chain is not None
+        probe = await self._send_async(tenant, self._app.chain, None)
+        probe.parent_id, probe.job_id = probe.job_id, None  # the probe's id comes from the chain
+        return probe
+
+    async def send_serve(self, tenant: str) -> Probe:
+        return await asyncio.to_thread(self._send_serve, tenant)
+
+    def _send_serve(self, tenant: str) -> Probe:
+        import example_app
+
+        assert self.serve_url is not None
+        probe = Probe(tenant=tenant)
+        body = json.dumps({"number": f"serve-{time.time_ns()}", "email": "p@example.com"})
+        call = request.Request(
+            f"{self.serve_url}/functions/sales.place_order",
+            data=body.encode(),
+            headers={
+                "Content-Type": "application/json",
+                "Authorization": f"Bearer {example_app.TOKEN}",
+                "X-Ket-Tenant": tenant,
+            },
+            method="POST",
+        )
+        probe.sent = time.time()
+        try:
+            with request.urlopen(call, timeout=10) as answer:
+                result = json.loads(answer.read())
+            probe.opened_s = time.time() - probe.sent  # the HTTP answer (in the latency)
+            probe.job_id = int(result["confirmation_job"])
+        except Exception as error:
+            probe.error = _one_line(error)
+        return probe
+
+    async def send_cli(self, tenant: str) -> Probe:
+        probe = Probe(tenant=tenant)
+        spawned = time.time()
+        payload = json.dumps(self._app.probe_input or {})
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *self.cli,
+                payload,
+                "--tenant",
+                tenant,
+                env=self.cli_env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+            found = re.search(rb"enqueued job (\d+)", out)
+            if process.returncode != 0 or found is None:
+                raise RuntimeError((err or out).decode(errors="replace").strip()[-300:])
+            probe.job_id = int(found.group(1))
+            probe.sent = await asyncio.to_thread(self._enqueued_at, tenant, probe.job_id)
+            probe.opened_s = probe.sent - spawned
+        except Exception as error:
+            probe.error = _one_line(error)
+        return probe
+
+    def _enqueued_at(self, tenant: str, job_id: int) -> float:
+        with psycopg.connect(
+            self._server.tenant_url(tenant), autocommit=True, application_name=HARNESS_APP_NAME
+        ) as connection:
+            row = connection.execute(
+                "SELECT extract(epoch FROM enqueued_at) FROM ket_jobs WHERE id = %s", (job_id,)
+            ).fetchone()
+        assert row is not None, (tenant, job_id)
+        return float(row[0])
+
     async def wait(self, probes: Sequence[Probe], timeout: float) -> None:
         """Until every enqueued probe started, or `timeout` seconds after the last was sent."""
-        pending = [p for p in probes if p.job_id is not None and p.started is None]
+        pending = [
+            p
+            for p in probes
+            if (p.job_id is not None or p.parent_id is not None) and p.started is None
+        ]
         last = max((p.sent for p in pending), default=time.time())
         while pending:
             starts = self._starts.read()
             for p in pending:
-                assert p.job_id is not None
-                p.started = starts.get((p.tenant, p.job_id))
+                if p.job_id is None and p.parent_id is not None:
+                    chained = self._starts.chains.get((p.tenant, p.parent_id))
+                    if chained is not None:
+                        p.job_id, p.sent = chained
+                        last = max(last, p.sent)
+                if p.job_id is not None:
+                    p.started = starts.get((p.tenant, p.job_id))
             pending = [p for p in pending if p.started is None]
             if not pending or time.time() - last > timeout:
                 return
             await asyncio.sleep(0.001)
 
-    async def one(self, tenant: str, timeout: float) -> Probe:
-        probe = await self.send(tenant)
+    async def one(self, tenant: str, timeout: float, path: str = "async") -> Probe:
+        senders = {
+            "async": self.send,
+            "sync": self.send_sync,
+            "ctx.jobs": self.send_chain,
+            "serve": self.send_serve,
+            "cli": self.send_cli,
+        }
+        probe = await senders[path](tenant)
         await self.wait([probe], timeout)
         return probe
 
@@ -367,14 +499,15 @@ class Ticks:
     histogram: dict[str, int] = field(default_factory=dict)  # offset bucket (5 s) -> jobs
 
 
-def read_ticks(server: Server, tenants: Sequence[str], began: float, ended: float) -> list[Ticks]:
-    """Read every tenant's tick jobs. A tick is expected of every tenant when it falls after
-    the first sweeps had time to install the schedules (35 s after the workers started) and
-    a sweep had time to fire it (35 s before they stopped)."""
-    fired: dict[str, dict[str, list[tuple[float, float, int]]]] = {n: {} for n in schedules()}
+def read_ticks(
+    server: Server, tenants: Sequence[str], expected: dict[str, list[int]], began: float
+) -> list[Ticks]:
+    """Read every tenant's tick jobs; `expected`: each schedule's ticks every tenant should
+    fire once (the app's `expected_ticks`)."""
+    fired: dict[str, dict[str, list[tuple[float, float, int]]]] = {n: {} for n in expected}
     for tenant in tenants:
         with psycopg.connect(
-            server.url(PREFIX + tenant), autocommit=True, application_name=HARNESS_APP_NAME
+            server.tenant_url(tenant), autocommit=True, application_name=HARNESS_APP_NAME
         ) as connection:
             rows = connection.execute(
                 "SELECT name, extract(epoch FROM tick), extract(epoch FROM enqueued_at),"
@@ -385,22 +518,22 @@ def read_ticks(server: Server, tenants: Sequence[str], began: float, ended: floa
                 (float(tick), float(enqueued), int(skipped))
             )
     return [
-        _ticks(name, interval, fired.get(name, {}), tenants, began, ended)
-        for name, interval in schedules().items()
+        _ticks(name, window, fired.get(name, {}), tenants, began)
+        for name, window in expected.items()
     ]
 
 
 def _ticks(
     name: str,
-    interval: int,
+    window: list[int],
     by_tenant: dict[str, list[tuple[float, float, int]]],
     tenants: Sequence[str],
     began: float,
-    ended: float,
 ) -> Ticks:
-    first = (int(began + 35) // interval + 1) * interval
-    last = (int(ended - 35) // interval) * interval
-    window = list(range(first, last + 1, interval))
+    """The offsets (enqueue - tick) count only ticks that fell due after the workers started:
+    a tick due before (the example app's first sweep, on a day-old state) waited for them."""
+    interval = window[1] - window[0] if len(window) > 1 else 0
+    first, last = (window[0], window[-1]) if window else (0, 0)
     window_set = set(window)
     fired_once = missing = duplicates = skipped = never = 0
     offsets: list[float] = []
@@ -415,7 +548,8 @@ def _ticks(
         for tick, enqueued, skip in jobs:
             skipped += skip
             if round(tick) in window_set:
-                offsets.append(enqueued - tick)
+                if tick > began:
+                    offsets.append(enqueued - tick)
                 per_tick.setdefault(tick, []).append(enqueued)
     offsets.sort()
 
