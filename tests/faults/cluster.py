@@ -64,6 +64,7 @@ class PrivateCluster:
         self._bin = _bin_dir()
         self._root: Path | None = None
         self._as_postgres = os.geteuid() == 0
+        self._options = ""
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
@@ -92,12 +93,26 @@ class PrivateCluster:
                     *(f"-c {key}={value}" for key, value in self.settings.items()),
                 ]
             )
-            log = self._root / "server.log"
-            self._run("pg_ctl", "-D", str(data), "-l", str(log), "-o", options, "-w", "start")
+            self._options = options
+            self.start()
         except BaseException:
             self._remove()
             raise
         return self
+
+    def start(self) -> None:
+        """Start the server (again, after `stop`), on the same port; returns once it answers."""
+        assert self._root is not None
+        data, log = self._root / "data", self._root / "server.log"
+        self._run("pg_ctl", "-D", str(data), "-l", str(log), "-o", self._options, "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server: `immediate` as a crash would (no checkpoint, clients cut off)."""
+        assert self._root is not None
+        self._run("pg_ctl", "-D", str(self._root / "data"), "-m", mode, "-w", "stop")
+
+    def running(self) -> bool:
+        return self._root is not None and (self._root / "data" / "postmaster.pid").exists()
 
     def __exit__(
         self,

@@ -90,9 +90,11 @@ def presence_service(
 
     async def locate() -> str:
         from ket.cli.runtime import control_url
+        from ket.runtime.tenancy import registry_url
         from ket.store.sql import budget
 
-        async with budget.held():  # control_url reads the registry on a connection of its own
+        # control_url reads the registry on a connection of its own
+        async with budget.held(registry_url(database_url)):
             return await asyncio.to_thread(control_url, database_url)
 
     return PresenceService(

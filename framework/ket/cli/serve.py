@@ -32,6 +32,7 @@ from ket.cli.runtime import (
     run_service,
     tenant_urls,
 )
+from ket.cli.worker import add_budget_option, connection_budget
 from ket.errors import KetError
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ def add_parser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_http_options(parser)
+    add_budget_option(parser)
     add_log_options(parser)
     metrics.add_options(parser)
     parser.set_defaults(run=run)
@@ -101,11 +103,12 @@ def run(args: argparse.Namespace) -> int:
     if chosen is not None:
         metrics.require()  # say what to install before anything starts
     tenant_urls(args)  # an unknown --tenant or an unreadable registry stops the start here
+    limit = connection_budget(args.max_connections, os.environ)
     from ket.runtime.contexts import default_blobs
 
     blobs = default_blobs()  # a bad KET_STORAGE_URL stops the start, naming it
     sock = listen_for(args)
-    return run_service(serve_http(catalog, args, sock, blobs, chosen))
+    return run_service(serve_http(catalog, args, sock, blobs, chosen, max_connections=limit))
 
 
 def announce_dashboard(catalog: Catalog, url: str) -> None:
@@ -201,10 +204,16 @@ async def serve_http(
     sock: socket.socket,
     blobs: BlobStore | None = None,
     chosen: metrics.MetricsSettings | None = None,
+    *,
+    max_connections: int,
 ) -> int:
-    """Serve until a signal; the exit code."""
+    """Serve until a signal; the exit code. The process holds at most `max_connections` to
+    each PostgreSQL server, over every tenant's store it opens (ket.store.sql.budget), as a
+    worker does: a server with many tenants no longer takes a pool of each."""
     from ket.serve.server import address
+    from ket.store.sql import budget
 
+    budget.install_per_server(max_connections)
     server = http_server(catalog, args, sock, blobs, chosen)
     signals = 0
 

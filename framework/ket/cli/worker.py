@@ -86,14 +86,14 @@ def add_parser(
 
 
 def add_budget_option(parser: argparse.ArgumentParser) -> None:
-    """--max-connections, for the commands that run the worker."""
+    """--max-connections, for the commands that serve tenants (the worker, `ket serve`)."""
     parser.add_argument(
         "--max-connections",
         type=int,
         metavar="N",
-        help="the most PostgreSQL connections this process holds at once, over every tenant "
-        f"(default: KET_MAX_CONNECTIONS, else {DEFAULT_LIMIT}); work waits for one, it never "
-        "fails for want of one",
+        help="the most connections this process holds at once to each PostgreSQL server, over "
+        f"every tenant on it (default: KET_MAX_CONNECTIONS, else {DEFAULT_LIMIT}); work waits "
+        "for one, it never fails for want of one",
     )
 
 
@@ -223,6 +223,8 @@ class Stopping:
 
 
 class Registry(Protocol):
+    url: str  # the registry database's
+
     def databases(self) -> dict[str, str | None]:
         """Every registered tenant, with its own database URL if it has one."""
         ...
@@ -234,7 +236,7 @@ async def read_tenants(registry: Registry) -> dict[str, str | None]:
     database are: behind a herd of tenants starting, a refresh that waited its turn left the
     worker serving, for half a minute, tenants its peers had taken."""
     with budget.urgent():
-        async with budget.held():
+        async with budget.held(registry.url):
             return await asyncio.to_thread(registry.databases)
 
 
@@ -280,8 +282,9 @@ async def serve(
     loops = loop_connections(catalog.worker)
     if max_connections is None:
         max_connections = connection_budget(None, os.environ)
-    # one budget over every PostgreSQL connection this process opens (ket.store.sql.budget)
-    budget.install(budget.ConnectionBudget(max_connections))
+    # one budget on each PostgreSQL server over every connection this process opens to it
+    # (ket.store.sql.budget): tenants on two servers get the budget on each
+    budget.install_per_server(max_connections)
 
     async def open_tenant(url: str, **options: Any) -> JobStore:
         return await open_store(
@@ -414,5 +417,5 @@ def _connections(template: str, registry: str, budget: int, pool: int) -> str:
     """What the start-up line says of connections: the budget counts PostgreSQL's alone, so on
     SQLite (the embedded default) it is not named."""
     if template.startswith("postgres") or registry.startswith("postgres"):
-        return f"up to {budget} PostgreSQL connections in all, {pool} per tenant"
+        return f"up to {budget} connections on each PostgreSQL server, {pool} per tenant"
     return "tenant databases on SQLite"

@@ -9,6 +9,8 @@ from ket.store.sql import budget
 
 
 class Registry:
+    url = "postgresql://root@127.0.0.1:5432/ket_registry"  # never reached: databases() answers
+
     def __init__(self, order: list[str]) -> None:
         self.order = order
 

@@ -497,3 +497,20 @@ def test_the_listener_and_the_hint_connection_do_not_eat_the_workers_reserve() -
 
     waited, engines, peak = asyncio.run(scenario())
     assert (waited, engines, peak) == (True, 1, 4)
+
+
+def test_a_process_has_a_budget_on_each_postgresql_server() -> None:
+    from ket import process
+
+    with process.fresh():
+        ket_budget.install_per_server(5)
+        one = ket_budget.current("postgresql://root@10.0.0.1:5432/t1")
+        assert one is not None and one.limit == 5 and one.server == "10.0.0.1:5432"
+        # another database on the same server shares its budget; another server has its own
+        assert ket_budget.current("postgresql+psycopg://app:pw@10.0.0.1/t2") is one
+        other = ket_budget.current("postgresql://root@10.0.0.2:6432/t1")
+        assert other is not None and other is not one and other.server == "10.0.0.2:6432"
+        assert ket_budget.current("sqlite:///tenant.db") is None  # nothing to count
+        assert ket_budget.every() == [one, other]
+        ket_budget.install(None)
+        assert ket_budget.current("postgresql://root@10.0.0.1:5432/t1") is None

@@ -70,6 +70,22 @@ def connect_args() -> dict[str, Any]:
     )
 
 
+def server_of(url: UrlLike) -> str | None:
+    """The PostgreSQL server a URL reaches, as `host:port` (the key of its connection budget):
+    its host, or the socket folder of `?host=`, and its port (5432 when none is given); None
+    for SQLite."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        return None
+    host = parsed.host or parsed.query.get("host") or "localhost"
+    port = parsed.port or parsed.query.get("port") or 5432
+    if not isinstance(host, str):  # several hosts: the first, as libpq tries it first
+        host = host[0]
+    if not isinstance(port, int | str):
+        port = port[0]
+    return f"{host}:{port}"
+
+
 def parse_url(url: UrlLike) -> DatabaseUrl:
     """A database URL ket can store jobs in, or StoreError naming it (never its password)."""
     parsed = parse_database_url(url)

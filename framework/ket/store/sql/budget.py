@@ -1,9 +1,12 @@
-"""One connection budget per process: at most `limit` PostgreSQL connections open at once, over
-every database the process reaches (each tenant's lane and engine, the listener, the roster).
+"""One connection budget per process and PostgreSQL server: at most `limit` connections open at
+once to a server, over every database the process reaches there (each tenant's lane and engine,
+the listener, the roster). A server's max_connections is its own, so tenants on two servers get
+the budget on each (`install_per_server`, what `ket worker` does); a test may give every server
+one budget (`install`).
 
-    budget = ConnectionBudget(20)
-    install(budget)                          # the process's budget: every store opened after
-    raw = await budget.connect(open_one, kind="lane")   # waits while 20 are open; never fails
+    install_per_server(20)                   # the process's budgets: every store opened after
+    raw = await connect(open_one, kind="lane", url=url)   # waits while 20 are open on url's
+                                                          # server; never fails
 
 A connection counts from the moment it is asked for until it is closed (or collected): the
 budget keeps the live ones in a weak set and asks each whether it is closed, so no path that
@@ -45,10 +48,14 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from contextvars import ContextVar
-from typing import Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from ket import process
 from ket.errors import StoreError
+from ket.store.sql.address import server_of
+
+if TYPE_CHECKING:
+    from ket.store.url import UrlLike
 
 log = logging.getLogger("ket.store.budget")
 C = TypeVar("C")
@@ -102,7 +109,9 @@ class Holder(Protocol):
 class ConnectionBudget:
     """At most `limit` open connections in this process; see the module's text."""
 
-    def __init__(self, limit: int, *, idle_seconds: float = DEFAULT_IDLE_SECONDS) -> None:
+    def __init__(
+        self, limit: int, *, idle_seconds: float = DEFAULT_IDLE_SECONDS, server: str = ""
+    ) -> None:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < MIN_LIMIT:
             raise StoreError(
                 f"the connection budget must be a whole number of at least {MIN_LIMIT}, "
@@ -112,6 +121,7 @@ class ConnectionBudget:
             raise StoreError(f"idle_seconds must be above 0, got {idle_seconds!r}")
         self.limit = limit
         self.idle_seconds = idle_seconds
+        self.server = server  # host:port, when the process has a budget per server
         self._live: dict[Kind, weakref.WeakSet[Any]] = {
             "lane": weakref.WeakSet(),
             "engine": weakref.WeakSet(),
@@ -252,10 +262,11 @@ class ConnectionBudget:
         if now - self._refusal_said_at < SAY_EVERY_SECONDS:
             return
         log.warning(
-            "PostgreSQL refused a connection for want of room (%s) while this process holds %d "
-            "(%d refusal(s) since the last such line): working within %d until it takes more "
+            "PostgreSQL%s refused a connection for want of room (%s) while this process holds "
+            "%d (%d refusal(s) since the last such line): working within %d until it takes more "
             "(tried again within %g s). Work waits, it does not fail; lower --max-connections "
             "(now %d) to what the server allows",
+            self._on(),
             _last_line(error),
             self.open_count(),
             self._unsaid_refusals,
@@ -273,7 +284,9 @@ class ConnectionBudget:
         self._ceiling = min(self.limit, max(self._ceiling, self.open_count()) + 1)
         if self._ceiling >= self.limit and self._refusal_said:  # one line for each warning
             self._refusal_said = False
-            log.info("PostgreSQL takes connections again: working within %d", self.limit)
+            log.info(
+                "PostgreSQL%s takes connections again: working within %d", self._on(), self.limit
+            )
         self.released()
 
     def ceiling(self) -> int:
@@ -413,6 +426,10 @@ class ConnectionBudget:
                 self._draining -= 1
         return False, None
 
+    def _on(self) -> str:
+        """Which server, in a log line, when the process has a budget per server."""
+        return f" on {self.server}" if self.server else ""
+
     def _say_spent(self, kind: Kind) -> None:
         now = time.monotonic()
         self._unsaid += 1
@@ -421,9 +438,10 @@ class ConnectionBudget:
         counts = ", ".join(f"{k} {self.open_count(k)}" for k in self._live if self.open_count(k))
         since = f" ({self._unsaid - 1} more wait(s) since the last such line)"
         log.warning(
-            "connection budget spent: %d of %d connections open (%s); %s work waits for one%s. "
-            "Work waits, it does not fail; raise --max-connections (KET_MAX_CONNECTIONS) or "
-            "lower the concurrency if this lasts",
+            "connection budget%s spent: %d of %d connections open (%s); %s work waits for "
+            "one%s. Work waits, it does not fail; raise --max-connections (KET_MAX_CONNECTIONS) "
+            "or lower the concurrency if this lasts",
+            self._on(),
             self.open_count(),
             self.limit,
             counts or "none",
@@ -518,11 +536,32 @@ def _closed(connection: Any) -> bool:
 
 
 class Installed:
-    """The process's budget (a part of the process: ket.process); None: no budget, as in an
-    application's own process, whose connections its pools bound."""
+    """The process's connection budgets (a part of the process: ket.process): one per PostgreSQL
+    server, each of `limit` connections (`install_per_server`, what `ket worker` does), or one
+    shared by every server (`install`, for tests); none: no budget, as in an application's own
+    process, whose connections its pools bound."""
 
     def __init__(self) -> None:
-        self.budget: ConnectionBudget | None = None
+        self.shared: ConnectionBudget | None = None
+        self.limit: int | None = None
+        self.idle_seconds = DEFAULT_IDLE_SECONDS
+        self.by_server: dict[str, ConnectionBudget] = {}
+
+    def of(self, url: UrlLike) -> ConnectionBudget | None:
+        """The budget of the server `url` reaches (made on first use), if there is one."""
+        if self.shared is not None or self.limit is None:
+            return self.shared
+        server = server_of(url)
+        if server is None:  # SQLite: no connection to count
+            return None
+        found = self.by_server.get(server)
+        if found is None:
+            found = ConnectionBudget(self.limit, idle_seconds=self.idle_seconds, server=server)
+            self.by_server[server] = found
+        return found
+
+    def every(self) -> list[ConnectionBudget]:
+        return [self.shared] if self.shared is not None else list(self.by_server.values())
 
 
 URGENT, PROMPT, NORMAL = 0, 1, 2  # the tiers of waiters, first served first
@@ -556,9 +595,10 @@ def urgent() -> AbstractContextManager[Ticket]:
     return waiting_as(Ticket(URGENT))
 
 
-def promote(ticket: Ticket) -> None:
-    """Make the wait of `ticket` prompt (see the module's text), in the process's budget."""
-    spent = process.current().part(Installed).budget
+def promote(ticket: Ticket, url: UrlLike) -> None:
+    """Make the wait of `ticket` prompt (see the module's text), in the budget of `url`'s
+    server."""
+    spent = current(url)
     if spent is not None:
         spent.promote(ticket)
     else:
@@ -566,19 +606,36 @@ def promote(ticket: Ticket) -> None:
 
 
 def install(budget: ConnectionBudget | None) -> None:
-    """Make `budget` the process's (None: no budget, as for an application's own process)."""
-    process.current().part(Installed).budget = budget
+    """Make `budget` the process's, shared by every server (None: no budget, as for an
+    application's own process)."""
+    installed = process.current().part(Installed)
+    installed.shared, installed.limit, installed.by_server = budget, None, {}
 
 
-def current() -> ConnectionBudget | None:
-    """The process's budget, if `ket worker` (or a test) installed one."""
-    return process.current().part(Installed).budget
+def install_per_server(limit: int, *, idle_seconds: float = DEFAULT_IDLE_SECONDS) -> None:
+    """Give the process a budget of `limit` connections on each PostgreSQL server it reaches
+    (what `ket worker --max-connections` states: a server's max_connections is its own)."""
+    ConnectionBudget(limit, idle_seconds=idle_seconds)  # the same refusal of a bad limit, now
+    installed = process.current().part(Installed)
+    installed.shared, installed.by_server = None, {}
+    installed.limit, installed.idle_seconds = limit, idle_seconds
+
+
+def current(url: UrlLike) -> ConnectionBudget | None:
+    """The budget of the server `url` reaches, if `ket worker` (or a test) installed one."""
+    return process.current().part(Installed).of(url)
+
+
+def every() -> list[ConnectionBudget]:
+    """The process's budgets so far: one per server it reached (or the shared one)."""
+    return process.current().part(Installed).every()
 
 
 @asynccontextmanager
-async def held(kind: Kind = "other") -> AsyncIterator[None]:
-    """Room for one connection for the block within the process's budget, if there is one."""
-    budget = process.current().part(Installed).budget
+async def held(url: UrlLike, kind: Kind = "other") -> AsyncIterator[None]:
+    """Room for one connection to `url`'s server for the block, within its budget if there is
+    one."""
+    budget = current(url)
     if budget is None:
         yield
         return
@@ -586,9 +643,10 @@ async def held(kind: Kind = "other") -> AsyncIterator[None]:
         yield
 
 
-async def connect(open_one: Callable[[], Awaitable[C]], *, kind: Kind) -> C:
-    """`open_one()` within the process's budget, if there is one."""
-    budget = process.current().part(Installed).budget
+async def connect(open_one: Callable[[], Awaitable[C]], *, kind: Kind, url: UrlLike) -> C:
+    """`open_one()` (a connection to `url`'s server) within that server's budget, if there is
+    one."""
+    budget = current(url)
     if budget is None:
         return await open_one()
     return await budget.connect(open_one, kind=kind)

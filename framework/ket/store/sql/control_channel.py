@@ -232,7 +232,9 @@ class _Sender:
             self._forget_echoes()
             options = listening.TIMING.connect_options(self._dsn)
             connection = self._connection = await budget.connect(
-                lambda: psycopg.AsyncConnection.connect(self._dsn, **options), kind="other"
+                lambda: psycopg.AsyncConnection.connect(self._dsn, **options),
+                kind="other",
+                url=self._dsn,
             )
             self._pid = connection.info.backend_pid
         return connection

@@ -88,7 +88,7 @@ def create_engine(
         sqlite_discipline(engine.sync_engine, sqlite_synchronous(url))
         return engine
     connect_args = postgres_connect_args(target, options.pop("connect_args", None))
-    spent = budget.current()
+    spent = budget.current(url)
     if spent is not None and "async_creator" not in options:
         options["async_creator"] = _budgeted_creator(spent, parse_url(url), connect_args)
     engine = create_async_engine(target, pool_size=pool_size, connect_args=connect_args, **options)

@@ -121,7 +121,7 @@ class Lane:
         self._closing: set[asyncio.Task[None]] = set()  # broken connections being closed
         # the process's connection budget (budget.py), if any: each connection takes part of
         # it, and idle ones close after its idle time, or sooner when others need the room
-        self._budget = budget.current()
+        self._budget = budget.current(url)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[LaneConnection]:
@@ -281,7 +281,11 @@ class Lane:
                 return
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        raw = await budget.connect(self._open_one, kind="lane")
+        raw = await (
+            self._budget.connect(self._open_one, kind="lane")
+            if self._budget is not None
+            else self._open_one()
+        )
         try:
             # instants come back in UTC, as the engine's Instant type gives them; and behind a
             # pooler nothing is prepared, nor a pool that refuses transactions served (pooler.py)

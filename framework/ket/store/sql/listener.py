@@ -142,7 +142,7 @@ async def send_probe(dsn: str, payload: str, timing: Timing) -> None:
     """NOTIFY `payload` on the jobs channel from a short-lived connection of its own."""
     options = timing.connect_options(dsn)
     connection = await budget.connect(
-        lambda: psycopg.AsyncConnection.connect(dsn, **options), kind="other"
+        lambda: psycopg.AsyncConnection.connect(dsn, **options), kind="other", url=dsn
     )
     try:
         sent = connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
@@ -281,7 +281,9 @@ class Listener:
         timing = self._timing
         options = timing.connect_options(self._dsn)
         connection = await budget.connect(
-            lambda: psycopg.AsyncConnection.connect(self._dsn, **options), kind="listener"
+            lambda: psycopg.AsyncConnection.connect(self._dsn, **options),
+            kind="listener",
+            url=self._dsn,
         )
         try:
             listen = connection.execute(f"LISTEN {CHANNEL}")

@@ -126,6 +126,7 @@ class SqlRoster:
             raw = await budget.connect(
                 lambda: psycopg.AsyncConnection.connect(autocommit=True, **params, **options),
                 kind="other",
+                url=self._parsed,
             )
         try:
             await raw.execute("SET TIME ZONE 'UTC'")

@@ -1,0 +1,224 @@
+"""`ket serve` holds at most `--max-connections` PostgreSQL connections, over every tenant it
+serves (issue 26 item 3; issue 27 item 1): with twenty tenants called at once, every request is
+answered and the server never holds more than its budget. Before, each tenant's store took a
+pool of its own (up to 5 connections and 5 more of overflow), so some twenty tenants served took
+PostgreSQL's default 100 and locked the workers out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2 as httpx
+import psycopg
+import pytest
+from psycopg import sql
+
+from ket.store.sql import SqlStore
+from ket.store.sql.registry import TenantRegistry
+
+TENANTS = [f"s{n:02d}" for n in range(20)]
+CALLS = 4  # concurrent calls per tenant
+BUDGET = 5
+APP_NAME = "ket-serve-budget"  # the server's application_name (PGAPPNAME)
+APP = """
+from ket import define_deployment, define_function, define_job, define_module
+from ket.serve import AuthRequest, Principal
+
+async def authenticate(request: AuthRequest):
+    if request.bearer_token() == "t0ken":
+        return Principal(subject="ops", permissions={"call:*"})
+    return None
+
+async def work(ctx, input):
+    return None
+
+async def place(ctx, input):
+    await ctx.jobs.enqueue("app.work", {"n": input.n})
+    return "placed"
+
+app = define_module(
+    name="app",
+    functions={
+        "place": define_function(input={"n": "int"}, effects=["enqueue:app.work"], handler=place),
+    },
+    jobs={"work": define_job(input={"n": "int"}, idempotent=True, handler=work)},
+)
+main = define_deployment(name="main", modules=[app], serve={"authenticate": authenticate})
+"""
+PROJECT = "serve_budget_app"
+SERVE = [sys.executable, "-m", "ket.cli.main", "serve", "--port", "0"]
+LISTENING = re.compile(r"on (http://127\.0\.0\.1:\d+)")
+
+
+class Tenants:
+    def __init__(self, admin: str, root: Path) -> None:
+        self.admin = admin
+        self.root = root
+        self.prefix = f"ket_sb_{uuid.uuid4().hex[:8]}_"
+        self.names: list[str] = []
+
+    def url(self, database: str) -> str:
+        return f"{self.admin.rsplit('/', 1)[0]}/{self.prefix}{database}"
+
+    def create(self) -> None:
+        seed = TENANTS[0]
+        self._create(seed)
+
+        async def migrate() -> None:
+            await (await SqlStore.open(self.url(seed), migrate=True)).close()
+
+        asyncio.run(migrate())
+        for name in TENANTS[1:]:
+            self._create(name, template=self.prefix + seed)
+        self._create("registry")
+        registry = TenantRegistry(self.url("registry"))
+        try:
+            for name in TENANTS:
+                registry.add(name, template=self.url("{tenant}"))
+        finally:
+            registry.close()
+        (self.root / f"{PROJECT}.py").write_text(textwrap.dedent(APP))
+        (self.root / "pyproject.toml").write_text(f'[tool.ket]\nworkspace = "{PROJECT}.py"\n')
+
+    def _create(self, name: str, template: str | None = None) -> None:
+        statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.prefix + name))
+        if template is not None:
+            statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+        with psycopg.connect(self.admin, autocommit=True) as admin:
+            admin.execute(statement)
+        self.names.append(self.prefix + name)
+
+    def drop(self) -> None:
+        with psycopg.connect(self.admin, autocommit=True) as admin:
+            for name in self.names:
+                admin.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
+
+    def environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KET_")}
+        env.update(
+            KET_DATABASE_URL=self.url("{tenant}"),
+            KET_REGISTRY_URL=self.url("registry"),
+            PGAPPNAME=APP_NAME,
+            PYTHONPATH=os.pathsep.join(
+                [str(self.root), *filter(None, [os.environ.get("PYTHONPATH")])]
+            ),
+        )
+        return env
+
+    def held(self) -> int:
+        with psycopg.connect(self.admin, autocommit=True) as admin:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (APP_NAME,)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def jobs(self, name: str) -> int:
+        with psycopg.connect(self.url(name)) as connection:
+            row = connection.execute("SELECT count(*) FROM ket_jobs").fetchone()
+        return int(row[0]) if row else 0
+
+
+@pytest.fixture
+def tenants(postgres_url: str, tmp_path: Path) -> Iterator[Tenants]:
+    made = Tenants(postgres_url, tmp_path)
+    try:
+        made.create()
+        yield made
+    finally:
+        made.drop()
+
+
+def _started(process: subprocess.Popen[str], lines: queue.Queue[str]) -> str:
+    seen: list[str] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        seen.append(line)
+        found = LISTENING.search(line)
+        if found and "serving the functions" in line:
+            return found.group(1)
+    process.kill()
+    raise AssertionError("ket serve did not start:\n" + "".join(seen))
+
+
+def test_ket_serve_answers_every_tenant_within_its_connection_budget(tenants: Tenants) -> None:
+    process = subprocess.Popen(
+        [*SERVE, "--max-connections", str(BUDGET)],
+        cwd=tenants.root,
+        env=tenants.environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert process.stdout is not None
+        with process.stdout:
+            for line in process.stdout:
+                lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    most = 0
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal most
+        while not stop.wait(0.05):
+            try:
+                most = max(most, tenants.held())
+            except psycopg.OperationalError:  # the server full for a moment: the next sample
+                continue
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    try:
+        base = _started(process, lines)
+        sampler.start()
+
+        async def call_all() -> list[int]:
+            async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+
+                async def call(tenant: str, n: int) -> int:
+                    answer = await client.post(
+                        "/functions/app.place",
+                        json={"n": n},
+                        headers={"Authorization": "Bearer t0ken", "X-Ket-Tenant": tenant},
+                    )
+                    return answer.status_code
+
+                return await asyncio.gather(
+                    *(call(tenant, n) for tenant in TENANTS for n in range(CALLS))
+                )
+
+        codes = asyncio.run(call_all())
+        time.sleep(0.5)  # a last sample after the calls
+    finally:
+        stop.set()
+        if sampler.is_alive():
+            sampler.join(timeout=10)
+        process.terminate()
+        process.wait(timeout=30)
+        reader.join(timeout=10)
+    output = "".join(list(lines.queue))
+    assert codes == [200] * (len(TENANTS) * CALLS), output[-4_000:]
+    assert [tenants.jobs(name) for name in TENANTS] == [CALLS] * len(TENANTS)
+    assert 0 < most <= BUDGET, (most, output[-4_000:])
+    print(f"{len(codes)} calls over {len(TENANTS)} tenants; at most {most} connections held")
