@@ -429,7 +429,7 @@ class SqlStore:
         prompt = self._wakeups.take_prompt(queue)
         ticket = budget.Ticket(budget.PROMPT if prompt else budget.NORMAL)
         with (
-            self._wakeups.claiming(queue, lambda: budget.promote(ticket)),
+            self._wakeups.claiming(queue, lambda: budget.promote(ticket, self.url)),
             budget.waiting_as(ticket),
         ):
             return await self._hot(statement, single=True)
