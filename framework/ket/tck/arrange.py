@@ -34,7 +34,6 @@ TAKEOVER_WORKER = "worker-2"
 UNKNOWN_ID: JobId = 987_654_321
 
 
-
 def new_job(name: str = "kit.job", **fields: Any) -> NewJob:
     """A NewJob with the kit's defaults, `fields` overriding them."""
     return NewJob(name=name, **fields)
