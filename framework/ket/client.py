@@ -50,15 +50,17 @@ from ket.store.database_file import require_database
 from ket.store.database_url import PLACEHOLDER, parse_database_url
 from ket.store.failure import translated
 from ket.store.sql import SqlStore, insert_on
+from ket.store.sql.address import parse_url
 from ket.store.sql.app_connection import app_connection, async_app_connection
 from ket.store.sql.control_channel import ControlChannel, SyncHints, control_dsn
 from ket.store.sql.engine import create_sync_engine
 from ket.store.sql.failure import database_error
 from ket.store.sql.insert import wake_queues
 from ket.store.sql.registry_reader import RegistryReader
-from ket.store.sql.sqlite_wakeup import WakeFolder
+from ket.store.sql.store import wakeups_of
 from ket.store.tenant import check_tenant_name
 from ket.store.types import Inserted, NewJob
+from ket.store.wakeup import WakePath
 
 Input = BaseModel | Mapping[str, Any] | None
 Item = tuple[str, Input] | tuple[str, Input, Mapping[str, Any]]
@@ -152,6 +154,7 @@ class Client:
         self,
         catalog: Catalog,
         engine: Engine,
+        path: WakePath,
         hints: SyncHints | None = None,
         *,
         tenant: str = DEFAULT_TENANT,
@@ -160,9 +163,10 @@ class Client:
         self._engine = engine
         self._tenant = tenant
         self._hooks = process_hooks()  # what `ket worker` emits to: `from ket import hooks`
-        # SQLite: workers in other processes hear of a commit through its wake folder
-        self._wake_folder = WakeFolder.of(engine.url)
-        # several tenants on PostgreSQL: through the control database
+        # the stores' one wake path (WakePath): this process's waiters, SQLite's other
+        # processes through the wake folder, and with several tenants on PostgreSQL the
+        # workers through the control database (`hints`, closed with the client)
+        self._path = path
         self._hints = hints
 
     def enqueue(
@@ -240,12 +244,8 @@ class Client:
         self._wake(_queues(self._catalog, jobs))
 
     def _wake(self, queues: Collection[str]) -> None:
-        """The sync client's wake path after a commit: SQLite's wake folder, the control
-        channel's hint (the async client's goes through its store: SqlStore._available)."""
-        if self._wake_folder is not None:
-            self._wake_folder.ring(queues)
-        if self._hints is not None:
-            self._hints.sent(queues)
+        """After a commit: the stores' wake path (the async client's store takes it itself)."""
+        self._path.available(queues)
 
     def close(self) -> None:
         """Release the client's connections."""
@@ -354,7 +354,8 @@ def open_client(
     url, control = _target(tenant, database_url)
     engine = create_sync_engine(url, hide_parameters=True)
     hints = SyncHints(control, tenant) if control is not None else None
-    return Client(Catalog.build(deployment), engine, hints, tenant=tenant)
+    path = WakePath(wakeups_of(parse_url(url)), hints)
+    return Client(Catalog.build(deployment), engine, path, hints, tenant=tenant)
 
 
 async def open_async_client(

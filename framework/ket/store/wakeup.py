@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from ket import process
 
@@ -133,6 +134,30 @@ class Wakeups:
             timer.cancel()
             with self._lock:
                 self._waiters.remove(waiter)
+
+
+class Hints(Protocol):
+    """Where a store's commits are hinted to the workers of other processes (the control
+    channel: ket.store.sql.control_channel); `woken`: the queues woken in this process already."""
+
+    def sent(self, queues: Collection[str], woken: Collection[str] = ()) -> None: ...
+
+
+@dataclass(frozen=True)
+class WakePath:
+    """The one wake path after a commit that made jobs runnable: this process's waiters wake
+    now (and, on SQLite, every other process waiting on the file: FolderWakeups), and with
+    `hints` (several tenants on PostgreSQL) the workers of other processes get a hint. The
+    stores and the synchronous client take this path, each after its own commits."""
+
+    wakeups: Wakeups
+    hints: Hints | None = None
+
+    def available(self, woken: Collection[str], hinted: Collection[str] | None = None) -> None:
+        """Jobs committed that `woken` may run now (and the rest of `hinted`, later)."""
+        self.wakeups.notify(woken)
+        if self.hints is not None:
+            self.hints.sent(woken if hinted is None else hinted, woken=woken)
 
 
 class SharedWakeups:

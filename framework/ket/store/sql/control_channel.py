@@ -349,8 +349,9 @@ class SyncHints:
         self._connection: psycopg.Connection[Any] | None = None
         self._dropped = _Dropped(dsn)
 
-    def sent(self, queues: Collection[str]) -> None:
-        """As ControlChannel.sent, in the caller's thread; a failure is logged, not raised."""
+    def sent(self, queues: Collection[str], woken: Collection[str] = ()) -> None:
+        """As ControlChannel.sent, in the caller's thread; a failure is logged, not raised.
+        (`woken` changes nothing: a synchronous client routes no hints in its process.)"""
         if not queues:
             return
         try:
