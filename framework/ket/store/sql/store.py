@@ -75,7 +75,7 @@ from ket.store.types import (
     Where,
 )
 from ket.store.url import DatabaseUrl
-from ket.store.wakeup import Wakeups, shared
+from ket.store.wakeup import WakePath, Wakeups, shared
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -95,6 +95,18 @@ LONG_TRANSACTION_SECONDS = 60.0
 BACKSTOP_POLL_SECONDS = 600.0
 # outcomes that, with no delay, make the job claimable at once: its queue's waiters are woken
 _RUNNABLE_AGAIN = frozenset({"retryable", "snoozed"})
+
+
+def wakeups_of(url: DatabaseUrl) -> Wakeups:
+    """The process's Wakeups of the database at `url`: every handle of one database in this
+    process shares them (a store, a synchronous client); PostgreSQL adds NOTIFY for the other
+    processes, SQLite a datagram to each one waiting (sqlite_wakeup)."""
+    key = url.difference_update_query([SYNCHRONOUS]).render_as_string(hide_password=True)
+    if url.get_backend_name() == "sqlite":
+        from ket.store.sql import sqlite_wakeup
+
+        return sqlite_wakeup.shared_wakeups(key, url)
+    return shared(key)
 
 
 class SqlStore:
@@ -123,21 +135,14 @@ class SqlStore:
         self._engine_options = dict(engine_options or {})
         self._engine: AsyncEngine | None = None
         self._autocommit: AsyncEngine | None = None
-        # handles of one database in this process share their wake-ups; PostgreSQL adds NOTIFY
-        # for the other processes, SQLite a datagram to each one waiting (sqlite_wakeup)
-        key = self.url.difference_update_query([SYNCHRONOUS]).render_as_string(hide_password=True)
-        if self.dialect == "sqlite":
-            from ket.store.sql import sqlite_wakeup
-
-            self._wakeups: Wakeups = sqlite_wakeup.shared_wakeups(key, self.url)
-        else:
-            self._wakeups = shared(key)
+        self._wakeups: Wakeups = wakeups_of(self.url)
         self._inbox: Any = None  # SQLite's sqlite_wakeup.Inbox; taken on the first wait
         # where this store LISTENs: its database, or KET_LISTEN_URL's way there (pooler.py)
         self._dsn = listen_dsn(libpq_dsn(self.url)) if self.dialect == "postgresql" else None
         self._listener: listening.Listener | None = None  # shared; taken on the first wait
         # several tenants: wake-ups go through the control database (control_channel.py)
         self._channel = channel if self.dialect == "postgresql" else None
+        self._path = WakePath(self._wakeups, self._channel)
         # queue -> when its last claim here began its statement (monotonic)
         self._claimed_at: dict[str, float] = {}
         # queue -> (loop time, timer): a wake-up when the queue's next job is due
@@ -364,10 +369,8 @@ class SqlStore:
         (client, ctx.jobs, ctx.tx, a served function, the dashboard, the CLI), because a caller
         that forgot it left its jobs to the safety visit: `ket serve` and the operator's retry
         did (issue 26). Which stores hint is decided once, where a tenant's store is opened
-        (control_channel.control_dsn)."""
-        self._wakeups.notify(woken)
-        if self._channel is not None:
-            self._channel.sent(woken if hinted is None else hinted, woken=woken)
+        (control_channel.control_dsn). The synchronous client takes the same WakePath."""
+        self._path.available(woken, hinted)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlTransaction]:
