@@ -1,26 +1,32 @@
 """The rescuer: jobs whose worker stopped heartbeating go back to work (or are discarded).
 
 A rescue must not take a job whose attempt is over in some worker but whose outcome is not
-recorded yet: the job would run again. Two rules keep it from doing so after the database was
-away (an outage leaves every worker's outcomes waiting, and their leases may run out meanwhile):
+recorded yet: the job would run again. After the database was away, every worker's outcomes may
+be waiting (in its settler, retried at least every second), and their leases may have run out
+meanwhile. Two rules keep a rescue from taking them:
 
 - this worker's own waiting outcomes are recorded first (`Settler.recorded`, within
   RECORD_FIRST_SECONDS; a rescue whose outcomes could not be recorded is skipped until the next);
-- a rescuer that could not reach the database either holds its rescues back for one lease from
-  the moment it answers again and this worker's own outcomes could be written (`Hold`; a
-  database may answer reads and still refuse writes: SQLite on a full disk): it cannot tell a
-  worker that died from one that was cut off as it was, and a live one records its outcomes, or
-  extends its leases, well within that.
+- a rescuer whose tick failed (the database did not answer, or refused a write) does not
+  rescue on its next write: that write is a grace (`Hold`, `JobStore.job_grace`), which makes
+  every executing lease last at least one more lease from then, expired ones included, and the
+  rescues start at the tick after it. So the grace is measured from the moment writes work
+  again, as the database itself saw it; nothing else (a read that answers, an outcome of its
+  own recorded) ends the hold: a database may answer reads and still refuse writes (SQLite on a
+  full disk), and a rescuer with no outcomes of its own would learn nothing from them. A live
+  holder records its outcomes (within a second) or heartbeats its leases (every third of a
+  lease) well within the grace; a dead one's jobs are rescued when it runs out. The grace
+  writes whenever some lease ends within it, so on a database that still refuses writes it
+  fails, and the hold stays.
 
 A worker that alone lost the database is rescued from at once by the others, whose rescues never
 failed; a lease that ran out while the whole fleet was cut off is rescued a lease after the
-database returned, unless its holder recorded or heartbeated first.
+database took writes again, unless its holder recorded or heartbeated first.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
 from ket.runtime.events import Event, Hooks
@@ -36,28 +42,35 @@ Recorded = Callable[[float], Awaitable[bool]]
 
 
 class Hold:
-    """Whether this worker's rescues wait, after the database was away from it."""
+    """Whether this worker's next rescue must be a grace, after the database was away from it."""
 
-    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._seconds = seconds
-        self._clock = clock
-        self.was_away = False  # a rescue (or visit) failed: the database did not answer
-        self._until = 0.0
+    def __init__(self, seconds: float) -> None:
+        if not seconds > 0:
+            raise ValueError(f"a hold's seconds must be positive, got {seconds!r}")
+        self.seconds = seconds
+        self.was_away = False  # a rescue (or visit) failed: the database did not take it
 
     def away(self) -> None:
-        """The database did not answer the rescuer."""
+        """The database did not answer the rescuer, or refused its write."""
         self.was_away = True
 
-    async def left(self, recorded: Recorded | None) -> float:
-        """Called once the database answered: the seconds rescues must still wait (0: none).
-        After it was away, the hold starts once `recorded` (this worker's outcomes written)
-        says so too; until then a whole hold is left."""
-        if self.was_away:
-            if recorded is not None and not await recorded(RECORD_FIRST_SECONDS):
-                return self._seconds  # writes still fail: ask again then
-            self.was_away = False
-            self._until = self._clock() + self._seconds
-        return max(self._until - self._clock(), 0.0)
+    async def grace(self, store: JobStore, *, tenant: str) -> bool:
+        """After the database was away: give every lease `seconds` from now instead of a
+        rescue, and True; else False (the rescue may go on). Raises while writes fail."""
+        if not self.was_away:
+            return False
+        lengthened = await store.job_grace(self.seconds)
+        self.was_away = False
+        if lengthened:
+            log.info(
+                "tenant %s: the database takes writes again; %d lease%s given %gs before any "
+                "rescue, for their workers to record or heartbeat",
+                tenant,
+                lengthened,
+                "" if lengthened == 1 else "s",
+                self.seconds,
+            )
+        return True
 
 
 async def rescue(
@@ -104,7 +117,7 @@ class RescueService:
         hold: Hold | None = None,
     ) -> None:
         """`recorded`: the worker's settler's (see `rescue`); `hold`: after a failed tick, the
-        rescues wait this long once the database answers (default: one `interval`, a lease)."""
+        grace its next write gives (default: one `interval`, a lease)."""
         self._store = store
         self._hooks = hooks
         self._tenant = tenant
@@ -112,13 +125,10 @@ class RescueService:
         self._hold = hold or Hold(interval)
         self.interval = interval
 
-    async def tick(self) -> float | None:
+    async def tick(self) -> None:
         try:
-            if self._hold.was_away:
-                await self._store.now()  # raises while the database is still away
-            wait = await self._hold.left(self._recorded)
-            if wait > 0:
-                return wait
+            if await self._hold.grace(self._store, tenant=self._tenant):
+                return  # the rescues start at the next tick, a lease later: when the grace ends
             done = await rescue(
                 self._store, self._hooks, tenant=self._tenant, recorded=self._recorded
             )
@@ -127,4 +137,3 @@ class RescueService:
             raise
         if done is None:  # the outcomes could not be recorded: the database is away
             self._hold.away()
-        return None

@@ -10,8 +10,8 @@ many tenants it serves. A visit that finds a running job comes back when its
 lease ends, so a job whose worker died is rescued about when its lease expires. The visit
 sweeps the tenant's schedules too, on the same connection, and its timer also brings the sweep
 of each schedule tick: an idle tenant costs one connection a visit, not one more per sweep.
-Its rescue follows runtime/rescue.py's rules: this worker's waiting outcomes first, and none for
-a lease after the database was away from this worker.
+Its rescue follows runtime/rescue.py's rules: this worker's waiting outcomes first, and after the
+database was away from this worker, a grace of one lease (its first write) before any rescue.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class VisitService:
         self._sweep = sweep
         self._clock = clock
         self._recorded = recorded
-        self._hold = hold or Hold(0.0, clock)
+        self._hold = hold
         self._visit_at: float | None = None  # on `clock`; None: at the next tick
         self._sweep_at: float | None = None  # the next tick's sweep; None: none due
         self.interval = visit_every(served())
@@ -92,7 +92,8 @@ class VisitService:
         try:
             return await self._tick()
         except Exception:
-            self._hold.away()
+            if self._hold is not None:
+                self._hold.away()
             raise
 
     async def _tick(self) -> float:
@@ -118,18 +119,16 @@ class VisitService:
         # a visit rescues only when a lease has ended: most find none (three round trips
         # fewer than a rescue that finds nothing, BEGIN and COMMIT included)
         ends = await store.lease_end()
-        held = await self._hold.left(self._recorded)  # the database answered: see rescue.py
-        if ends is not None and ends <= 0:
-            if held > 0:  # back when the hold ends
-                ends = max(held - AFTER_LEASE_SECONDS, 0.0)
+        hold = self._hold
+        if hold is not None and await hold.grace(store, tenant=self._tenant):
+            ends = await store.lease_end()  # back when the grace ends: see rescue.py
+        elif ends is not None and ends <= 0:
+            rescued = await rescue(store, self._hooks, tenant=self._tenant, recorded=self._recorded)
+            if rescued is None:  # the outcomes could not be recorded: the database is away
+                if hold is not None:
+                    hold.away()
             else:
-                rescued = await rescue(
-                    store, self._hooks, tenant=self._tenant, recorded=self._recorded
-                )
-                if rescued is None:  # the outcomes could not be recorded: the database is away
-                    self._hold.away()
-                else:
-                    ends = await store.lease_end()
+                ends = await store.lease_end()
         store.wake(self._queues)  # they claim on the connection the visit just used
         self.interval = visit_every(self._served())
         delay = self.interval * random.uniform(0.8, 1.2)

@@ -203,6 +203,8 @@ class TenantWorker:
                 timeout=max(attempts.lease_seconds, 5.0),
             )
         else:
+            # retried at its interval through an outage, not backed off: its first write after
+            # it is the grace (rescue.py), and a dead worker's jobs wait for that grace to end
             sup.every(
                 RescueService(
                     store,
@@ -210,7 +212,8 @@ class TenantWorker:
                     tenant=self.tenant,
                     interval=attempts.lease_seconds,
                     recorded=self.settler.recorded,
-                )
+                ),
+                patience=attempts.lease_seconds,
             )
             sup.every(sweep, at_once=True, first_within=first)
         sup.every(PruneService(store, retention_ms=self._config.retention_ms), timeout=120.0)

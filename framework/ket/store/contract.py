@@ -84,6 +84,11 @@ class JobStore(Protocol):
         """Move executing jobs whose lease expired to retryable (or discarded), error recorded."""
         ...
 
+    async def job_grace(self, seconds: float) -> int:
+        """Make every executing job's lease last at least `seconds` from now (expired ones too);
+        returns how many leases were lengthened. A rescuer's first write after an outage."""
+        ...
+
     async def job_cancel(self, job_id: JobId) -> StateChange:
         """Cancel non-terminal work; executing work is marked so its worker aborts it."""
         ...

@@ -290,6 +290,7 @@ async def test_a_failing_database_raises_store_error_from_every_operation_and_th
             Heartbeat(leases=[Lease(id=job_id, fence=claimed.fence)], lease_seconds=LEASE)
         ),
         "job_rescue": lambda s: s.job_rescue(),
+        "job_grace": lambda s: s.job_grace(LEASE),
         "job_cancel": lambda s: s.job_cancel(job_id),
         "job_retry": lambda s: s.job_retry(job_id),
         "job_prune": lambda s: s.job_prune(Prune(older_than_seconds=0)),

@@ -1,8 +1,15 @@
-"""Rescue: expired leases go back to work (or are discarded, or cancelled), live ones never."""
+"""Rescue: expired leases go back to work (or are discarded, or cancelled), live ones never.
+
+And the grace a rescuer gives before its first rescue after an outage: every executing lease
+lasts at least so long from now, expired ones included, and its holder keeps it.
+"""
 
 from __future__ import annotations
 
-from ket.store.types import Rescued
+import pytest
+
+from ket.errors import JobRejected
+from ket.store.types import Heartbeat, Lease, Rescued
 from ket.tck.arrange import (
     after,
     claim,
@@ -16,6 +23,9 @@ from ket.tck.arrange import (
 from ket.tck.harness import Tck, tck_test
 
 __all__ = [
+    "test_grace_keeps_its_holders_lease_and_fence",
+    "test_grace_lengthens_every_lease_ending_sooner_and_rescue_waits_for_it",
+    "test_grace_refuses_seconds_that_are_not_positive",
     "test_rescue_cancels_an_expired_job_with_a_cancel_request",
     "test_rescue_discards_an_expired_job_at_its_last_attempt",
     "test_rescue_leaves_a_lease_that_expires_exactly_now",
@@ -163,3 +173,52 @@ async def test_rescue_with_nothing_expired_returns_nothing(t: Tck) -> None:
     assert await t.store.job_rescue() == []
     assert (await get(t, job_id)).state == "scheduled"
     assert (await get(t, done.id)).errors == ()
+
+
+@tck_test
+async def test_grace_lengthens_every_lease_ending_sooner_and_rescue_waits_for_it(t: Tck) -> None:
+    expired, ending, long = await insert(
+        t.store, new_job(queue="a"), new_job(queue="b"), new_job(queue="c")
+    )
+    waiting = await insert_one(t.store, new_job(queue="d"))
+    await claim_only(t.store, expired, "a", lease=10)
+    await claim_only(t.store, ending, "b", lease=25)
+    await claim_only(t.store, long, "c", lease=60)
+    t.clock.advance(seconds=20)
+    untouched = [await get(t, long), await get(t, waiting)]
+    assert await t.store.job_grace(10) == 2
+    until = after(t, 10)
+    assert [(await get(t, i)).lease_until for i in (expired, ending)] == [until, until]
+    assert [await get(t, long), await get(t, waiting)] == untouched
+    assert await t.store.job_rescue() == []
+    assert await t.store.job_grace(10) == 0  # none ends sooner now
+    t.clock.advance(seconds=10.001)
+    assert sorted(r.id for r in await t.store.job_rescue()) == sorted([expired, ending])
+
+
+@tck_test
+async def test_grace_keeps_its_holders_lease_and_fence(t: Tck) -> None:
+    job_id = await insert_one(t.store)
+    claimed = await claim_only(t.store, job_id, lease=10)
+    t.clock.advance(seconds=30)
+    assert await t.store.job_grace(10) == 1
+    beat = await t.store.job_heartbeat(
+        Heartbeat(leases=[Lease(id=job_id, fence=claimed.fence)], lease_seconds=10)
+    )
+    assert beat.extended == (job_id,)
+    record = await get(t, job_id)
+    assert (record.fence, record.worker_id, record.errors) == (claimed.fence, "worker-1", ())
+    await settle(t.store, claimed, "completed")
+    assert (await get(t, job_id)).state == "completed"
+
+
+@tck_test
+async def test_grace_refuses_seconds_that_are_not_positive(t: Tck) -> None:
+    job_id = await insert_one(t.store)
+    await claim_only(t.store, job_id, lease=1)
+    t.clock.advance(seconds=2)
+    for seconds in (0, -1, float("nan"), float("inf"), True, "5"):
+        with pytest.raises(JobRejected, match="grace seconds must be a positive"):
+            await t.store.job_grace(seconds)  # type: ignore[arg-type]
+    assert (await get(t, job_id)).lease_until is not None
+    assert [r.id for r in await t.store.job_rescue()] == [job_id]

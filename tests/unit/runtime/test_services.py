@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,7 +19,7 @@ from ket.runtime.prune import PruneService
 from ket.runtime.rescue import Hold, RescueService
 from ket.runtime.sweep import SweepService, run_now
 from ket.runtime.visit import VISITS_PER_SECOND
-from ket.store import JobClaim, JobQuery, NewJob, Settle
+from ket.store import Heartbeat, JobClaim, JobQuery, Lease, NewJob, Settle
 from ket.store.clock import ManualClock
 from ket.store.contract import JobStore
 from ket.store.memory import MemoryStore
@@ -401,67 +401,77 @@ def test_a_sweep_its_safety_visits_also_make_sleeps_until_the_next_tick() -> Non
     run(scenario)
 
 
-class AwayStore:
-    """A memory store whose database can be taken away: rescues and clock reads then raise."""
+class FullDisk:
+    """A memory store whose writes can fail while its reads answer, as SQLite's on a full disk."""
 
     def __init__(self, store: MemoryStore) -> None:
         self.memory = store
-        self.away = False
+        self.full = False
+
+    def _write(self) -> None:
+        if self.full:
+            raise StoreError("database error: OperationalError: database or disk is full")
 
     async def now(self) -> datetime:
-        if self.away:
-            raise StoreError("the database is away")
         return await self.memory.now()
 
     async def job_rescue(self, limit: int = 1_000) -> Any:
-        if self.away:
-            raise StoreError("the database is away")
+        self._write()
         return await self.memory.job_rescue(limit)
 
+    async def job_grace(self, seconds: float) -> int:
+        self._write()
+        return await self.memory.job_grace(seconds)
 
-def test_after_the_database_was_away_rescue_waits_a_lease_and_for_this_worker_s_outcomes() -> None:
+
+def test_after_writes_failed_the_rescuer_s_first_write_is_a_grace_of_a_lease() -> None:
     async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
         await store.job_insert([NewJob(name="t.work") for _ in range(2)])
-        jobs = await store.job_claim(
+        live, dead = await store.job_claim(
             JobClaim(queue="default", limit=2, worker_id="cut-off", lease_seconds=30)
         )
-        away = AwayStore(store)
+        disk = FullDisk(store)
         asked: list[float] = []
-        recorded_ok = [True]  # nothing of this worker's waits
 
-        async def recorded(timeout: float) -> bool:
+        async def recorded(timeout: float) -> bool:  # nothing of this worker's waits
             asked.append(timeout)
-            return recorded_ok[0]
+            return True
 
-        monotonic = [0.0]
-        hold = Hold(30.0, clock=lambda: monotonic[0])
         service = RescueService(
-            away,  # type: ignore[arg-type]
+            disk,  # type: ignore[arg-type]
             hooks_of(events),
             tenant="acme",
             interval=30,
             recorded=recorded,
-            hold=hold,
+            hold=Hold(30.0),
         )
-        away.away = True
-        with pytest.raises(StoreError):
-            await service.tick()  # the rescue fails: the database is away
-        clock.advance(seconds=60)  # every lease ran out during the outage
-        recorded_ok[0] = False  # and this worker's finished attempts' outcomes wait
-        away.away = False
-        assert await service.tick() == 30.0  # answers, but its outcomes still wait: held
-        recorded_ok[0] = True
-        # the outcomes are written: a lease from now, the holders may record or heartbeat
-        assert await service.tick() == 30.0
-        monotonic[0] = 29.0
-        assert await service.tick() == 1.0
-        await store.job_settle([Settle(id=jobs[0].id, fence=jobs[0].fence, outcome="completed")])
-        monotonic[0] = 30.0
-        assert await service.tick() is None  # the hold is over: rescue what is still expired
-        assert [(e.kind, e.job_id) for e in events] == [("rescued", jobs[1].id)]
-        assert (await store.job_get(jobs[0].id)).state == "completed"  # type: ignore[union-attr]
+        disk.full = True
+        for _ in range(3):  # reads answer and no outcome of its own waits: still no rescue
+            with pytest.raises(StoreError):
+                await service.tick()
+            clock.advance(seconds=30)  # the leases run out while writes fail
+        asked.clear()
+        disk.full = False
+        await service.tick()  # its first write: a grace, measured from now
+        assert events == [] and asked == []
+        for job in (live, dead):
+            record = await store.job_get(job.id)
+            assert record is not None and record.lease_until == clock.now() + timedelta(seconds=30)
+        clock.advance(seconds=10)
+        beat = Heartbeat(leases=[Lease(id=live.id, fence=live.fence)], lease_seconds=30)
+        assert (await store.job_heartbeat(beat)).extended == (live.id,)  # its holder is alive
+        clock.advance(seconds=20.001)
+        await service.tick()  # the grace is over: only the silent holder's job is rescued
+        assert [(e.kind, e.job_id) for e in events] == [("rescued", dead.id)]
+        assert asked  # its own outcomes were asked for first
+        assert (await store.job_get(live.id)).state == "executing"  # type: ignore[union-attr]
 
     run(scenario)
+
+
+def test_a_hold_refuses_a_grace_that_is_not_positive() -> None:
+    with pytest.raises(ValueError, match="a hold's seconds must be positive, got 0"):
+        Hold(0)
 
 
 def test_a_rescue_whose_outcomes_cannot_be_recorded_is_put_off() -> None:

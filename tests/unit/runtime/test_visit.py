@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection
+from datetime import timedelta
 
 import pytest
 
 from ket.errors import StoreError
 from ket.runtime.events import Event, Hooks
 from ket.runtime.rescue import Hold
-from ket.runtime.visit import VISIT_AT_LEAST_SECONDS, VISITS_PER_SECOND, VisitService, visit_every
+from ket.runtime.visit import (
+    AFTER_LEASE_SECONDS,
+    VISIT_AT_LEAST_SECONDS,
+    VISITS_PER_SECOND,
+    VisitService,
+    visit_every,
+)
 from ket.store import JobClaim, JobQuery, JobStore, NewJob, Rescued
 from ket.store.clock import ManualClock
 from ket.store.memory import MemoryStore
@@ -175,7 +182,7 @@ class Flaky(Rescues):
         return await super().lease_end()
 
 
-def test_after_the_database_was_away_a_visit_rescues_only_a_lease_later() -> None:
+def test_after_the_database_was_away_a_visit_gives_a_grace_and_rescues_when_it_ends() -> None:
     async def main() -> None:
         clock = ManualClock()
         store = Flaky(clock)
@@ -194,7 +201,7 @@ def test_after_the_database_was_away_a_visit_rescues_only_a_lease_later() -> Non
             served=lambda: 8,
             clock=lambda: monotonic[0],
             recorded=written,
-            hold=Hold(30.0, clock=lambda: monotonic[0]),
+            hold=Hold(30.0),
         )
         await store.job_insert([NewJob(name="t.work")])
         [job] = await store.job_claim(
@@ -205,12 +212,16 @@ def test_after_the_database_was_away_a_visit_rescues_only_a_lease_later() -> Non
             await visit.tick()
         clock.advance(seconds=60)  # the lease ran out while the database was away
         store.away = False
-        # it answers: this worker's outcomes are written first, then the holder gets a lease
-        assert await visit.tick() <= 30.0  # back by the hold's end (or sooner, at its pace)
-        assert store.rescues == 0 and recorded
-        monotonic[0] = 30.0
+        # it answers: the visit's first write gives the holder a lease from now, no rescue
+        back = await visit.tick()
+        assert back <= 30.0 + AFTER_LEASE_SECONDS  # back by the grace's end (or at its pace)
+        assert store.rescues == 0 and recorded == []
+        held = await store.job_get(job.id)
+        assert held is not None and held.lease_until == clock.now() + timedelta(seconds=30)
+        clock.advance(seconds=30.0 + AFTER_LEASE_SECONDS)
+        monotonic[0] = 30.0 + AFTER_LEASE_SECONDS
         await visit.tick()
-        assert store.rescues == 1
+        assert store.rescues == 1 and recorded
         rescued = await store.job_get(job.id)
         assert rescued is not None and rescued.state == "retryable"
         await store.close()

@@ -169,6 +169,20 @@ class MemoryStore:
         self.database.wakeups.notify({r.queue for r in rescued if r.state == "retryable"})
         return rescued
 
+    async def job_grace(self, seconds: float) -> int:
+        """Make every executing job's lease last at least `seconds` from now."""
+        validate.check_seconds("grace seconds", seconds, positive=True)
+        with self._locked():
+            until = _later(self._now(), seconds, "grace seconds")
+            short = [
+                row
+                for row in self.database.executing()
+                if row.lease_until is not None and row.lease_until < until
+            ]
+            for row in short:
+                row.lease_until = until
+        return len(short)
+
     async def job_cancel(self, job_id: JobId) -> StateChange:
         """Cancel runnable work now; mark executing work so its worker aborts it."""
         check_job_id(job_id)

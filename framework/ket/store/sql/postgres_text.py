@@ -237,6 +237,14 @@ TEXT: dict[str, Compiled] = {
         },
         returning=False,
     ),
+    'query.grace': Compiled(
+        text=(
+            "UPDATE ket_jobs SET lease_until=coalesce(%(lease_at)s::TIMESTAMP WITH TIME ZONE, now() + %(lease_s)s * interval '1 second') WHERE ket_jobs.state = 'executing' AND ket_jobs.lease_until < coalesce(%(lease_at)s::TIMESTAMP WITH TIME ZONE, now() + %(lease_s)s * interval '1 second') RETURNING ket_jobs.id"
+        ),
+        constants={
+        },
+        returning=True,
+    ),
     'query.heartbeat': Compiled(
         text=(
             "UPDATE ket_jobs SET lease_until=coalesce(%(lease_at)s::TIMESTAMP WITH TIME ZONE, now() + %(lease_s)s * interval '1 second') FROM unnest(%(ids)b::BIGINT[], %(fences)b::BIGINT[]) AS pairs(id, fence) WHERE ket_jobs.id = ANY (%(ids)b::BIGINT[]) AND ket_jobs.id = pairs.id AND ket_jobs.fence = pairs.fence AND ket_jobs.state = %(executing_state)s::VARCHAR RETURNING ket_jobs.id, ket_jobs.cancel_requested"

@@ -80,6 +80,7 @@ class Statements:
     append_errors: Any
     heartbeat: Any
     rescue: Any
+    grace: Any
     lock_job: Any
     # an operator's cancel and retry, of one job or a batch (bulk.py): parameter `ids`
     cancel_now: Any
@@ -138,6 +139,10 @@ def statements(dialect: str) -> Statements:
         .values(lease_until=time.at("lease"))
         .returning(jobs.c.id, jobs.c.cancel_requested),
         rescue=_rescue(time),
+        grace=update(jobs)
+        .where(EXECUTING, jobs.c.lease_until < time.at("lease"))
+        .values(lease_until=time.at("lease"))
+        .returning(jobs.c.id),
         lock_job=select(jobs).where(jobs.c.id == bindparam("p_id")).with_for_update(),
         cancel_now=update(jobs)
         .where(among(dialect, jobs.c.id, "ids", BigInteger), RUNNABLE)

@@ -76,6 +76,7 @@ SETTLE = {outcome: _query(f"settle.{outcome}") for outcome in SETTLE_OUTCOMES}
 APPEND_ERRORS = _query("append_errors")
 HEARTBEAT = _query("heartbeat")
 RESCUE = _query("rescue")
+GRACE = _query("grace")  # parameter `lease_at`: every executing lease ends no sooner
 LOCK_JOB = _query("lock_job")
 CANCEL_NOW = _query("cancel_now")
 REQUEST_CANCEL = _query("request_cancel")

@@ -551,6 +551,13 @@ class SqlStore:
         self._available(_retryable_queues(rescued))
         return rescued
 
+    async def job_grace(self, seconds: float) -> int:
+        """Make every executing job's lease last at least `seconds` from now."""
+        validate.check_seconds("grace seconds", seconds, positive=True)
+        params = time_params(self._now(), lease=seconds)
+        rows = await self._hot(lambda conn: conn.tuples(stmt.GRACE, params), single=True)
+        return len(rows)
+
     # -- operator commands ------------------------------------------------------------------
 
     async def job_cancel(self, job_id: JobId) -> StateChange:
