@@ -76,6 +76,7 @@ class Proxy:
         self.accepted = 0  # connections accepted so far (in any mode): reconnects show here
         self._mode: Mode = "pass"
         self._links: set[_Link] = set()
+        self._accepting: set[asyncio.Task[None]] = set()  # connections being accepted or served
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -135,6 +136,12 @@ class Proxy:
             await self._stop.wait()
         finally:
             server.close()
+            # every connection still being accepted goes too: one cut short in its upstream
+            # connect would otherwise leave its socket to the garbage collector (a
+            # ResourceWarning, an error under filterwarnings=error)
+            for accepting in list(self._accepting):
+                accepting.cancel()
+            await asyncio.gather(*self._accepting, return_exceptions=True)
             links = list(self._links)
             for link in links:
                 for writer in link.writers():
@@ -164,6 +171,16 @@ class Proxy:
                     link.upstream.transport.abort()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._accepting.add(task)
+        try:
+            await self._forward(reader, writer)
+        finally:
+            self._accepting.discard(task)
+            writer.transport.abort()  # closed whatever happened (a no-op when it is already)
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
         if self._mode == "refuse":
             _reset(writer)
