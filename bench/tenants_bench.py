@@ -598,7 +598,7 @@ def _rows(p: PassResult, backlog: int) -> list[tuple[str, str]]:
         )
         rows.append(
             (
-                "  enqueued at +s in interval: p5 / p50 / p95; width",
+                f"  {t.schedule} enqueued at +s after its tick: p5 / p50 / p95; width",
                 f"{_f(t.offset_p5_s)} / {_f(t.offset_p50_s)} / {_f(t.offset_p95_s)}; "
                 f"{_f(t.sweep_width_median_s)}",
             )
