@@ -275,3 +275,44 @@ def test_a_lane_waits_for_its_own_connection_only_so_long_then_opens_one(
     )
     assert quick != slow
     assert OWN_WAIT_SECONDS <= waited < OWN_WAIT_SECONDS + 1.5
+
+
+def test_a_caller_cancelled_as_a_connection_is_handed_to_it_ends_cancelled(
+    postgres_url: str,
+) -> None:
+    # asyncio.wait_for (Python 3.11) returned the connection to a waiter cancelled in that very
+    # moment, and the caller went on as if never cancelled: a worker's claim loop did so at its
+    # stop, then waited minutes for work (the budget grid's 200 tenants at budget 4)
+    tag = f"ket-lane-{uuid.uuid4().hex[:8]}"
+
+    async def body() -> None:
+        lane = _lane(postgres_url, tag, size=1)
+        go = asyncio.Event()
+        ran: list[str] = []
+
+        async def holds(connection: Any) -> None:
+            await go.wait()
+
+        async def second(connection: Any) -> None:
+            ran.append("second")
+
+        first = asyncio.ensure_future(lane.run(holds, single=True))
+        while not lane._open:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # it holds the lane's one connection
+        waiting = asyncio.ensure_future(lane.run(second, single=True))
+        await asyncio.sleep(0.05)
+        [handed] = lane._waiters
+        requested: list[bool] = []
+        # cancelled right as the connection is handed over, before the waiter runs again
+        handed.add_done_callback(lambda _: requested.append(waiting.cancel()))
+        go.set()
+        await first
+        await asyncio.wait([waiting])
+        assert requested
+        if requested[0]:  # the cancel was taken: the caller ends cancelled, its body not run
+            assert waiting.cancelled() and ran == []
+        assert lane.idle_since() is not None  # and the connection is back in the pool
+        await lane.close()
+
+    _run(body)

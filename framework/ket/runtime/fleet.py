@@ -7,6 +7,11 @@ others run. A registry that cannot be read keeps the current tenant list until i
 Registered tenants that cannot be served (two that resolve to one database, a name outside the
 grammar) are refused, each logged once with the reason, and the others are served.
 
+Tenants start side by side, STARTS_AT_ONCE at a time (a start opens the tenant's store and checks
+its model tables: one connection and a statement or two). A refresh waits for the starts it began
+for START_WAIT_SECONDS at most, then leaves the rest to finish on their own: with a thousand new
+tenants it is over well within its bound, and the next refresh starts none twice.
+
 When worker processes share the tenants (`share`, see `ket.runtime.share`), each serves only the
 tenants it owns: the refresh runs as soon as the peers change, and starts the tenants this worker
 gained before it stops (gracefully, all at once) the ones it gave up, so that a handover leaves a
@@ -39,6 +44,15 @@ from ket.store.contract import JobStore
 from ket.transport import Sender
 
 log = logging.getLogger("ket.worker")
+
+# Tenant starts under way at once: enough to keep a budget of 20 connections busy with them
+# (each start waits for its connection, then a statement or two), few enough that the tenants
+# already served are not queued behind a herd of starts in the budget.
+STARTS_AT_ONCE = 8
+# How long a refresh waits for the starts it began before it goes on (stops the tenants gone);
+# the rest finish on their own. Well within the refresh's bound (REFRESH_TIMEOUT_SECONDS).
+START_WAIT_SECONDS = 20.0
+REFRESH_TIMEOUT_SECONDS = 60.0
 
 OpenStore = Callable[..., Awaitable[JobStore]]  # (url, channel=...)
 
@@ -128,13 +142,16 @@ class Fleet:
         self._refused: dict[str, str] = {}  # tenant -> why it is not served, as last logged
         self._servable = 0  # registered tenants that can be served, by this worker or others
         self.workers: dict[str, TenantWorker] = {}
+        # starts under way, by tenant (see STARTS_AT_ONCE), and the gate they pass one by one
+        self._starting: dict[str, asyncio.Task[None]] = {}
+        self._gate = asyncio.Semaphore(STARTS_AT_ONCE)
 
     async def run(self, stop: asyncio.Event, services: Sequence[Service] = ()) -> None:
         """Serve until `stop` is set, then stop every tenant gracefully (concurrently).
         `services` run beside the tenant refresh, under the process's supervisor (the job
         stats that feed metrics, say)."""
         supervisor = Supervisor(tenant=None, stopping=asyncio.Event(), repeats=self._repeats)
-        supervisor.every(TenantRefresh(self), at_once=True, timeout=60.0)
+        supervisor.every(TenantRefresh(self), at_once=True, timeout=REFRESH_TIMEOUT_SECONDS)
         share = self._share
         if share is not None:
             supervisor.keep("tenant ownership", lambda: self._follow(share))
@@ -144,6 +161,7 @@ class Fleet:
             await stop.wait()
         finally:
             await supervisor.stop()
+            await self._abandon_starts(list(self._starting))
             await asyncio.gather(*[self._stop(name) for name in list(self.workers)])
             if self._channels is not None:
                 await self._channels.close()
@@ -157,12 +175,12 @@ class Fleet:
             supervisor.every(service, timeout=max(60.0, service.interval))
         try:
             wanted = await self._wanted()
-            for name in sorted(wanted):
-                await self._start(name, wanted[name], len(wanted))
+            await asyncio.gather(*[self._begin(n, wanted[n], len(wanted)) for n in sorted(wanted)])
             bursts = {name: worker.burst for name, worker in self.workers.items()}
             await asyncio.gather(*[self._drain(name, stop) for name in bursts])
         finally:
             await supervisor.stop()
+            await self._abandon_starts(list(self._starting))
             await asyncio.gather(*[self._stop(name) for name in list(self.workers)])
             if self._channels is not None:
                 await self._channels.close()
@@ -194,14 +212,16 @@ class Fleet:
         cannot be read."""
         async with self._refreshing:
             wanted = await self._wanted()
-            new = [name for name in sorted(wanted) if name not in self.workers]
+            new = [n for n in sorted(wanted) if n not in self.workers and n not in self._starting]
             # how many tenants the fleet starts with these, as this process can tell: its own
             # new ones, scaled by its share (`wanted`) of the servable tenants (all of them when
             # a fleet starts; a dead worker's part when its tenants are taken over; one when a
             # tenant is added)
             together = len(new) * self._servable / max(len(wanted), 1)
-            for name in new:
-                await self._start(name, wanted[name], together)
+            begun = [self._begin(name, wanted[name], together) for name in new]
+            if begun:  # the rest go on starting after the refresh (see START_WAIT_SECONDS)
+                await asyncio.wait(begun, timeout=START_WAIT_SECONDS)
+            await self._abandon_starts(sorted(set(self._starting) - set(wanted)))
             gone = sorted(set(self.workers) - set(wanted))
             for name in gone:
                 if name in self._refused:
@@ -240,6 +260,26 @@ class Fleet:
             await share.changed()
             await self.refresh()
 
+    def _begin(self, name: str, url: str, together: float) -> asyncio.Task[None]:
+        """Start tenant `name` in a task of its own, once a start may begin (STARTS_AT_ONCE)."""
+
+        async def start() -> None:
+            try:
+                async with self._gate:
+                    await self._start(name, url, together)
+            finally:
+                del self._starting[name]
+
+        task = self._starting[name] = asyncio.ensure_future(start())
+        return task
+
+    async def _abandon_starts(self, names: Sequence[str]) -> None:
+        """Cancel the starts under way of these tenants (removed, or the fleet stops)."""
+        tasks = [self._starting[name] for name in names if name in self._starting]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def _start(self, name: str, url: str, together: float) -> None:
         where = f"opening the database of tenant {name}"
         try:
@@ -260,9 +300,11 @@ class Fleet:
                 blobs=self._blobs,
                 hooks=self.hooks,
             )
-        except Exception as error:
-            self._repeats.failure(where, error)
+        except BaseException as error:  # a start abandoned (cancelled) closes its store too
             await store.close()
+            if not isinstance(error, Exception):
+                raise
+            self._repeats.failure(where, error)
             return
         self._repeats.recovered(where)
         worker = TenantWorker(

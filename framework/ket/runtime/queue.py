@@ -194,6 +194,12 @@ class QueueLoop:
             # the polls that take over when the listener is lost
             idle = rest if claimed else min(max(idle, rest), ceiling)
             watch = watch or self._watch(idle)
+            if self._stopping.is_set():
+                # stopped during the claim: the supervisor's cancel may have been lost on the
+                # way (Python 3.11's asyncio.wait_for drops one that meets its result), and the
+                # wait below may last minutes
+                watch.cancel()
+                return
             if ceiling > poll_max and not watch.done():
                 # waits may be long: learn when the next job is due, beside the wait, so that
                 # a wake-up never waits for that statement's connection

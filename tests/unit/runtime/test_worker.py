@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 import time
 from collections import Counter
@@ -685,3 +686,41 @@ def test_a_paced_tenant_s_queues_claim_first_at_its_first_visit_not_at_the_start
         assert (await settled(store, job_id)).state == "completed"
 
     run(scenario, VisitedClaims, fleet=25)  # its first visit within 0.5 s of the start
+
+
+class LosesACancel(TimedClaims):
+    """A paced store whose claim, once `losing` is set, loses the cancel that reaches it: as
+    asyncio.wait_for did in Python 3.11 when the cancel met its result (a lane connection
+    handed over in that moment, at a worker's stop)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.losing = asyncio.Event()
+        self.claiming = asyncio.Event()
+
+    def idle_poll(self, poll_max: float) -> float:
+        return 20.0  # waits paced for hints are long
+
+    async def job_claim(self, claim: JobClaim) -> list[ClaimedJob]:
+        if not self.losing.is_set():
+            return await super().job_claim(claim)
+        self.claiming.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(1.0)
+        return []
+
+
+def test_a_claim_loop_whose_stop_cancel_was_lost_in_a_claim_does_not_wait_for_work() -> None:
+    # the budget grid's 200 tenants at budget 4: one tenant's loop went on to wait minutes for
+    # work, and the worker did not stop within 60 s of SIGTERM
+    async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
+        assert isinstance(store, LosesACancel)
+        await asyncio.sleep(0.1)
+        store.losing.set()
+        store.database.wakeups.notify(["default"])  # the queue claims, and is cancelled there
+        await asyncio.wait_for(store.claiming.wait(), 5)
+        began = time.monotonic()
+        await worker.stop(grace_seconds=0.1)
+        assert time.monotonic() - began < 5
+
+    run(scenario, LosesACancel)

@@ -35,8 +35,10 @@ async def server_gone(peer: socket.socket | None) -> None:
         return
     try:
         loop = asyncio.get_running_loop()
-        while await asyncio.wait_for(loop.sock_recv(peer, 4096), SERVER_GONE_SECONDS):
-            pass  # whatever the server still sends, until it hangs up
+        # not asyncio.wait_for, which in Python 3.11 drops a cancel that meets its result
+        async with asyncio.timeout(SERVER_GONE_SECONDS):
+            while await loop.sock_recv(peer, 4096):
+                pass  # whatever the server still sends, until it hangs up
     except (OSError, TimeoutError):
         pass
     finally:

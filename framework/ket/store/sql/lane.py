@@ -236,7 +236,10 @@ class Lane:
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            return await asyncio.wait_for(waiter, timeout)
+            # not asyncio.wait_for: in Python 3.11 it returns the result when a cancel meets it,
+            # and the cancelled caller (a claim loop at the worker's stop) went on
+            async with asyncio.timeout(timeout):
+                return await waiter
         except BaseException:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)

@@ -9,7 +9,7 @@ come from a checked RecordModel.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
@@ -163,6 +163,32 @@ class SqlRecords:
                 f"unknown model {model!r}: install it with record_install (installed: {known})"
             )
         return found
+
+
+# The tables of the current schema and their columns, among those named: what an install would
+# find, in one round trip on the store's lane. SQLAlchemy's reflection of five tables took some
+# 70 ms, and its engine a connection of its own: a worker checked every tenant's tables so, one
+# tenant after another, as it started them (200 tenants: a minute before the last was served).
+PRESENT_COLUMNS = (
+    "SELECT c.relname, a.attname FROM pg_catalog.pg_class c "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
+    "AND NOT a.attisdropped "
+    "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') "
+    "AND c.relname = ANY(%(tables)s)"
+)
+
+
+def complete(models: Sequence[RecordModel], present: Iterable[tuple[str, str]]) -> bool:
+    """Whether every model's table is there with every column (rows of PRESENT_COLUMNS): an
+    install would then change nothing."""
+    found: dict[str, set[str]] = {}
+    for table, column in present:
+        found.setdefault(table, set()).add(column)
+    return all(
+        model.table in found and {f.name for f in model.columns} <= found[model.table]
+        for model in models
+    )
 
 
 def install(connection: Connection, models: Sequence[RecordModel]) -> None:

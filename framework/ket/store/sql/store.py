@@ -35,7 +35,7 @@ from ket.store.sql.app_connection import (
 from ket.store.sql.failure import database_error, driver_error, from_database, locked
 from ket.store.sql.fetch import EngineRows, Rows, fetch_all
 from ket.store.sql.insert import insert_plan, one_statement, run_plan, run_sync, wake_queues
-from ket.store.sql.lane import Lane
+from ket.store.sql.lane import Lane, LaneConnection
 from ket.store.sql.now import time_params
 from ket.store.sql.pooler import listen_dsn
 from ket.store.sql.vacuum import vacuum_jobs
@@ -80,6 +80,7 @@ from ket.store.wakeup import WakePath, Wakeups, shared
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+    from ket.store.record import RecordModel
     from ket.store.sql.control_channel import ControlChannel
     from ket.store.sql.records import RecordCall, SqlRecords
     from ket.store.url import UrlLike
@@ -911,7 +912,12 @@ class SqlStore:
         from ket.store.sql.records import install
 
         checked = self._rows.prepare_install(models)
-        await self._transact(lambda conn: conn.run_sync(install, checked))
+        # on PostgreSQL, one question on the lane first: the tables are there (`ket migrate`
+        # made them, or the last start) and nothing is to be done, most of the time
+        if self._lane is None or not await self._hot(
+            lambda conn: _models_complete(conn, checked), single=True
+        ):
+            await self._transact(lambda conn: conn.run_sync(install, checked))
         self._rows.installed(checked)
 
     async def record_insert(self, model: str, values: Mapping[str, Any]) -> str:
@@ -937,6 +943,17 @@ class SqlStore:
     async def record_delete(self, model: str, where: Where) -> int:
         """Delete the rows matching `where`; how many."""
         return await self._transact(self._rows.delete(model, where).run, single=True)
+
+
+async def _models_complete(connection: Rows, models: Sequence[RecordModel]) -> bool:
+    """Whether the models' tables have every column already (on the lane's connection)."""
+    from ket.store.sql.records import PRESENT_COLUMNS, complete
+
+    assert isinstance(connection, LaneConnection)
+    tables = [model.table for model in models]
+    async with connection.raw.cursor() as cursor:
+        await cursor.execute(PRESENT_COLUMNS, {"tables": tables})
+        return complete(models, await cursor.fetchall())
 
 
 def insert_on(
