@@ -23,10 +23,11 @@ from pathlib import Path
 import httpx2 as httpx
 import psycopg
 import pytest
-from psycopg import sql
 
 from ket.store.sql import SqlStore
 from ket.store.sql.registry import TenantRegistry
+
+from ..databases import Sampler, create_database, drop_databases, held_by
 
 TENANTS = [f"s{n:02d}" for n in range(20)]
 CALLS = 4  # concurrent calls per tenant
@@ -93,19 +94,11 @@ class Tenants:
         (self.root / "pyproject.toml").write_text(f'[tool.ket]\nworkspace = "{PROJECT}.py"\n')
 
     def _create(self, name: str, template: str | None = None) -> None:
-        statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.prefix + name))
-        if template is not None:
-            statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
-        with psycopg.connect(self.admin, autocommit=True) as admin:
-            admin.execute(statement)
+        create_database(self.admin, self.prefix + name, template)
         self.names.append(self.prefix + name)
 
     def drop(self) -> None:
-        with psycopg.connect(self.admin, autocommit=True) as admin:
-            for name in self.names:
-                admin.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
+        drop_databases(self.admin, self.names)
 
     def environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KET_")}
@@ -120,11 +113,7 @@ class Tenants:
         return env
 
     def held(self) -> int:
-        with psycopg.connect(self.admin, autocommit=True) as admin:
-            row = admin.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (APP_NAME,)
-            ).fetchone()
-        return int(row[0]) if row else 0
+        return held_by(self.admin, APP_NAME)
 
     def jobs(self, name: str) -> int:
         with psycopg.connect(self.url(name)) as connection:
@@ -158,6 +147,21 @@ def _started(process: subprocess.Popen[str], lines: queue.Queue[str]) -> str:
     raise AssertionError("ket serve did not start:\n" + "".join(seen))
 
 
+async def _call_every_tenant(base: str) -> list[int]:
+    """CALLS calls of app.place into every tenant, all at once: their status codes."""
+    async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+
+        async def call(tenant: str, n: int) -> int:
+            answer = await client.post(
+                "/functions/app.place",
+                json={"n": n},
+                headers={"Authorization": "Bearer t0ken", "X-Ket-Tenant": tenant},
+            )
+            return answer.status_code
+
+        return await asyncio.gather(*(call(t, n) for t in TENANTS for n in range(CALLS)))
+
+
 def test_ket_serve_answers_every_tenant_within_its_connection_budget(tenants: Tenants) -> None:
     process = subprocess.Popen(
         [*SERVE, "--max-connections", str(BUDGET)],
@@ -177,48 +181,18 @@ def test_ket_serve_answers_every_tenant_within_its_connection_budget(tenants: Te
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    most = 0
-    stop = threading.Event()
-
-    def sample() -> None:
-        nonlocal most
-        while not stop.wait(0.05):
-            try:
-                most = max(most, tenants.held())
-            except psycopg.OperationalError:  # the server full for a moment: the next sample
-                continue
-
-    sampler = threading.Thread(target=sample, daemon=True)
     try:
         base = _started(process, lines)
-        sampler.start()
-
-        async def call_all() -> list[int]:
-            async with httpx.AsyncClient(base_url=base, timeout=60) as client:
-
-                async def call(tenant: str, n: int) -> int:
-                    answer = await client.post(
-                        "/functions/app.place",
-                        json={"n": n},
-                        headers={"Authorization": "Bearer t0ken", "X-Ket-Tenant": tenant},
-                    )
-                    return answer.status_code
-
-                return await asyncio.gather(
-                    *(call(tenant, n) for tenant in TENANTS for n in range(CALLS))
-                )
-
-        codes = asyncio.run(call_all())
-        time.sleep(0.5)  # a last sample after the calls
+        with Sampler(tenants.held) as sampler:
+            codes = asyncio.run(_call_every_tenant(base))
+            time.sleep(0.5)  # a last sample after the calls
     finally:
-        stop.set()
-        if sampler.is_alive():
-            sampler.join(timeout=10)
         process.terminate()
         process.wait(timeout=30)
         reader.join(timeout=10)
     output = "".join(list(lines.queue))
     assert codes == [200] * (len(TENANTS) * CALLS), output[-4_000:]
     assert [tenants.jobs(name) for name in TENANTS] == [CALLS] * len(TENANTS)
+    most = max(sampler.samples, default=0)
     assert 0 < most <= BUDGET, (most, output[-4_000:])
     print(f"{len(codes)} calls over {len(TENANTS)} tenants; at most {most} connections held")
