@@ -32,20 +32,19 @@ import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from ket import open_client
 from ket.client import Client
 from ket.store.sql import SqlStore
 from ket.store.sql.registry import TenantRegistry
 
+from ..databases import create_database, drop_databases
 from .proxy import Proxy
 
 TENANTS = [f"t{n:02d}" for n in range(20)]
@@ -120,14 +119,7 @@ class Deployment:
         (self.root / "pyproject.toml").write_text('[tool.ket]\nworkspace = "app/workspace.py"\n')
 
     def drop(self) -> None:
-        def drop(name: str) -> None:
-            with psycopg.connect(self.server, autocommit=True) as admin:
-                admin.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
-
-        with ThreadPoolExecutor(4) as pool:
-            list(pool.map(drop, self.created))
+        drop_databases(self.server, self.created)
 
     def environment(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KET_")}
@@ -162,11 +154,7 @@ class Deployment:
         return [(int(r[0]), str(r[1]), r[2], r[3]) for r in rows]
 
     def _create(self, name: str, template: str | None = None) -> None:
-        statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
-        if template is not None:
-            statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
-        with psycopg.connect(self.server, autocommit=True) as admin:
-            admin.execute(statement)
+        create_database(self.server, name, template)
         self.created.append(name)
 
 
