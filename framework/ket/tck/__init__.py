@@ -10,7 +10,8 @@ A store joins by defining one pytest fixture, `ket_store_factory`, and importing
         return MyStoreFactory(tmp_path / "jobs.db")
 
 One area of docs/stores.md per module. A capability the store lacks (PushStore, QueryableStore,
-BulkStore, TransactionalStore, SentLedger, RecordStore, VacuumStore, AuditLog, RerunStore) skips
+BulkStore, TransactionalStore, SentLedger, RecordStore, VacuumStore, AuditLog, RerunStore,
+PacedStore) skips
 the tests that need it, with the reason shown; so does a factory that cannot make a handle fail
 on demand (FaultyStoreFactory, see harness).
 """
@@ -33,6 +34,7 @@ AREAS = (
     "clock_seam",
     "query",
     "push",
+    "paced",
     "transaction",
     "concurrency",
     "ledger",
@@ -57,6 +59,7 @@ from ket.tck import (
     heartbeat,
     insert,
     ledger,
+    paced,
     prune,
     push,
     query,
@@ -79,6 +82,7 @@ from ket.tck.harness import FaultyStoreFactory, Outage, StoreFactory, Tck, tck_t
 from ket.tck.heartbeat import *
 from ket.tck.insert import *
 from ket.tck.ledger import *
+from ket.tck.paced import *
 from ket.tck.prune import *
 from ket.tck.push import *
 from ket.tck.query import *
@@ -108,6 +112,7 @@ __all__ = [
     *clock_seam.__all__,
     *query.__all__,
     *push.__all__,
+    *paced.__all__,
     *transaction.__all__,
     *concurrency.__all__,
     *ledger.__all__,
