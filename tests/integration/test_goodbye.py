@@ -11,8 +11,11 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import psycopg
+import pytest
 
+from ket import process
 from ket.store.roster import WorkerInfo
+from ket.store.sql import budget, goodbye
 from ket.store.sql.listener import TIMING, send_probe
 from ket.store.sql.registry_reader import RegistryReader
 from ket.store.sql.roster import SqlRoster
@@ -78,3 +81,40 @@ def test_the_listener_s_notify_probe_returns_once_its_server_process_is_gone(
         await send_probe(dsn, "ket-test-probe", TIMING)
 
     assert _left_behind(postgres_url, tag, probe) == [0] * 20
+
+
+def test_a_connection_being_closed_keeps_its_room_in_the_budget_until_its_server_is_gone(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The room of a connection closed by close_quietly is taken again only once its server
+    process is gone: before, the budget counted it closed at the close, and a worker was seen
+    with 11 connections at a budget of 10 in pg_stat_activity."""
+    real = goodbye.server_gone
+    order: list[str] = []
+
+    async def slow_goodbye(peer: object) -> None:
+        await asyncio.sleep(0.5)  # a server slow to hang up
+        await real(peer)  # type: ignore[arg-type]
+        order.append("gone")
+
+    monkeypatch.setattr(goodbye, "server_gone", slow_goodbye)
+
+    async def body() -> None:
+        spent = budget.ConnectionBudget(budget.MIN_LIMIT)
+
+        async def open_one() -> psycopg.AsyncConnection[object]:
+            return await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
+
+        held = [await spent.connect(open_one, kind="lane") for _ in range(budget.MIN_LIMIT)]
+        closing = asyncio.ensure_future(goodbye.close_quietly(held[0]))
+        await asyncio.sleep(0.05)  # closed on this side, its server not gone yet
+        with process.fresh():
+            budget.install(spent)
+            another = await asyncio.wait_for(spent.connect(open_one, kind="lane"), 5)
+        order.append("opened")
+        await closing
+        for raw in [*held[1:], another]:
+            await goodbye.close_quietly(raw)
+
+    asyncio.run(body())
+    assert order[:2] == ["gone", "opened"]  # (the other closes follow)

@@ -61,6 +61,9 @@ log = logging.getLogger("ket.store.budget")
 C = TypeVar("C")
 
 Kind = Literal["lane", "engine", "listener", "other"]
+# set on a connection closed by goodbye.close_quietly until its server process is gone: it
+# counts until then, so the server never sees one more than the budget
+LEAVING = "_ket_leaving"
 DEFAULT_LIMIT = 20
 DEFAULT_IDLE_SECONDS = 10.0
 # of the budget, what only the worker's own short statements may take (see the module's text)
@@ -531,6 +534,10 @@ def _last_line(error: Exception) -> str:
 
 
 def _closed(connection: Any) -> bool:
+    """Whether `connection` no longer counts: closed, and its server process gone (a connection
+    closed by goodbye.close_quietly counts until then)."""
+    if getattr(connection, LEAVING, False):
+        return False
     closed = getattr(connection, "closed", False)
     return bool(closed)
 

@@ -34,7 +34,7 @@ from ket.store.sql.address import (
     psycopg_params,
     sqlite_synchronous,
 )
-from ket.store.sql.goodbye import peer_of, server_gone
+from ket.store.sql.goodbye import gone, mark_leaving, peer_of, server_gone
 from ket.store.url import DatabaseUrl, to_sqlalchemy
 
 _ASYNC_DRIVERS = {"postgresql": "postgresql+psycopg", "sqlite": "sqlite+aiosqlite"}
@@ -157,25 +157,37 @@ class PoolHolder:
         """Close the pool's idle connections (all of them when they went idle before
         `older_than`, else one), leaving those checked out alone: disposing of the whole
         pool would orphan a connection still being opened for it."""
-        from sqlalchemy.util import greenlet_spawn
 
         pool = self._pool()
         since = self.idle_since()
         if pool is None or since is None or (older_than is not None and since > older_than):
             return 0
-        peers: list[socket.socket | None] = []
         most = 1 if older_than is None else None
-        closed: int = await greenlet_spawn(_close_idle, pool, most, peers)
-        # counted until their server processes are gone, as every connection the budget counts
-        # (store/sql/goodbye.py): the server would otherwise see one more than the budget
-        for peer in peers:
-            await server_gone(peer)
+        closed = await close_idle(pool, most)
         if closed:
             self._budget.released()
         return closed
 
 
-def _close_idle(pool: Any, most: int | None, peers: list[socket.socket | None]) -> int:
+async def close_idle(pool: Any, most: int | None = None) -> int:
+    """Close up to `most` (None: all) of the connections idle in an engine's pool; return once
+    their server processes are gone, counted by the budget until then (store/sql/goodbye.py):
+    the server would otherwise see one more than the budget."""
+    from sqlalchemy.util import greenlet_spawn
+
+    if not hasattr(pool, "_pool"):  # not a queue of idle connections (a NullPool keeps none)
+        return 0
+    peers: list[tuple[socket.socket | None, Any]] = []
+    closed: int = await greenlet_spawn(_close_idle, pool, most, peers)
+    for peer, raw in peers:
+        try:
+            await server_gone(peer)
+        finally:
+            gone(raw)
+    return closed
+
+
+def _close_idle(pool: Any, most: int | None, peers: list[tuple[socket.socket | None, Any]]) -> int:
     """Close up to `most` (None: every one) of the connections idle in a QueuePool, as the pool
     closes one returned to it when it is full (its record closed, its overflow counted down);
     `peers` gets a handle on each one's socket, to hear its server hang up."""
@@ -188,7 +200,10 @@ def _close_idle(pool: Any, most: int | None, peers: list[socket.socket | None]) 
         except queue.Empty:
             break
         raw = getattr(record.dbapi_connection, "_connection", None)  # psycopg's, under the adapter
-        peers.append(peer_of(raw) if isinstance(raw, psycopg.AsyncConnection) else None)
+        peer = peer_of(raw) if isinstance(raw, psycopg.AsyncConnection) else None
+        if peer is not None:
+            mark_leaving(raw)
+        peers.append((peer, raw))
         try:
             record.close()
         finally:

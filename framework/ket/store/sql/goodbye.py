@@ -4,7 +4,9 @@ Closing only sends the server a goodbye; its process exits a moment later. A bud
 counted the connection closed at once, and opened the next one, would have the server count
 one more than the budget meanwhile (`pg_stat_activity` shows the leaving process too). So
 every connection the budget counts closes here: it returns once the server has hung up, or
-after SERVER_GONE_SECONDS (the connection is closed on this side anyway).
+after SERVER_GONE_SECONDS (the connection is closed on this side anyway). Meanwhile the
+connection is marked as leaving (`leaving`): the budget counts it as open though it is closed on
+this side, and is told when it is gone, so the next connection waits for the server's goodbye.
 """
 
 from __future__ import annotations
@@ -17,15 +19,48 @@ from typing import Any
 
 import psycopg
 
+from ket.store.sql import budget
+from ket.store.sql.budget import LEAVING
+
 SERVER_GONE_SECONDS = 1.0
 
 
+def leaving(raw: Any) -> bool:
+    """Whether `raw` was closed here and its server process may not be gone yet."""
+    return bool(getattr(raw, LEAVING, False))
+
+
+def _mark(raw: Any, value: bool) -> None:
+    with contextlib.suppress(AttributeError):
+        setattr(raw, LEAVING, value)
+
+
+def mark_leaving(raw: Any) -> None:
+    """`raw` is about to be closed elsewhere (an engine's pool): it counts until `gone(raw)`."""
+    _mark(raw, True)
+
+
 async def close_quietly(raw: psycopg.AsyncConnection[Any]) -> None:
-    """Close `raw`; return once its server process is gone (within SERVER_GONE_SECONDS)."""
+    """Close `raw`; return once its server process is gone (within SERVER_GONE_SECONDS),
+    counted by the budget until then."""
     peer = peer_of(raw)
-    with contextlib.suppress(Exception):  # a broken connection is gone either way
-        await raw.close()
-    await server_gone(peer)
+    _mark(raw, peer is not None)
+    try:
+        with contextlib.suppress(Exception):  # a broken connection is gone either way
+            await raw.close()
+        await server_gone(peer)
+    finally:
+        gone(raw)
+
+
+def gone(raw: Any) -> None:
+    """`raw`'s server process is gone (or was waited for long enough): the budget counts it no
+    more, and its waiters may take the room."""
+    if not leaving(raw):
+        return
+    _mark(raw, False)
+    for spent in budget.every():
+        spent.released()
 
 
 async def server_gone(peer: socket.socket | None) -> None:
@@ -64,7 +99,8 @@ def close_quietly_sync(raw: psycopg.Connection[Any]) -> None:
 
 
 def peer_of(raw: psycopg.AsyncConnection[Any] | psycopg.Connection[Any]) -> socket.socket | None:
-    """A second handle on the connection's socket, to hear the server hang up."""
+    """A second handle on the connection's socket, to hear the server hang up; the connection
+    counts as leaving from then until `gone(raw)` (close_quietly calls both)."""
     try:
         if raw.closed:
             return None

@@ -897,6 +897,12 @@ class SqlStore:
 
                 sqlite_wakeup.release(self._inbox)
             if self._engine is not None:
+                if self.dialect == "postgresql":
+                    # its idle connections first, each counted by the budget until its server
+                    # process is gone; dispose() would close them and forget them at once
+                    from ket.store.sql.engine import close_idle
+
+                    await close_idle(self._engine.sync_engine.pool)
                 await self._engine.dispose()
 
     # -- model rows (RecordStore; statements in records.py) ---------------------------------
