@@ -229,7 +229,7 @@ def _schema_version(url: str) -> int:
 def _register(server: Server, names: list[str]) -> None:
     """The registry holds exactly `names` (through ket's TenantRegistry; extras are removed,
     their databases kept for a later, larger run)."""
-    from ket.store.sql.registry import TenantRegistry
+    from ket.control.registry import TenantRegistry
 
     registry = TenantRegistry(server.registry)
     try:

@@ -34,6 +34,11 @@ from pydantic import BaseModel
 from sqlalchemy.engine import Engine
 
 from ket.catalog import Catalog, EnqueueOptions
+from ket.connection.address import parse_url
+from ket.connection.database_file import require_database
+from ket.connection.database_url import PLACEHOLDER, parse_database_url
+from ket.connection.engine import create_sync_engine
+from ket.control.registry_reader import RegistryReader
 from ket.declare.deployment import DeploymentDecl
 from ket.due import RunAt, RunIn
 from ket.errors import JobRejected, StoreError
@@ -46,21 +51,16 @@ from ket.runtime.tenancy import (
     resolve_tenants,
 )
 from ket.secret import Redactor, clear_secrets
-from ket.store.database_file import require_database
-from ket.store.database_url import PLACEHOLDER, parse_database_url
 from ket.store.failure import translated
 from ket.store.sql import SqlStore, insert_on
-from ket.store.sql.address import parse_url
 from ket.store.sql.app_connection import app_connection, async_app_connection
-from ket.store.sql.control_channel import ControlChannel, SyncHints, control_dsn
-from ket.store.sql.engine import create_sync_engine
 from ket.store.sql.failure import database_error
 from ket.store.sql.insert import wake_queues
-from ket.store.sql.registry_reader import RegistryReader
 from ket.store.sql.store import wakeups_of
 from ket.store.tenant import check_tenant_name
 from ket.store.types import Inserted, NewJob
-from ket.store.wakeup import WakePath
+from ket.wakeup.control_channel import ControlChannel, SyncHints, control_dsn
+from ket.wakeup.local import WakePath
 
 Input = BaseModel | Mapping[str, Any] | None
 Item = tuple[str, Input] | tuple[str, Input, Mapping[str, Any]]
@@ -115,7 +115,7 @@ def _url(tenant: str, database_url: str | None) -> str:
 def _target(tenant: str, database_url: str | None) -> tuple[str, str | None]:
     """The tenant's database (as `_url`), and the control database the client hints the
     workers on after each commit: the registry's, once it lists tenants and both are on
-    PostgreSQL (ket.store.sql.control_channel); else None."""
+    PostgreSQL (ket.wakeup.control_channel); else None."""
     check_tenant_name(tenant)
     # no registry: the single tenant `default`, as the workers see it (no worker would ever
     # serve a job enqueued for another name)

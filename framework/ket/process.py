@@ -3,13 +3,13 @@
 A ket process (`ket worker`, `ket dev`, `ket serve`, an application with a client, a test
 deployment) shares, across its tenants, stores, event loops and threads:
 
-- the connection budget `ket worker` installs (`ket.store.sql.budget`): every PostgreSQL
+- the connection budget `ket worker` installs (`ket.connection.budget`): every PostgreSQL
   connection it opens counted in one place;
-- its wake-ups: the in-process Wakeups of each database (`ket.store.wakeup`), the LISTEN
-  connections (`ket.store.sql.listener`), the control channel's hint senders and routers
-  (`ket.store.sql.control_channel`), the SQLite datagram sockets (`ket.store.sql.sqlite_wakeup`);
+- its wake-ups: the in-process Wakeups of each database (`ket.wakeup.local`), the LISTEN
+  connections (`ket.wakeup.listener`), the control channel's hint senders and routers
+  (`ket.wakeup.control_channel`), the SQLite datagram sockets (`ket.wakeup.sqlite`);
 - the hooks lifecycle events go to (`ket.runtime.events`, `from ket import hooks`);
-- the name its PostgreSQL connections go by (`ket.store.sql.address.name_connections`).
+- the name its PostgreSQL connections go by (`ket.connection.address.name_connections`).
 
 They live on one `Process`, and nowhere else: no module keeps mutable state of its own
 (`tests/unit/test_process_state.py` lists every module-level value and fails on a new one).

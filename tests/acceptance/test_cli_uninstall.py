@@ -13,8 +13,8 @@ from typing import Any
 
 import psycopg
 
+from ket.control.roster import SqlRoster
 from ket.store.roster import WorkerInfo
-from ket.store.sql.roster import SqlRoster
 from tests.acceptance.conftest import run_ket
 
 KET_TABLES = {

@@ -41,8 +41,8 @@ import pytest
 
 from ket import open_client
 from ket.client import Client
+from ket.control.registry import TenantRegistry
 from ket.store.sql import SqlStore
-from ket.store.sql.registry import TenantRegistry
 
 from ..databases import create_database, drop_databases
 from .proxy import Proxy

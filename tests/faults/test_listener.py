@@ -19,10 +19,10 @@ from sqlalchemy import make_url
 
 from ket.store import NewJob
 from ket.store.sql import SqlStore
-from ket.store.sql import listener as listening
-from ket.store.sql.listener import Listener, Timing
-from ket.store.wakeup import Wakeups
 from ket.tck.arrange import quiet
+from ket.wakeup import listener as listening
+from ket.wakeup.listener import Listener, Timing
+from ket.wakeup.local import Wakeups
 from tests.conftest import migrated_postgres_database
 from tests.faults.proxy import Proxy
 

@@ -35,8 +35,8 @@ import pytest
 from psycopg import sql
 
 from ket import open_client
+from ket.control.registry import TenantRegistry
 from ket.store.sql import SqlStore
-from ket.store.sql.registry import TenantRegistry
 
 from .cluster import PrivateCluster
 

@@ -26,8 +26,8 @@ import psycopg
 import pytest
 
 from ket import open_client
+from ket.control.registry import TenantRegistry
 from ket.store.sql import SqlStore
-from ket.store.sql.registry import TenantRegistry
 
 from ..databases import Sampler, create_database, drop_databases, held_by
 from .cluster import PrivateCluster

@@ -36,11 +36,11 @@ from sqlalchemy import create_engine, insert
 from ket import define_deployment, define_job, define_module, open_async_client, open_client
 from ket.catalog import Catalog
 from ket.cli.main import main
+from ket.control.registry import TenantRegistry
+from ket.control.registry import tenants as tenant_table
 from ket.errors import KetError, StoreError
 from ket.runtime.fleet import Fleet
 from ket.store.sql import SqlStore
-from ket.store.sql.registry import TenantRegistry
-from ket.store.sql.registry import tenants as tenant_table
 from ket.testing import create_test_deployment
 from ket.transport import CaptureSender
 

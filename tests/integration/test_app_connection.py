@@ -19,13 +19,13 @@ from psycopg.pq import TransactionStatus
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
+from ket.connection.address import libpq_dsn, parse_url
+from ket.connection.engine import async_url, sync_url
 from ket.errors import ConnectionRejected, StoreError
 from ket.store import JobQuery, NewJob
 from ket.store.sql import SqlStore
-from ket.store.sql.address import libpq_dsn, parse_url
-from ket.store.sql.control_channel import ControlChannel, close_senders
-from ket.store.sql.engine import async_url, sync_url
 from ket.store.sql.insert import CHANNEL, NUMBERED_FROM
+from ket.wakeup.control_channel import ControlChannel, close_senders
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -315,7 +315,7 @@ def test_the_hint_connection_closes_when_idle_and_when_its_event_loop_ends(
     """An application's hints go out on one connection to the control database; it closes
     after IDLE_SECONDS without a hint (sent again on a new one after that), and when
     `asyncio.run` ends the loop it was opened on (it was once left open, to be garbage)."""
-    from ket.store.sql import control_channel
+    from ket.wakeup import control_channel
 
     monkeypatch.setattr(control_channel, "IDLE_SECONDS", 0.3)
     url, args = postgres

@@ -48,9 +48,9 @@ from psycopg import sql
 from ket import define_deployment, define_job, define_module
 from ket.catalog import Catalog
 from ket.client import open_async_client
+from ket.control.registry import TenantRegistry
 from ket.runtime.contexts import install_models
 from ket.store.sql import SqlStore
-from ket.store.sql.registry import TenantRegistry
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_APP = "ket-test-grid"  # application_name of the test's own connections

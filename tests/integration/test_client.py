@@ -22,11 +22,11 @@ from ket import (
     open_async_client,
     open_client,
 )
+from ket.connection.engine import async_url, sync_url
 from ket.errors import JobRejected, KetError
 from ket.runtime.events import Event
 from ket.store import JobQuery
 from ket.store.sql import SqlStore
-from ket.store.sql.engine import async_url, sync_url
 
 
 async def send(ctx: Any, input: Any) -> None:

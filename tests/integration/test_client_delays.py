@@ -14,10 +14,10 @@ import pytest
 from sqlalchemy import create_engine
 
 from ket import define_deployment, define_job, define_module, open_async_client, open_client
+from ket.connection.engine import sync_url
 from ket.errors import JobRejected
 from ket.store import JobQuery, JobRecord
 from ket.store.sql import SqlStore
-from ket.store.sql.engine import sync_url
 
 
 async def send(ctx: Any, input: Any) -> None:

@@ -29,10 +29,10 @@ import pytest
 from psycopg import sql
 
 from ket import hooks, open_client
+from ket.control.registry import TenantRegistry
 from ket.errors import ConnectionRejected
 from ket.store.sql import SqlStore
 from ket.store.sql.insert import CHANNEL
-from ket.store.sql.registry import TenantRegistry
 from tests.django_project import settings as project_settings
 from tests.django_project.workspace import main as DEPLOYMENT
 from tests.faults.fleet import until

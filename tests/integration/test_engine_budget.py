@@ -9,8 +9,8 @@ import uuid
 import psycopg
 import sqlalchemy
 
-from ket.store.sql import budget
-from ket.store.sql.engine import create_engine
+from ket.connection import budget
+from ket.connection.engine import create_engine
 
 
 def _backends(postgres_url: str, tag: str) -> int:

@@ -34,9 +34,9 @@ import pytest
 from psycopg import sql
 
 from ket.client import open_async_client, open_client
+from ket.control.registry import TenantRegistry
 from ket.declare.deployment import DeploymentDecl
 from ket.store.sql import SqlStore
-from ket.store.sql.registry import TenantRegistry
 
 HOUR_MS = 3_600_000
 WOKEN_WITHIN = 10.0  # seconds; without a wake-up, the next poll or visit is an hour away

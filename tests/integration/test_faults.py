@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import make_url, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from ket.control.registry import Tenant, TenantRegistry
 from ket.errors import StoreError
 from ket.store import Heartbeat, JobClaim, JobQuery, Lease, NewJob, Prune, Settle
 from ket.store.clock import ManualClock
 from ket.store.sql import SqlStore
-from ket.store.sql.registry import Tenant, TenantRegistry
 
 Scenario = Callable[[SqlStore, ManualClock], Awaitable[None]]
 

@@ -14,11 +14,11 @@ import psycopg
 import pytest
 
 from ket import process
+from ket.connection import budget, goodbye
+from ket.control.registry_reader import RegistryReader
+from ket.control.roster import SqlRoster
 from ket.store.roster import WorkerInfo
-from ket.store.sql import budget, goodbye
-from ket.store.sql.listener import TIMING, send_probe
-from ket.store.sql.registry_reader import RegistryReader
-from ket.store.sql.roster import SqlRoster
+from ket.wakeup.listener import TIMING, send_probe
 
 
 def _left_behind(url: str, tag: str, call: Callable[[], Awaitable[object]]) -> list[int]:

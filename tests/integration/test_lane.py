@@ -13,9 +13,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from ket.connection import budget
+from ket.connection.address import parse_url
 from ket.errors import StoreError
-from ket.store.sql import budget
-from ket.store.sql.address import parse_url
 from ket.store.sql.lane import OWN_WAIT_SECONDS, Lane
 
 

@@ -207,7 +207,7 @@ def test_a_worker_without_models_runs_its_jobs_and_never_imports_sqlalchemy(
     assert {m for m in imported if m.split(".")[0] == "sqlalchemy"} == set()
     # the manifest room may load by now: the worker hashes its manifest for the control
     # database in a thread at its first report (ket.cli.presence), never before its first job
-    assert {"ket.store.sql.registry"} & imported == set()
+    assert {"ket.control.registry"} & imported == set()
     # the schedule was installed by the sweep, on the lane
     with psycopg.connect(project.url) as connection:
         assert connection.execute("SELECT count(*) FROM ket_schedules").fetchone() == (1,)

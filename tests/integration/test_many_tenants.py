@@ -28,8 +28,8 @@ from psycopg import sql
 
 from ket import define_deployment, define_job, define_module
 from ket.client import open_async_client
+from ket.control.registry import TenantRegistry
 from ket.store.sql import SqlStore
-from ket.store.sql.registry import TenantRegistry
 from tests.faults.fleet import until
 
 TENANTS = 30

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, inspect
 
+from ket.connection import budget
+from ket.control.migration import CONTROL_MIGRATIONS
+from ket.control.roster import SqlRoster
+from ket.control.tables import metadata
 from ket.store.roster import WorkerInfo
-from ket.store.sql import budget
-from ket.store.sql.control import metadata
-from ket.store.sql.control_migration import CONTROL_MIGRATIONS
-from ket.store.sql.roster import SqlRoster
 
 TABLES = ["ket_control_migrations", "ket_workers"]
 

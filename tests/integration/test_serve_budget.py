@@ -24,8 +24,8 @@ import httpx2 as httpx
 import psycopg
 import pytest
 
+from ket.control.registry import TenantRegistry
 from ket.store.sql import SqlStore
-from ket.store.sql.registry import TenantRegistry
 
 from ..databases import Sampler, create_database, drop_databases, held_by
 

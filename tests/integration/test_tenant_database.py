@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from ket.control.tenant_database import schema_installed
 from ket.errors import StoreError
-from ket.store.sql.tenant_database import schema_installed
 
 
 def test_a_migrated_database_has_the_schema(tenant_database: str) -> None:

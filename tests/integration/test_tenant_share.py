@@ -32,8 +32,8 @@ import pytest
 from psycopg import sql
 
 from ket.client import open_async_client
+from ket.control.registry import TenantRegistry
 from ket.store.sql import SqlStore
-from ket.store.sql.registry import TenantRegistry
 
 LEASE_MS = 3_000  # a report every second; stale after three seconds without one
 INTERVAL_S = 1.0

@@ -27,7 +27,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from ket.store.sql.registry import TenantRegistry
+from ket.control.registry import TenantRegistry
 
 # how often the workers report themselves (KET_PRESENCE_INTERVAL_S): stale after three of them
 REPORT_SECONDS = 0.5

@@ -118,7 +118,7 @@ def test_the_rules_catch_an_import_against_them() -> None:
     assert ("declare", "store") in rules
     assert ("serve", "cli") in rules
     assert ("process", "store") in rules
-    assert room_of("store/sql/budget.py") == "connections"
+    assert room_of("connection/budget.py") == "connections"
     assert room_of("store/sql/query.py") == "sql"
 
 

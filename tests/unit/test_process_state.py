@@ -146,7 +146,7 @@ def test_the_allowed_state_is_there() -> None:
 
 def test_a_fresh_process_shares_nothing_with_the_one_before() -> None:
     from ket.runtime.events import process_hooks
-    from ket.store.wakeup import shared
+    from ket.wakeup.local import shared
 
     before = (process_hooks(), shared("postgresql://a/b"))
     with process.fresh() as mine:

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 from ket.cli import selection
 from ket.cli.output import escape, json_text
 from ket.cli.runtime import open_store, open_tenant_store, single_tenant
+from ket.connection.database_url import shown_url
 from ket.errors import KetError
 from ket.operate import Actor, apply_bulk, count_bulk, selection_of
 from ket.operate.bulk import SAMPLE
 from ket.store.contract import BulkStore
-from ket.store.database_url import shown_url
 from ket.store.types import (
     CANCEL_STATES,
     RETRY_STATES,

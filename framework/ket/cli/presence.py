@@ -90,8 +90,8 @@ def presence_service(
 
     async def locate() -> str:
         from ket.cli.runtime import control_url
+        from ket.connection import budget
         from ket.runtime.tenancy import registry_url
-        from ket.store.sql import budget
 
         # control_url reads the registry on a connection of its own
         async with budget.held(registry_url(database_url)):
@@ -117,6 +117,6 @@ def tenant_share(service: PresenceService, *, timeout: float) -> TenantShare:
 
 def open_roster(url: str) -> WorkerRoster:
     """The worker roster of the control database at `url` (connects on first use)."""
-    from ket.store.sql.roster import SqlRoster
+    from ket.control.roster import SqlRoster
 
     return SqlRoster(url)

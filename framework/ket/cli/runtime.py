@@ -23,11 +23,11 @@ from ket.store.tenant import check_tenant_name
 T = TypeVar("T")
 
 if TYPE_CHECKING:
+    from ket.control.registry import TenantRegistry
+    from ket.control.registry_reader import RegistryReader
     from ket.runtime.tenancy import Tenancy
     from ket.store.sql import SqlStore
-    from ket.store.sql.control_channel import ControlChannels
-    from ket.store.sql.registry import TenantRegistry
-    from ket.store.sql.registry_reader import RegistryReader
+    from ket.wakeup.control_channel import ControlChannels
 
 
 def database_parent() -> argparse.ArgumentParser:
@@ -71,13 +71,13 @@ def open_registry(database_url: str | None) -> TenantRegistry:
     """The tenant registry, to change it (created if missing: on PostgreSQL, its database too
     when ket chose it). `database_url` is the --database-url option, which says where ket's
     default registry is."""
+    from ket.control.registry import TenantRegistry
     from ket.runtime.tenancy import ensure_sqlite_folder, registry_configured, registry_url
-    from ket.store.sql.registry import TenantRegistry
 
     url = registry_url(database_url)
     ensure_sqlite_folder(url)
     if not registry_configured():
-        from ket.store.sql.tenant_database import create_registry_database
+        from ket.control.tenant_database import create_registry_database
 
         asyncio.run(create_registry_database(url))
     return TenantRegistry(url)
@@ -86,8 +86,8 @@ def open_registry(database_url: str | None) -> TenantRegistry:
 def registry_reader(database_url: str | None) -> RegistryReader:
     """The tenant registry, to list its tenants (a missing one lists none); `database_url` is
     the --database-url option."""
+    from ket.control.registry_reader import RegistryReader
     from ket.runtime.tenancy import registry_url
-    from ket.store.sql.registry_reader import RegistryReader
 
     return RegistryReader(registry_url(database_url))
 
@@ -156,8 +156,8 @@ async def open_store(
     that does not exist is made only with `create` (the worker and the server, which go on
     waiting for `ket migrate`); without it the command is refused, saying to run `ket
     migrate`, and leaves no file behind."""
+    from ket.connection.database_file import require_database
     from ket.runtime.tenancy import ensure_sqlite_folder
-    from ket.store.database_file import require_database
     from ket.store.sql import SqlStore
 
     if create:
@@ -173,7 +173,7 @@ async def open_tenant_store(database_url: str | None, tenant: str, url: str) -> 
     registry lists tenants on PostgreSQL, so what it makes runnable wakes the workers, which
     listen there (SqlStore._available; without it they waited for their safety visit)."""
     from ket.runtime.tenancy import registry_url
-    from ket.store.sql.control_channel import ControlChannel, control_dsn
+    from ket.wakeup.control_channel import ControlChannel, control_dsn
 
     registry = registry_reader(database_url)
     try:
@@ -192,8 +192,8 @@ def control_channels(registry: str) -> ControlChannels | None:
     SQLite."""
     if not registry.startswith("postgres"):
         return None
-    from ket.store.sql.address import libpq_dsn, parse_url
-    from ket.store.sql.control_channel import ControlChannels
+    from ket.connection.address import libpq_dsn, parse_url
+    from ket.wakeup.control_channel import ControlChannels
 
     return ControlChannels(libpq_dsn(parse_url(registry)))
 

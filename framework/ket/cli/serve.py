@@ -208,10 +208,10 @@ async def serve_http(
     max_connections: int,
 ) -> int:
     """Serve until a signal; the exit code. The process holds at most `max_connections` to
-    each PostgreSQL server, over every tenant's store it opens (ket.store.sql.budget), as a
+    each PostgreSQL server, over every tenant's store it opens (ket.connection.budget), as a
     worker does: a server with many tenants no longer takes a pool of each."""
+    from ket.connection import budget
     from ket.serve.server import address
-    from ket.store.sql import budget
 
     budget.install_per_server(max_connections)
     server = http_server(catalog, args, sock, blobs, chosen)

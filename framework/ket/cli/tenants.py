@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from ket.cli.output import escape
 from ket.cli.runtime import open_registry, registry_parent, registry_reader, tenant_name
+from ket.connection.database_file import sqlite_path
+from ket.connection.database_url import PLACEHOLDER, database_identity, shown_url
 from ket.errors import KetError, StoreError
 from ket.runtime.tenancy import (
     DEFAULT_TENANT,
@@ -26,11 +28,9 @@ from ket.runtime.tenancy import (
     single_tenant_database,
     tenant_database,
 )
-from ket.store.database_file import sqlite_path
-from ket.store.database_url import PLACEHOLDER, database_identity, shown_url
 
 if TYPE_CHECKING:
-    from ket.store.sql.registry import Tenant
+    from ket.control.registry import Tenant
 
 
 def add_parser(
@@ -76,7 +76,7 @@ def _add(args: argparse.Namespace) -> int:
     try:
         # every refusal (a shared database, say) comes before a database is created
         registry.check_new(name, own, template=template, carried=carried)
-        from ket.store.sql.tenant_database import create_database
+        from ket.control.tenant_database import create_database
 
         created = asyncio.run(create_database(url))
         added = registry.add(name, own, template=template, carried=carried)
@@ -112,7 +112,7 @@ def _single_tenant(args: argparse.Namespace, template: str) -> str | None:
     url = single_tenant_database(template)
     if url is None:
         return None
-    from ket.store.sql.tenant_database import schema_installed
+    from ket.control.tenant_database import schema_installed
 
     try:
         return url if asyncio.run(schema_installed(url)) else None
@@ -133,7 +133,7 @@ def _carried(name: str, template: str, single: str | None) -> Tenant | None:
     stand for several tenants."""
     if single is None or name == DEFAULT_TENANT:
         return None
-    from ket.store.sql.registry import Tenant
+    from ket.control.registry import Tenant
 
     return Tenant(name=DEFAULT_TENANT, database_url=None if PLACEHOLDER in template else single)
 

@@ -17,9 +17,9 @@ import sys
 
 from ket.cli.output import escape, json_text
 from ket.cli.runtime import open_store, registry_reader, single_tenant
+from ket.connection.database_file import sqlite_file_missing
+from ket.connection.database_url import database_identity, shown_url
 from ket.errors import KetError
-from ket.store.database_file import sqlite_file_missing
-from ket.store.database_url import database_identity, shown_url
 
 
 def add_parser(

@@ -39,6 +39,9 @@ from ket.cli.runtime import (
     tenant_urls,
     worker_id,
 )
+from ket.connection import budget
+from ket.connection.address import name_connections
+from ket.connection.budget import DEFAULT_LIMIT, MIN_LIMIT, RESERVED
 from ket.declare.deployment import DeploymentDecl
 from ket.errors import KetError
 from ket.runtime.contexts import default_blobs, default_sender
@@ -48,9 +51,6 @@ from ket.runtime.tenancy import database_template
 from ket.runtime.worker import SERVICE_CONNECTIONS, connections_needed, loop_connections
 from ket.storage import BlobStore
 from ket.store.contract import JobStore
-from ket.store.sql import budget
-from ket.store.sql.address import name_connections
-from ket.store.sql.budget import DEFAULT_LIMIT, MIN_LIMIT, RESERVED
 
 log = logging.getLogger("ket.worker")
 T = TypeVar("T")
@@ -246,7 +246,7 @@ def check_pooler(tenant: str, control: str, environ: Mapping[str, str]) -> None:
     listen = environ.get("KET_LISTEN_URL")
     if not (listen or tenant.startswith("postgres") or control.startswith("postgres")):
         return  # SQLite: no pooler, and psycopg is not loaded
-    from ket.store.sql import pooler
+    from ket.connection import pooler
 
     pooler.listen_through(listen)
     pooler.check_start(tenant, control)
@@ -283,7 +283,7 @@ async def serve(
     if max_connections is None:
         max_connections = connection_budget(None, os.environ)
     # one budget on each PostgreSQL server over every connection this process opens to it
-    # (ket.store.sql.budget): tenants on two servers get the budget on each
+    # (ket.connection.budget): tenants on two servers get the budget on each
     budget.install_per_server(max_connections)
 
     async def open_tenant(url: str, **options: Any) -> JobStore:

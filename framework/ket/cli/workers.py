@@ -16,7 +16,7 @@ from typing import Any
 
 from ket.cli.output import escape, json_text
 from ket.cli.runtime import control_url, registry_parent
-from ket.store.database_url import shown_url
+from ket.connection.database_url import shown_url
 from ket.store.roster import SHORT_HASH, SeenWorker, manifest_counts
 
 

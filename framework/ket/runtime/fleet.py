@@ -58,7 +58,7 @@ OpenStore = Callable[..., Awaitable[JobStore]]  # (url, channel=...)
 
 
 class Channels(Protocol):
-    """The control channel of a deployment's tenants (ket.store.sql.control_channel)."""
+    """The control channel of a deployment's tenants (ket.wakeup.control_channel)."""
 
     def for_tenant(self, tenant: str) -> object:
         """The tenant store's part in it, for `open_store(url, channel=...)`."""
@@ -128,7 +128,7 @@ class Fleet:
         self.hooks = hooks or process_hooks()
         self._only = only
         # with several tenants on PostgreSQL, their wake-ups come through the control
-        # database, one LISTEN for all (ket.store.sql.control_channel)
+        # database, one LISTEN for all (ket.wakeup.control_channel)
         self._channels = channels
         self._several = False  # the registry lists tenants
         self._share = share if only is None and not burst else None

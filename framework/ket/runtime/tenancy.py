@@ -11,8 +11,8 @@ database once a registry exists, else the single tenant's own database.
 
 Every entry (the CLI, the worker's tenant refresh, `open_client`) resolves tenants here, so one
 set of rules holds everywhere: names follow the tenant grammar (`ket.store.tenant`), `{tenant}`
-stands only in the database name (`ket.store.database_url`), an unknown tenant is an error naming
-the registered ones, and tenants that resolve to one database are refused, all of them.
+stands only in the database name (`ket.connection.database_url`), an unknown tenant is an error
+naming the registered ones, and tenants that resolve to one database are refused, all of them.
 """
 
 from __future__ import annotations
@@ -23,11 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ket.errors import KetError, StoreError
-from ket.project import ket_folder
-from ket.store.database_file import ensure_sqlite_folder as ensure_sqlite_folder  # for the CLI
-from ket.store.database_file import sqlite_path
-from ket.store.database_url import (
+from ket.connection.database_file import ensure_sqlite_folder as ensure_sqlite_folder  # for the CLI
+from ket.connection.database_file import sqlite_path
+from ket.connection.database_url import (
     PLACEHOLDER,
     Identity,
     check_tenant_database,
@@ -36,6 +34,8 @@ from ket.store.database_url import (
     render_database_url,
     shown_url,
 )
+from ket.errors import KetError, StoreError
+from ket.project import ket_folder
 from ket.store.tenant import check_tenant_name
 
 DEFAULT_TENANT = "default"

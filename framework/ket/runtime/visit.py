@@ -1,7 +1,7 @@
 """The safety visit of a tenant whose wake-ups come as hints.
 
 With several tenants on PostgreSQL, a worker hears of new jobs through the control channel
-(ket.store.sql.control_channel) and of due ones from its own timers, so no queue polls. What a
+(ket.wakeup.control_channel) and of due ones from its own timers, so no queue polls. What a
 hint cannot tell is covered by one visit per tenant, on one connection: rescue the jobs whose
 lease expired, then have every queue claim (a job enqueued with no hint, a hint lost). Visits
 come every `visit_every(served())` seconds, give or take a fifth, `served()` being how many

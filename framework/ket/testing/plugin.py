@@ -67,8 +67,8 @@ def ket_database_url() -> Iterator[str | None]:
     if not server:
         yield None
         return
-    from ket.store.sql.address import parse_url
-    from ket.store.sql.tenant_database import create_database, drop_database
+    from ket.connection.address import parse_url
+    from ket.control.tenant_database import create_database, drop_database
 
     parsed = parse_url(server)
     if parsed.get_backend_name() != "postgresql":

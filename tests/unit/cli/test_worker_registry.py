@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from ket.cli.worker import read_tenants
-from ket.store.sql import budget
+from ket.connection import budget
 
 
 class Registry:

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from ket.connection import budget as ket_budget
+from ket.connection.budget import RESERVED, ConnectionBudget
 from ket.errors import StoreError
-from ket.store.sql import budget as ket_budget
-from ket.store.sql.budget import RESERVED, ConnectionBudget
 
 
 class Connection:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ket.store.sql.control_channel import Router, hint
-from ket.store.wakeup import Wakeups
+from ket.wakeup.control_channel import Router, hint
+from ket.wakeup.local import Wakeups
 
 
 class Recorded(Wakeups):

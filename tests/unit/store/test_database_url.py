@@ -1,5 +1,5 @@
 """Tenant names, URL templates, database identity and shown URLs (ket.store.tenant and
-ket.store.database_url)."""
+ket.connection.database_url)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from ket.errors import StoreError
-from ket.store.database_url import (
+from ket.connection.database_url import (
     check_tenant_database,
     database_identity,
     render_database_url,
     shown_url,
 )
+from ket.errors import StoreError
 from ket.store.tenant import check_tenant_name
 
 

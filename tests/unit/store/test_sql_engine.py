@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy import text
 
 from ket import define_deployment, define_job, define_module, open_client
+from ket.connection.engine import sqlite_synchronous
+from ket.control.registry import TenantRegistry
 from ket.errors import StoreError
 from ket.store.sql import SqlStore
-from ket.store.sql.engine import sqlite_synchronous
-from ket.store.sql.registry import TenantRegistry
 
 FULL, NORMAL = 2, 1  # what PRAGMA synchronous reads back
 

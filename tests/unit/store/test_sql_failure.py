@@ -12,10 +12,10 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from ket.control.registry import TenantRegistry
 from ket.errors import StoreError
 from ket.store.sql import SqlStore
 from ket.store.sql.failure import database_error, from_database, locked
-from ket.store.sql.registry import TenantRegistry
 
 # building an engine connects to nothing, so the server need not exist
 ENGINE = create_engine(
@@ -133,8 +133,8 @@ def test_the_registry_raises_store_error_when_its_table_is_gone_and_hides_passwo
 def test_a_driver_error_on_the_lane_says_what_the_engine_would_without_the_password() -> None:
     import psycopg
 
+    from ket.connection.url import make_url
     from ket.store.sql.failure import driver_error
-    from ket.store.url import make_url
 
     url = make_url("postgresql://app:s3cret@db/erp")
     missing = psycopg.errors.UndefinedTable('relation "ket_schedules" does not exist')

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from ket.control.registry import Tenant, TenantRegistry
 from ket.errors import StoreError
-from ket.store.sql.registry import Tenant, TenantRegistry
 
 TEMPLATE = "postgresql://app@db/erp_{tenant}"
 DEFAULT = Tenant(name="default")

@@ -1,4 +1,4 @@
-"""ket.store.url reads, changes and renders database URLs exactly as SQLAlchemy does."""
+"""ket.connection.url reads, changes and renders database URLs exactly as SQLAlchemy does."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy
 from sqlalchemy.exc import ArgumentError
 
-from ket.store.url import DatabaseUrl, UrlSyntaxError, make_url, to_sqlalchemy
+from ket.connection.url import DatabaseUrl, UrlSyntaxError, make_url, to_sqlalchemy
 
 FORMS = [
     "postgresql://app@db/erp_acme",
@@ -82,7 +82,7 @@ def test_a_broken_url_fails_as_it_does_in_sqlalchemy(text: str) -> None:
 def test_the_lane_connects_with_the_parameters_the_engine_uses(text: str) -> None:
     from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
-    from ket.store.sql.address import psycopg_params
+    from ket.connection.address import psycopg_params
 
     url = sqlalchemy.make_url(text).set(drivername="postgresql+psycopg")
     _, expected = PGDialect_psycopg().create_connect_args(url)  # type: ignore[no-untyped-call]

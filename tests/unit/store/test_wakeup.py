@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from ket.store.wakeup import Wakeups
+from ket.wakeup.local import Wakeups
 
 
 def test_a_notify_on_the_waiters_own_loop_wakes_it_on_the_next_turn() -> None:

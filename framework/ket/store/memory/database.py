@@ -21,7 +21,7 @@ from ket.store.types import (
     NewJob,
     ScheduleState,
 )
-from ket.store.wakeup import Wakeups
+from ket.wakeup.local import Wakeups
 
 
 class MemoryDatabase:

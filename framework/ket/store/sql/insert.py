@@ -19,11 +19,11 @@ from ket.errors import StoreError
 from ket.store.clock import delays_ended
 from ket.store.sql import statement as stmt
 from ket.store.sql.fetch import Rows, SyncRows
-from ket.store.sql.listener import CHANNEL as CHANNEL  # the channel an insert NOTIFYs
 from ket.store.sql.now import TimeSql
 from ket.store.sql.statement import Statement
 from ket.store.types import Inserted, NewJob
 from ket.store.validate import encode_tags, encode_trace_context
+from ket.wakeup.listener import CHANNEL as CHANNEL  # the channel an insert NOTIFYs
 
 _UNIQUE_TRIES = 5
 # From this many plain jobs, SQLite, whose transaction holds the write lock, numbers them itself;

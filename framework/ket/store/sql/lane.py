@@ -41,13 +41,13 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
 
+from ket.connection import budget, pooler
+from ket.connection.address import psycopg_params
+from ket.connection.goodbye import close_quietly
+from ket.connection.url import DatabaseUrl
 from ket.errors import StoreError
-from ket.store.sql import budget, pooler
-from ket.store.sql.address import psycopg_params
-from ket.store.sql.goodbye import close_quietly
 from ket.store.sql.postgres_text import TEXT
 from ket.store.sql.statement import Compiled, Statement
-from ket.store.url import DatabaseUrl
 
 T = TypeVar("T")
 # A statement is prepared on a connection once it ran there this many times before (psycopg's

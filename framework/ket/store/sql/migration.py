@@ -317,7 +317,7 @@ def uninstall(connection: Connection, *, control: bool = True) -> list[str]:
     single-tenant app keeps in its one database); without it they stay, for a database that is
     also the registry's, where the workers of every tenant meet.
     """
-    from ket.store.sql.control_migration import CONTROL_TABLES
+    from ket.control.migration import CONTROL_TABLES
 
     dialect = connection.dialect.name
     if dialect not in _LEDGER:

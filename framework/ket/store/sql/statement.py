@@ -60,7 +60,7 @@ BUILDERS = {
     "insert": ("ket.store.sql.insert", "insert_sql"),
     "ledger": ("ket.store.sql.ledger", "statements"),
     "vacuum": ("ket.store.sql.vacuum", "statements"),
-    "control": ("ket.store.sql.control", "statements"),
+    "control": ("ket.control.tables", "statements"),
 }
 
 

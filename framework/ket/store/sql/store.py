@@ -18,14 +18,16 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ket.connection import budget
+from ket.connection.address import SYNCHRONOUS, libpq_dsn, parse_url, postgres_connect_args
+from ket.connection.pooler import listen_dsn
+from ket.connection.url import DatabaseUrl
 from ket.errors import StoreError
 from ket.store import validate
 from ket.store.clock import Clock
 from ket.store.failure import Translate, translated
-from ket.store.sql import budget, bulk, command, schedule, stats
-from ket.store.sql import listener as listening
+from ket.store.sql import bulk, command, schedule, stats
 from ket.store.sql import statement as stmt
-from ket.store.sql.address import SYNCHRONOUS, libpq_dsn, parse_url, postgres_connect_args
 from ket.store.sql.app_connection import (
     AppConnection,
     AsyncAppConnection,
@@ -37,7 +39,6 @@ from ket.store.sql.fetch import EngineRows, Rows, fetch_all
 from ket.store.sql.insert import insert_plan, one_statement, run_plan, run_sync, wake_queues
 from ket.store.sql.lane import Lane, LaneConnection
 from ket.store.sql.now import time_params
-from ket.store.sql.pooler import listen_dsn
 from ket.store.sql.vacuum import vacuum_jobs
 from ket.store.types import (
     AuditEntry,
@@ -74,16 +75,16 @@ from ket.store.types import (
     Vacuumed,
     Where,
 )
-from ket.store.url import DatabaseUrl
-from ket.store.wakeup import WakePath, Wakeups, shared
+from ket.wakeup import listener as listening
+from ket.wakeup.local import WakePath, Wakeups, shared
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+    from ket.connection.url import UrlLike
     from ket.store.record import RecordModel
-    from ket.store.sql.control_channel import ControlChannel
     from ket.store.sql.records import RecordCall, SqlRecords
-    from ket.store.url import UrlLike
+    from ket.wakeup.control_channel import ControlChannel
 
 T = TypeVar("T")
 _LOCKED_RETRIES = 8
@@ -104,7 +105,7 @@ def wakeups_of(url: DatabaseUrl) -> Wakeups:
     processes, SQLite a datagram to each one waiting (sqlite_wakeup)."""
     key = url.difference_update_query([SYNCHRONOUS]).render_as_string(hide_password=True)
     if url.get_backend_name() == "sqlite":
-        from ket.store.sql import sqlite_wakeup
+        from ket.wakeup import sqlite as sqlite_wakeup
 
         return sqlite_wakeup.shared_wakeups(key, url)
     return shared(key)
@@ -212,7 +213,7 @@ class SqlStore:
         if self._engine is None:
             if self._closed:
                 raise StoreError("the store is closed")
-            from ket.store.sql.engine import create_engine
+            from ket.connection.engine import create_engine
 
             with translated():  # e.g. an engine option SQLAlchemy does not know
                 engine = create_engine(self.url, pool_size=self._pool_size, **self._engine_options)
@@ -810,7 +811,7 @@ class SqlStore:
                 await self._listener.ready(timeout)
                 timeout = self._listener.max_wait(timeout)  # poll-only while NOTIFY is deaf
             elif self.dialect == "sqlite":
-                from ket.store.sql import sqlite_wakeup
+                from ket.wakeup import sqlite as sqlite_wakeup
 
                 if isinstance(self._wakeups, sqlite_wakeup.FolderWakeups):
                     self._inbox = sqlite_wakeup.listening(self._wakeups, self._inbox)
@@ -893,14 +894,14 @@ class SqlStore:
             if self._lane is not None:
                 await self._lane.close()
             if self._inbox is not None:
-                from ket.store.sql import sqlite_wakeup
+                from ket.wakeup import sqlite as sqlite_wakeup
 
                 sqlite_wakeup.release(self._inbox)
             if self._engine is not None:
                 if self.dialect == "postgresql":
                     # its idle connections first, each counted by the budget until its server
                     # process is gone; dispose() would close them and forget them at once
-                    from ket.store.sql.engine import close_idle
+                    from ket.connection.engine import close_idle
 
                     await close_idle(self._engine.sync_engine.pool)
                 await self._engine.dispose()

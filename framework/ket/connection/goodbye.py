@@ -19,8 +19,8 @@ from typing import Any
 
 import psycopg
 
-from ket.store.sql import budget
-from ket.store.sql.budget import LEAVING
+from ket.connection import budget
+from ket.connection.budget import LEAVING
 
 SERVER_GONE_SECONDS = 1.0
 

@@ -40,12 +40,12 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ket import process
-from ket.store.database_url import shown_url
-from ket.store.sql import budget
-from ket.store.sql.address import connect_args
-from ket.store.sql.goodbye import close_quietly
-from ket.store.url import UrlSyntaxError, make_url
-from ket.store.wakeup import Wakeups
+from ket.connection import budget
+from ket.connection.address import connect_args
+from ket.connection.database_url import shown_url
+from ket.connection.goodbye import close_quietly
+from ket.connection.url import UrlSyntaxError, make_url
+from ket.wakeup.local import Wakeups
 
 log = logging.getLogger("ket.store.listener")
 CHANNEL = "ket_jobs"  # the channel inserts NOTIFY and workers LISTEN on

@@ -40,11 +40,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ket import process
-from ket.store.database_file import sqlite_path
-from ket.store.wakeup import Wakeups, shared
+from ket.connection.database_file import sqlite_path
+from ket.wakeup.local import Wakeups, shared
 
 if TYPE_CHECKING:
-    from ket.store.url import UrlLike
+    from ket.connection.url import UrlLike
 
 logger = logging.getLogger(__name__)
 

@@ -51,11 +51,11 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from ket import process
+from ket.connection.address import server_of
 from ket.errors import StoreError
-from ket.store.sql.address import server_of
 
 if TYPE_CHECKING:
-    from ket.store.url import UrlLike
+    from ket.connection.url import UrlLike
 
 log = logging.getLogger("ket.store.budget")
 C = TypeVar("C")

@@ -37,13 +37,13 @@ from typing import Any
 import psycopg
 
 from ket import process
-from ket.store.sql import budget
-from ket.store.sql import listener as listening
-from ket.store.sql.address import libpq_dsn, parse_url
-from ket.store.sql.goodbye import close_quietly
-from ket.store.sql.listener import CHANNEL
-from ket.store.sql.pooler import listen_dsn
-from ket.store.wakeup import Wakeups
+from ket.connection import budget
+from ket.connection.address import libpq_dsn, parse_url
+from ket.connection.goodbye import close_quietly
+from ket.connection.pooler import listen_dsn
+from ket.wakeup import listener as listening
+from ket.wakeup.listener import CHANNEL
+from ket.wakeup.local import Wakeups
 
 log = logging.getLogger("ket.store.listener")
 

@@ -10,19 +10,19 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from ket.errors import StoreError
-from ket.store.database_file import sqlite_path
-from ket.store.database_url import shown_url
-from ket.store.failure import describe
-from ket.store.sql.address import (
+from ket.connection.address import (
     SQLITE_BUSY_TIMEOUT_S,
     connect_args,
     parse_url,
     psycopg_params,
 )
+from ket.connection.database_file import sqlite_path
+from ket.connection.database_url import shown_url
+from ket.connection.url import DatabaseUrl
+from ket.control.registry_reader import missing_database
+from ket.errors import StoreError
+from ket.store.failure import describe
 from ket.store.sql.failure import hide_password
-from ket.store.sql.registry_reader import missing_database
-from ket.store.url import DatabaseUrl
 
 # the table `ket migrate` creates first and every later version keeps
 _MARK = "ket_migrations"

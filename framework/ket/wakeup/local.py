@@ -39,7 +39,7 @@ class Wakeups:
         self._lock = threading.Lock()
         self._waiters: list[_Waiter] = []
         # queues woken for a job someone else enqueued, until their next claim takes the mark
-        # (its wait for a connection goes before the sweeps and ticks: ket.store.sql.budget),
+        # (its wait for a connection goes before the sweeps and ticks: ket.connection.budget),
         # and how to hurry the claims of each queue that wait now
         self._prompted: set[str] = set()
         self._claiming: dict[str, list[Callable[[], None]]] = {}
@@ -138,7 +138,7 @@ class Wakeups:
 
 class Hints(Protocol):
     """Where a store's commits are hinted to the workers of other processes (the control
-    channel: ket.store.sql.control_channel); `woken`: the queues woken in this process already."""
+    channel: ket.wakeup.control_channel); `woken`: the queues woken in this process already."""
 
     def sent(self, queues: Collection[str], woken: Collection[str] = ()) -> None: ...
 

@@ -14,16 +14,16 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from ket.errors import StoreError
-from ket.store.database_file import sqlite_path
-from ket.store.database_url import shown_url
-from ket.store.failure import describe
-from ket.store.sql.address import (
+from ket.connection.address import (
     SQLITE_BUSY_TIMEOUT_S,
     connect_args,
     parse_url,
     psycopg_params,
 )
+from ket.connection.database_file import sqlite_path
+from ket.connection.database_url import shown_url
+from ket.errors import StoreError
+from ket.store.failure import describe
 from ket.store.sql.failure import hide_password
 
 _LIST = "SELECT name, database_url FROM ket_tenants ORDER BY name"
@@ -107,7 +107,7 @@ class RegistryReader:
         import psycopg  # here: a worker on SQLite never needs it
         from psycopg import errors
 
-        from ket.store.sql.goodbye import close_quietly_sync
+        from ket.connection.goodbye import close_quietly_sync
 
         # the URL's parts as the engine passes them (a DSN rendered anew would turn a space
         # in `?options=-c%20search_path%3Dx` into a `+` that libpq keeps)

@@ -30,10 +30,10 @@ from typing import Any
 import psycopg
 
 from ket import process
+from ket.connection.address import connect_args, libpq_dsn, parse_url, psycopg_params
+from ket.connection.database_url import parse_database_url, shown_url
+from ket.connection.url import DatabaseUrl
 from ket.errors import StoreError
-from ket.store.database_url import parse_database_url, shown_url
-from ket.store.sql.address import connect_args, libpq_dsn, parse_url, psycopg_params
-from ket.store.url import DatabaseUrl
 
 log = logging.getLogger("ket.store.pooler")
 

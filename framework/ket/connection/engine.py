@@ -19,10 +19,8 @@ from sqlalchemy import URL, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ket.errors import StoreError
-from ket.store.database_file import ensure_sqlite_file
-from ket.store.sql import budget, pooler
-from ket.store.sql.address import (
+from ket.connection import budget, pooler
+from ket.connection.address import (
     DEFAULT_SQLITE_SYNCHRONOUS,
     POSTGRES_CONNECT_ARGS,
     SQLITE_BUSY_TIMEOUT_S,
@@ -34,8 +32,10 @@ from ket.store.sql.address import (
     psycopg_params,
     sqlite_synchronous,
 )
-from ket.store.sql.goodbye import gone, mark_leaving, peer_of, server_gone
-from ket.store.url import DatabaseUrl, to_sqlalchemy
+from ket.connection.database_file import ensure_sqlite_file
+from ket.connection.goodbye import gone, mark_leaving, peer_of, server_gone
+from ket.connection.url import DatabaseUrl, to_sqlalchemy
+from ket.errors import StoreError
 
 _ASYNC_DRIVERS = {"postgresql": "postgresql+psycopg", "sqlite": "sqlite+aiosqlite"}
 _SYNC_DRIVERS = {"postgresql": "postgresql+psycopg", "sqlite": "sqlite"}
@@ -171,7 +171,7 @@ class PoolHolder:
 
 async def close_idle(pool: Any, most: int | None = None) -> int:
     """Close up to `most` (None: all) of the connections idle in an engine's pool; return once
-    their server processes are gone, counted by the budget until then (store/sql/goodbye.py):
+    their server processes are gone, counted by the budget until then (connection/goodbye.py):
     the server would otherwise see one more than the budget."""
     from sqlalchemy.util import greenlet_spawn
 

@@ -14,12 +14,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ket import process
+from ket.connection.database_url import parse_database_url, shown_url
+from ket.connection.url import DatabaseUrl
 from ket.errors import StoreError
-from ket.store.database_url import parse_database_url, shown_url
-from ket.store.url import DatabaseUrl
 
 if TYPE_CHECKING:
-    from ket.store.url import UrlLike
+    from ket.connection.url import UrlLike
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 # SQLite's own levels of PRAGMA synchronous, chosen with ?synchronous= on a sqlite URL

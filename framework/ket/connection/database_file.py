@@ -14,13 +14,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ket.connection.database_url import parse_database_url, shown_url
 from ket.errors import StoreError
 from ket.folder import FOLDER_MODE, make_folders
-from ket.store.database_url import parse_database_url, shown_url
 from ket.store.failure import describe
 
 if TYPE_CHECKING:
-    from ket.store.url import UrlLike
+    from ket.connection.url import UrlLike
 
 KET_FOLDER = ".ket"
 FILE_MODE = 0o600
@@ -65,7 +65,7 @@ def require_database(url: UrlLike) -> None:
     commands that migrate or run the jobs) make one; one that merely reads or enqueues would
     leave an empty file behind, and then fail on the missing tables anyway."""
     if sqlite_file_missing(url):
-        from ket.store.sql.address import sqlite_synchronous
+        from ket.connection.address import sqlite_synchronous
 
         sqlite_synchronous(url)  # a bad ?synchronous= is the clearer error: it names the value
         raise StoreError(

@@ -16,15 +16,15 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ket.connection import budget
+from ket.connection.address import connect_args, parse_url, psycopg_params
+from ket.connection.database_file import sqlite_file_missing
+from ket.connection.database_url import shown_url
+from ket.control.migration import CONTROL_LATEST, migrate_control
 from ket.errors import StoreError
-from ket.store.database_file import sqlite_file_missing
-from ket.store.database_url import shown_url
 from ket.store.failure import describe
 from ket.store.roster import FORGET_AFTER_SECONDS, SeenWorker, WorkerInfo
-from ket.store.sql import budget
 from ket.store.sql import statement as stmt
-from ket.store.sql.address import connect_args, parse_url, psycopg_params
-from ket.store.sql.control_migration import CONTROL_LATEST, migrate_control
 from ket.store.sql.failure import hide_password
 from ket.store.sql.fetch import Rows
 from ket.store.sql.now import time_params
@@ -113,7 +113,7 @@ class SqlRoster:
     async def _on_postgres(self, body: Body[T]) -> T:
         import psycopg
 
-        from ket.store.sql.goodbye import close_quietly
+        from ket.connection.goodbye import close_quietly
         from ket.store.sql.lane import LaneConnection
 
         params = psycopg_params(self._parsed)
@@ -140,8 +140,8 @@ class SqlRoster:
             await close_quietly(raw)  # counted until its server process is gone
 
     async def _on_sqlite(self, body: Body[T]) -> T:
-        from ket.store.database_file import ensure_sqlite_folder
-        from ket.store.sql.engine import create_engine
+        from ket.connection.database_file import ensure_sqlite_folder
+        from ket.connection.engine import create_engine
         from ket.store.sql.fetch import EngineRows
 
         if self._engine is None:

@@ -19,12 +19,12 @@ import os
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
+from ket.connection.url import DatabaseUrl, UrlSyntaxError, make_url
 from ket.errors import StoreError
 from ket.store.tenant import check_tenant_name
-from ket.store.url import DatabaseUrl, UrlSyntaxError, make_url
 
 if TYPE_CHECKING:
-    from ket.store.url import UrlLike
+    from ket.connection.url import UrlLike
 
 PLACEHOLDER = "{tenant}"
 _MARKER = "ketxtenantxmarker"  # stands for {tenant} while a template is parsed

@@ -2,7 +2,7 @@
 
 It lives in a database of its own (`KET_REGISTRY_URL`, default `.ket/registry.db`), which every
 worker reads on each tenant refresh. It refuses a name outside the tenant grammar or reserved
-(`ket.store.tenant`), a database URL no tenant may use (`ket.store.database_url`), and a tenant
+(`ket.store.tenant`), a database URL no tenant may use (`ket.connection.database_url`), and a tenant
 whose database is another registered tenant's. While it is empty the app runs as one tenant,
 `default`; adding the first tenant may register `default` with it (`add`'s `carried`), so that
 the jobs queued before are still served.
@@ -27,8 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from ket.errors import StoreError
-from ket.store.database_url import (
+from ket.connection.database_url import (
     PLACEHOLDER,
     Identity,
     check_tenant_database,
@@ -36,9 +35,10 @@ from ket.store.database_url import (
     render_database_url,
     shown_url,
 )
+from ket.connection.engine import create_sync_engine, sync_url
+from ket.errors import StoreError
 from ket.store.failure import translated
 from ket.store.sql.column import Instant
-from ket.store.sql.engine import create_sync_engine, sync_url
 from ket.store.sql.failure import database_error, hide_password
 from ket.store.tenant import check_tenant_name
 

@@ -1,0 +1,1 @@
+"""Connections: URLs, engines, the connection budget, closing, poolers."""

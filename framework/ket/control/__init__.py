@@ -1,0 +1,1 @@
+"""The control database: the tenant registry, the worker roster, tenant databases."""
