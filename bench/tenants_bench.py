@@ -184,7 +184,16 @@ async def run_pass(
     serve = (
         WorkerProcess(
             Command(
-                argv=[script("ket"), "serve", "--workspace", str(workspace), "--port", "0"],
+                argv=[
+                    script("ket"),
+                    "serve",
+                    "--workspace",
+                    str(workspace),
+                    "--port",
+                    "0",
+                    "--max-connections",
+                    str(args.serve_connections),
+                ],
                 env={
                     "KET_DATABASE_URL": server.template,
                     "KET_REGISTRY_URL": server.registry,
@@ -347,9 +356,9 @@ async def _paths(
             plan.append(("ket serve", "serve", args.serve_probes))
     plan.append(("ket jobs enqueue", "cli", args.cli_probes))
     for label, path, count in plan:
-        # ket serve has no connection budget: each tenant it serves holds its connections (a
-        # lane's and an engine's) until they sit idle 10 s, so calls into random tenants 150 ms
-        # apart held 69 at 100 tenants, more than 4 workers leave of a 100-connection server
+        # `--serve-tenants N`: ket serve's calls into the first N tenants only (before 63f9c7f
+        # ket serve had no connection budget: calls into random tenants 150 ms apart held 69 at
+        # 100 tenants, more than four workers leave of a 100-connection server)
         into = tenants[: args.serve_tenants] if path == "serve" and args.serve_tenants else tenants
         if count > 0:
             result.paths[label] = await _series(
@@ -673,8 +682,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--serve-tenants",
         type=int,
-        default=5,
-        help="ket serve's probes go into the first N tenants (5; 0: every tenant)",
+        default=0,
+        help="ket serve's probes go into the first N tenants (0, the default: any tenant)",
+    )
+    parser.add_argument(
+        "--serve-connections",
+        type=int,
+        default=4,
+        help="ket serve's --max-connections (4: four workers at 20 and it fit 100 connections)",
     )
     parser.add_argument(
         "--cli-probes",
