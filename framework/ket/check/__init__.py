@@ -9,7 +9,7 @@ from ket.check import (  # noqa: F401 - register
     serve,
     worker,
 )
-from ket.check.catalog import CODES, Code
+from ket.check.code import CODES, Code
 from ket.check.message import CheckMessage, Level, error_messages, summary
 from ket.check.registry import run_checks, tags
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ket.check.catalog import Subject, finding
+from ket.check.code import Subject, finding
 from ket.check.message import CheckMessage
 from ket.check.registry import CheckContext, register
 from ket.declare import resolve
