@@ -80,7 +80,7 @@ class OnDemandThreads(Executor):
     THREADS_LINGER_SECONDS: a tenant whose handlers are all async (or that runs nothing) costs
     no executor's queue, locks and condition at all, and one whose plain handlers ran once (a
     nightly schedule's) keeps no threads. A worker serving a thousand tenants of the example
-    app kept a thread per tenant after their first ticks: 259 MB where 120 were the goal."""
+    app kept a thread per tenant after their first ticks (1,002 threads; 3 with this)."""
 
     def __init__(self, *, max_workers: int, thread_name_prefix: str) -> None:
         self._max_workers = max_workers
