@@ -22,9 +22,18 @@ async def noop(ctx: Any, input: Any) -> None:
 
 def deployment(concurrency: int | None) -> DeploymentDecl:
     """The bench deployment: ket's default worker settings, or one queue at `concurrency`."""
-    module = define_module(name="b", jobs={"noop": define_job(idempotent=True, handler=noop)})
+    job = define_job(input=INPUT_SHAPE, idempotent=True, handler=noop)
+    module = define_module(name="b", jobs={"noop": job})
     worker = None if concurrency is None else {"queues": {"default": concurrency}}
     return define_deployment(name="bench", modules=[module], worker=worker)
 
 
 JOB = "b.noop"
+# what a user's job carries: an order's id and an amount, validated by ket at every enqueue
+# (PgQueuer gets the same input as JSON bytes, which is what its users send)
+INPUT_SHAPE = {"order_id": "string", "amount": "int"}
+
+
+def order(n: int) -> dict[str, object]:
+    """The input of job number `n`."""
+    return {"order_id": f"ord-{n:08d}", "amount": n % 10_000}

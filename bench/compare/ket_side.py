@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 from database import Database, count
 from executable import child_env, script
-from ket_app import JOB, deployment
+from ket_app import JOB, deployment, order
 from side import Command, Window
 
 from ket.client import AsyncClient, open_async_client
@@ -35,16 +35,18 @@ def _env(database: Database, folder: Path) -> dict[str, str]:
 
 
 class KetProducer:
-    """ket's asyncio client; the job's input is None (it declares none)."""
+    """ket's asyncio client; each job's input an order (ket_app.order), validated."""
 
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
+        self._sent = 0
 
     async def enqueue_one(self) -> int:
-        return (await self._client.aenqueue(JOB)).id
+        self._sent += 1
+        return (await self._client.aenqueue(JOB, order(self._sent))).id
 
     async def enqueue_all(self, jobs: int) -> None:
-        await self._client.aenqueue_many([(JOB, None)] * jobs)
+        await self._client.aenqueue_many([(JOB, order(n)) for n in range(jobs)])
 
     async def close(self) -> None:
         await self._client.aclose()

@@ -7,6 +7,7 @@ statement that settles a batch of completions.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +16,17 @@ import asyncpg  # type: ignore[import-untyped]  # no stubs ship with it
 import psycopg
 from database import Database, count
 from executable import HERE, child_env, script
+from ket_app import order
 from peer_app import DSN_ENV, ENTRYPOINT
 from pgqueuer import AsyncpgDriver, Queries
 from side import Command, Window
 
 BEST_BATCH_SIZE = 200
+
+
+def _payload(n: int) -> bytes:
+    """The same order ket's jobs carry (ket_app.order), as the JSON bytes PgQueuer takes."""
+    return json.dumps(order(n), separators=(",", ":")).encode()
 
 
 class PeerProducer:
@@ -28,13 +35,16 @@ class PeerProducer:
     def __init__(self, connection: asyncpg.Connection, queries: Queries) -> None:
         self._connection = connection
         self._queries = queries
+        self._sent = 0
 
     async def enqueue_one(self) -> int:
-        [job_id] = await self._queries.enqueue(ENTRYPOINT, None)
+        self._sent += 1
+        [job_id] = await self._queries.enqueue(ENTRYPOINT, _payload(self._sent))
         return int(job_id)
 
     async def enqueue_all(self, jobs: int) -> None:
-        await self._queries.enqueue([ENTRYPOINT] * jobs, [None] * jobs, [0] * jobs)
+        payloads = [_payload(n) for n in range(jobs)]
+        await self._queries.enqueue([ENTRYPOINT] * jobs, payloads, [0] * jobs)
 
     async def close(self) -> None:
         await self._connection.close()

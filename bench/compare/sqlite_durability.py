@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ket_app import JOB, deployment
+from ket_app import JOB, deployment, order
 from sqlite_file import SqliteFile, fresh_sqlite
 from sqlite_latency import cell, sqlite_latency
 from worker import WorkerProcess
@@ -38,7 +38,7 @@ async def enqueue_single(folder: Path, level: str, jobs: int) -> float:
     try:
         started = time.perf_counter()
         for _ in range(jobs):
-            await client.aenqueue(JOB)
+            await client.aenqueue(JOB, order(0))
         return jobs / (time.perf_counter() - started)
     finally:
         await client.aclose()

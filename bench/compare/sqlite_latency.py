@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ket_app import JOB, deployment
+from ket_app import JOB, deployment, order
 from latency import GAP_S, PROBE_TIMEOUT_S, SETTLE_S, WARM_UP_TIMEOUT_S, probe, quantiles
 from result import Latency
 from side import Command
@@ -39,7 +39,7 @@ class SqliteProducer:
         self._client = client
 
     async def enqueue_one(self) -> int:
-        return self._client.enqueue(JOB).id
+        return self._client.enqueue(JOB, order(0)).id
 
     async def enqueue_all(self, jobs: int) -> None:
         self._client.enqueue_many([(JOB, None)] * jobs)
