@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> None:
     environment = describe()
     passes = asyncio.run(_run(settings))
     print(
-        f"\n{settings.jobs:,} no-op async jobs with an order as input (id, amount), {settings.rounds} round(s) interleaved, "
+        f"\n{settings.jobs:,} no-op async jobs, an order as input, "
+        f"{settings.rounds} round(s) interleaved, "
         f"{settings.probes} latency probes; median (min-max); {environment.line()}\n"
     )
     print(table(passes, [KetSide.name, PeerSide.name], settings.jobs))
