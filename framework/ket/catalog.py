@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -89,19 +89,29 @@ class EnqueueOptions:
         )
 
     @classmethod
-    def of(cls, job: str, given: EnqueueOptions | Mapping[str, Any] | None) -> EnqueueOptions:
-        """The options of an `enqueue_many` item (a mapping of the names above, or options);
-        JobRejected naming any other name."""
-        if given is None:
-            return NO_OPTIONS
+    def of(
+        cls,
+        job: str,
+        given: EnqueueOptions | Mapping[str, Any] | None,
+        *,
+        company: str | None = None,
+    ) -> EnqueueOptions:
+        """The options of an `enqueue_many` item (a mapping of the names above, or options),
+        `company` where they name none (ctx.jobs: the attempt's); JobRejected naming any other
+        name."""
         if isinstance(given, EnqueueOptions):
+            if given.company is None and company is not None:
+                return replace(given, company=company)
             return given
+        given = given or {}
         unknown = sorted(set(given) - set(cls.__slots__))
         if unknown:
             raise JobRejected(
                 f"job {job!r}: unknown enqueue options {unknown} "
                 f"(known: {', '.join(cls.__slots__)})"
             )
+        if given.get("company") is None:
+            return cls.given(**{**given, "company": company})
         return cls.given(**given)
 
 

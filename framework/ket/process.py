@@ -51,11 +51,6 @@ class Process:
                     found = self._parts[kind] = (make or kind)()
         return cast(T, found)
 
-    def parts(self) -> list[type[Any]]:
-        """The kinds of part made so far (for tests and diagnostics)."""
-        with self._lock:
-            return list(self._parts)
-
 
 # the one module-level slot of the package: which Process this process is (see `current`)
 _CURRENT: list[Process] = [Process()]

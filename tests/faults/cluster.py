@@ -7,7 +7,7 @@ removed afterwards whatever happens.
 
 Run as root (as in the development container), the server runs as the `postgres` OS user
 (`initdb` refuses root); the data folder is a temporary one owned by that user. Skips the test
-when no PostgreSQL installation is found.
+when no PostgreSQL installation is found, or fails it under KET_REQUIRE_POSTGRES=1 (CI).
 """
 
 from __future__ import annotations
@@ -71,7 +71,10 @@ class PrivateCluster:
 
     def __enter__(self) -> PrivateCluster:
         if self._bin is None or not (self._bin / "initdb").exists():
-            pytest.skip("no PostgreSQL installation (initdb, pg_ctl) to start a private cluster")
+            why = "no PostgreSQL installation (initdb, pg_ctl) to start a private cluster"
+            if os.environ.get("KET_REQUIRE_POSTGRES") == "1":  # CI: never a silent skip
+                pytest.fail(f"KET_REQUIRE_POSTGRES=1 but {why}")
+            pytest.skip(why)
         self._root = Path(tempfile.mkdtemp(prefix="ket-cluster-"))
         try:
             if self._as_postgres:

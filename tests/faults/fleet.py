@@ -10,10 +10,8 @@ partitioned worker ending before its lease did.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -28,11 +26,15 @@ import psycopg
 from ket.store import NewJob
 from ket.store.sql import SqlStore
 
+from ..processes import stop_processes
+
 APP = """
 import asyncio, os, threading, time
 from datetime import datetime, timezone
 import psycopg
 from ket import Retry, define_deployment, define_job, define_module, define_model
+
+from ..processes import stop_processes
 
 FX = os.environ["KET_TEST_FX_URL"]
 # one connection per thread, kept: a new one per write blocked the event loop ~7 ms twice a job
@@ -259,17 +261,7 @@ class FaultFleet:
                 )
 
     def stop_all(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(process.pid, signal.SIGCONT)
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        stop_processes(self.processes)
 
 
 def until(condition: Callable[[], bool], timeout: float, what: str) -> None:

@@ -25,7 +25,6 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
@@ -45,6 +44,7 @@ from ket.control.registry import TenantRegistry
 from ket.store.sql import SqlStore
 
 from ..databases import create_database, drop_databases
+from ..processes import stop_processes
 from .proxy import Proxy
 
 TENANTS = [f"t{n:02d}" for n in range(20)]
@@ -58,6 +58,8 @@ OUTAGE_SECONDS = 20.0
 STARTS_WITHIN = timedelta(seconds=2.0)  # poll_max_ms is 200 ms: "soon", not "at the next visit"
 APP = f"""
 from ket import define_deployment, define_job, define_module
+
+from ..processes import stop_processes
 
 async def work(ctx, input):
     pass
@@ -201,15 +203,7 @@ class Workers:
         )
 
     def stop(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        stop_processes(self.processes)
 
 
 @pytest.fixture

@@ -31,7 +31,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -43,7 +42,6 @@ import pytest
 from modules_example.company import company
 from modules_example.hotel import hotel
 from modules_example.sales import sales
-from psycopg import sql
 
 from ket import define_deployment, define_job, define_module
 from ket.catalog import Catalog
@@ -51,6 +49,8 @@ from ket.client import open_async_client
 from ket.control.registry import TenantRegistry
 from ket.runtime.contexts import install_models
 from ket.store.sql import SqlStore
+
+from ..databases import Sampler, create_database, drop_databases
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_APP = "ket-test-grid"  # application_name of the test's own connections
@@ -186,13 +186,6 @@ def _done(jobs: list[tuple[str, str, int]], called: bool) -> bool:
     )
 
 
-def _create(admin: psycopg.Connection[object], name: str, template: str | None = None) -> None:
-    statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
-    if template is not None:
-        statement = sql.SQL("{} TEMPLATE {}").format(statement, sql.Identifier(template))
-    admin.execute(statement)
-
-
 async def _migrate_template(url: str) -> None:
     """ket's tables, the app's models, one company, and the hotel schedules installed a day
     ago (so that a worker's first sweep fires their current tick)."""
@@ -234,16 +227,15 @@ def grid(
     made = Grid(admin=postgres_url, prefix=f"ket_grid_{uuid.uuid4().hex[:8]}_", root=root)
     names: list[str] = []
     try:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            for name in ("template", "registry"):
-                _create(admin, made.prefix + name)
-                names.append(made.prefix + name)
-            asyncio.run(_migrate_template(made.url("template")))
-            for number in range(count):
-                tenant = f"t{number:03d}"
-                _create(admin, made.prefix + tenant, made.prefix + "template")
-                names.append(made.prefix + tenant)
-                made.tenants.append(tenant)
+        for name in ("template", "registry"):
+            create_database(postgres_url, made.prefix + name)
+            names.append(made.prefix + name)
+        asyncio.run(_migrate_template(made.url("template")))
+        for number in range(count):
+            tenant = f"t{number:03d}"
+            create_database(postgres_url, made.prefix + tenant, made.prefix + "template")
+            names.append(made.prefix + tenant)
+            made.tenants.append(tenant)
         registry = TenantRegistry(made.environment()["KET_REGISTRY_URL"])
         try:
             for tenant in made.tenants:
@@ -252,34 +244,7 @@ def grid(
             registry.close()
         yield made
     finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            for name in names:
-                admin.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
-
-
-class Sampler:
-    """Counts the worker's connections every 50 ms in a thread of its own."""
-
-    def __init__(self, grid: Grid) -> None:
-        self._grid = grid
-        self.counts: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.counts.append(self._grid.connections())
-            time.sleep(0.05)
+        drop_databases(postgres_url, names)
 
 
 def _reset(grid: Grid) -> None:
@@ -338,7 +303,7 @@ def test_a_worker_runs_every_tenants_jobs_within_its_connection_budget(
     log = grid.root / f"worker-{limit}.log"
     ket = [sys.executable, "-m", "ket.cli.main"]
     begun = time.monotonic()
-    with Sampler(grid) as sampler:
+    with Sampler(grid.connections, every=0.05) as sampler:
         with log.open("w") as sink:
             worker = subprocess.Popen(
                 [*ket, "worker", "--max-connections", str(limit)],
@@ -371,7 +336,7 @@ def test_a_worker_runs_every_tenants_jobs_within_its_connection_budget(
     text = log.read_text()
     sys.stderr.write(
         f"\ngrid cell: {len(grid.tenants)} tenants at --max-connections {limit}: every job "
-        f"run in {seconds:.1f} s; at most {max(sampler.counts)} connections\n"
+        f"run in {seconds:.1f} s; at most {max(sampler.samples)} connections\n"
     )
     assert code == 0, text[-3000:]
     # every job ran once, at its first attempt: none waited for a connection until it failed
@@ -383,5 +348,5 @@ def test_a_worker_runs_every_tenants_jobs_within_its_connection_budget(
             2 if tenant in grid.called else 1
         ), (tenant, jobs)
     # the documented bound: pg_stat_activity never shows a worker with more than its budget
-    assert max(sampler.counts) <= limit, (max(sampler.counts), text[-3000:])
+    assert max(sampler.samples) <= limit, (max(sampler.samples), text[-3000:])
     assert "Traceback" not in text, text[-3000:]

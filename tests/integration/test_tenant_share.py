@@ -35,6 +35,8 @@ from ket.client import open_async_client
 from ket.control.registry import TenantRegistry
 from ket.store.sql import SqlStore
 
+from ..processes import stop_processes
+
 LEASE_MS = 3_000  # a report every second; stale after three seconds without one
 INTERVAL_S = 1.0
 GRACE_MS = 8_000  # a stopping worker's running job finishes well after its tenants moved
@@ -44,6 +46,8 @@ WORKERS = 3
 APP = f"""
 import asyncio
 from ket import define_deployment, define_job, define_module
+
+from ..processes import stop_processes
 
 async def work(ctx, input):
     await asyncio.sleep(input.ms / 1000)
@@ -238,15 +242,7 @@ class Workers:
         return "\n".join(parts)
 
     def stop(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        stop_processes(self.processes)
 
 
 @pytest.fixture

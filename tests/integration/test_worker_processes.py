@@ -22,10 +22,14 @@ from psycopg import sql
 from ket.store import NewJob
 from ket.store.sql import SqlStore
 
+from ..processes import stop_processes
+
 APP = """
 import asyncio, os, time, uuid
 from pathlib import Path
 from ket import define_deployment, define_job, define_module
+
+from ..processes import stop_processes
 
 RUNS = Path(os.environ["KET_TEST_RUNS"])
 
@@ -131,14 +135,7 @@ class Fleet:
         return "\n".join(lines)
 
     def stop_all(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_processes(self.processes)
 
 
 @pytest.fixture

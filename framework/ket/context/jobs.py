@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -63,7 +62,7 @@ class Jobs(Part):
             run_in=run_in,
             priority=priority,
             unique_key=unique_key,
-            company=company,
+            company=self.__company if company is None else company,  # the attempt's by default
             tags=tags,
         )
         job = self.__build(name, input, options)
@@ -75,9 +74,8 @@ class Jobs(Part):
         jobs = []
         for item in items:
             name, input, *rest = item
-            jobs.append(
-                self.__build(name, input, EnqueueOptions.of(name, rest[0] if rest else None))
-            )
+            options = EnqueueOptions.of(name, rest[0] if rest else None, company=self.__company)
+            jobs.append(self.__build(name, input, options))
         return await self.__insert(jobs)
 
     def __build(
@@ -91,11 +89,8 @@ class Jobs(Part):
             raise EffectError(
                 f"{operation.name} may not enqueue {name!r}: declare the effect 'enqueue:{name}'"
             )
-        company = options.company
-        if company is None:
-            if self.__company is not None:  # the attempt's company, unless another is given
-                options = dataclasses.replace(options, company=self.__company)
-        elif company != self.__company and not operation.cross_company:
+        company = options.company  # the attempt's, unless another was given
+        if company != self.__company and not operation.cross_company:
             raise EffectError(
                 f"{operation.name} may not enqueue for company {company!r}: "
                 "declare cross_company=True"
