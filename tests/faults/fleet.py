@@ -34,8 +34,6 @@ from datetime import datetime, timezone
 import psycopg
 from ket import Retry, define_deployment, define_job, define_module, define_model
 
-from ..processes import stop_processes
-
 FX = os.environ["KET_TEST_FX_URL"]
 # one connection per thread, kept: a new one per write blocked the event loop ~7 ms twice a job
 # (a server process forked each time), which made a backlog of hundreds drain for seconds.

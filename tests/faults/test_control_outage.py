@@ -59,8 +59,6 @@ STARTS_WITHIN = timedelta(seconds=2.0)  # poll_max_ms is 200 ms: "soon", not "at
 APP = f"""
 from ket import define_deployment, define_job, define_module
 
-from ..processes import stop_processes
-
 async def work(ctx, input):
     pass
 

@@ -47,8 +47,6 @@ APP = f"""
 import asyncio
 from ket import define_deployment, define_job, define_module
 
-from ..processes import stop_processes
-
 async def work(ctx, input):
     await asyncio.sleep(input.ms / 1000)
 

@@ -29,8 +29,6 @@ import asyncio, os, time, uuid
 from pathlib import Path
 from ket import define_deployment, define_job, define_module
 
-from ..processes import stop_processes
-
 RUNS = Path(os.environ["KET_TEST_RUNS"])
 
 async def work(ctx, input):
