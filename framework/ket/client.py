@@ -247,6 +247,17 @@ class Client:
         """After a commit: the stores' wake path (the async client's store takes it itself)."""
         self._path.available(queues)
 
+    def connect(self) -> None:
+        """Open a connection to the tenant's database now, and the one its hints go out on:
+        the first enqueue pays no set-up; StoreError if the database cannot be reached."""
+        with (
+            translated(lambda error: database_error(error, self._engine)),
+            self._engine.connect(),
+        ):
+            pass  # back to the pool, open, for the first enqueue
+        if self._hints is not None:
+            self._hints.connect()
+
     def close(self) -> None:
         """Release the client's connections."""
         self._engine.dispose()
@@ -349,13 +360,21 @@ class AsyncClient:
 def open_client(
     deployment: DeploymentDecl, *, tenant: str = DEFAULT_TENANT, database_url: str | None = None
 ) -> Client:
-    """A client for `tenant`; its database: `database_url`, else KET_DATABASE_URL, else default."""
+    """A client for `tenant`; its database: `database_url`, else KET_DATABASE_URL, else default.
+    It connects at once, as open_async_client does: the first enqueue pays no set-up, and an
+    unreachable database is reported here (StoreError)."""
     # hide_parameters: SQLAlchemy's errors and logs never quote a job's payload
     url, control = _target(tenant, database_url)
     engine = create_sync_engine(url, hide_parameters=True)
     hints = SyncHints(control, tenant) if control is not None else None
     path = WakePath(wakeups_of(parse_url(url)), hints)
-    return Client(Catalog.build(deployment), engine, path, hints, tenant=tenant)
+    client = Client(Catalog.build(deployment), engine, path, hints, tenant=tenant)
+    try:
+        client.connect()
+    except BaseException:
+        client.close()
+        raise
+    return client
 
 
 async def open_async_client(

@@ -49,3 +49,16 @@ def test_open_client_on_a_missing_file_it_is_given_creates_none(project: Path) -
     with pytest.raises(StoreError, match=r"shop\.db' does not exist"):
         asyncio.run(open_async_client(APP, database_url=url))
     assert sorted(path.name for path in project.iterdir()) == ["pyproject.toml"]
+
+
+def test_open_client_connects_at_open_and_says_so_without_the_password(project: Path) -> None:
+    """As open_async_client: an unreachable database fails the open, not the first enqueue
+    (which then pays no set-up), and its message names no password."""
+    url = "postgresql://app:s3cret-pw@127.0.0.1:1/erp"
+    for opening in (
+        lambda: open_client(APP, database_url=url),
+        lambda: asyncio.run(open_async_client(APP, database_url=url)),
+    ):
+        with pytest.raises(StoreError) as raised:
+            opening()
+        assert "127.0.0.1" in str(raised.value) and "s3cret-pw" not in str(raised.value)

@@ -48,6 +48,7 @@ from ket.runtime.contexts import default_blobs, default_sender
 from ket.runtime.fleet import Drained, Fleet
 from ket.runtime.supervisor import Supervisor
 from ket.runtime.tenancy import database_template
+from ket.runtime.threads import HandlerThreads, handler_threads
 from ket.runtime.worker import SERVICE_CONNECTIONS, connections_needed, loop_connections
 from ket.storage import BlobStore
 from ket.store.contract import JobStore
@@ -132,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     deployment = deployment_of(args)
     catalog = settings.apply(Catalog.build(deployment))
     pool_settings(catalog, os.environ)  # refuse a pool too small before serving anything
+    handler_threads_setting(catalog, os.environ)  # and too few handler threads
     limit = connection_budget(args.max_connections, os.environ)
     report_interval(catalog, os.environ)  # and a bad KET_PRESENCE_INTERVAL_S
     urls = tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker
@@ -169,6 +171,20 @@ def pool_settings(catalog: Catalog, environ: Mapping[str, str]) -> tuple[int, fl
     if not 0 < wait < 86_400:
         raise KetError(f"KET_POOL_TIMEOUT_S must be a number of seconds above 0, got {wait!r}")
     return size, wait
+
+
+def handler_threads_setting(catalog: Catalog, environ: Mapping[str, str]) -> int:
+    """The threads the plain handlers of every tenant share (KET_HANDLER_THREADS; by default
+    DEFAULT_HANDLER_THREADS, or one tenant's job slots if those are more); fewer than one
+    tenant's job slots is refused."""
+    slots = sum(catalog.worker.queues.values())
+    given = _number(environ, "KET_HANDLER_THREADS", 0, int)
+    if environ.get("KET_HANDLER_THREADS") and given < max(slots, 1):
+        raise KetError(
+            f"KET_HANDLER_THREADS={given} is too few for this deployment: one tenant has "
+            f"{slots} job slots, and each must find a thread; raise it or unset it"
+        )
+    return handler_threads(catalog, given or None)
 
 
 def _number(environ: Mapping[str, str], name: str, default: T, kind: Callable[[str], T]) -> T:
@@ -279,6 +295,7 @@ async def serve(
         return await read_tenants(registry)
 
     pool, wait = pool_settings(catalog, os.environ)
+    threads = handler_threads_setting(catalog, os.environ)
     loops = loop_connections(catalog.worker)
     if max_connections is None:
         max_connections = connection_budget(None, os.environ)
@@ -336,6 +353,7 @@ async def serve(
         channels=control_channels(registry.url),
         share=share,
         burst=burst,
+        threads=HandlerThreads(threads),
     )
     log.info(
         "worker %s serving deployment %s with queues %s; %s",

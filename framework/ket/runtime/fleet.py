@@ -38,6 +38,7 @@ from ket.runtime.events import Hooks, process_hooks
 from ket.runtime.share import TenantShare
 from ket.runtime.supervisor import Repeats, Service, Supervisor
 from ket.runtime.tenancy import resolve_tenants
+from ket.runtime.threads import HandlerThreads, handler_threads
 from ket.runtime.worker import TenantWorker
 from ket.storage import BlobStore
 from ket.store.contract import JobStore
@@ -119,6 +120,7 @@ class Fleet:
         channels: Channels | None = None,
         share: TenantShare | None = None,  # None: serve every tenant, as a lone worker does
         burst: bool = False,  # its tenant workers run what is due and stop: see drain()
+        threads: HandlerThreads | None = None,  # None: handler_threads(catalog) of them
     ) -> None:
         self.catalog = catalog
         self._template = template
@@ -145,6 +147,8 @@ class Fleet:
         # starts under way, by tenant (see STARTS_AT_ONCE), and the gate they pass one by one
         self._starting: dict[str, asyncio.Task[None]] = {}
         self._gate = asyncio.Semaphore(STARTS_AT_ONCE)
+        # the plain handlers' threads, shared by the tenants (runtime/threads.py)
+        self._threads = threads or HandlerThreads(handler_threads(catalog))
 
     async def run(self, stop: asyncio.Event, services: Sequence[Service] = ()) -> None:
         """Serve until `stop` is set, then stop every tenant gracefully (concurrently).
@@ -163,6 +167,7 @@ class Fleet:
             await supervisor.stop()
             await self._abandon_starts(list(self._starting))
             await asyncio.gather(*[self._stop(name) for name in list(self.workers)])
+            self._threads.shutdown(wait=False, cancel_futures=True)
             if self._channels is not None:
                 await self._channels.close()
 
@@ -182,6 +187,7 @@ class Fleet:
             await supervisor.stop()
             await self._abandon_starts(list(self._starting))
             await asyncio.gather(*[self._stop(name) for name in list(self.workers)])
+            self._threads.shutdown(wait=False, cancel_futures=True)
             if self._channels is not None:
                 await self._channels.close()
         outcomes: Counter[str] = Counter()
@@ -319,6 +325,7 @@ class Fleet:
             fleet=lambda: max(self._servable, len(self.workers)),
             together=together,
             burst=self._burst,
+            executor=self._threads.for_tenant(name),
         )
         worker.start()
         self.workers[name] = worker

@@ -23,11 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from concurrent.futures import Executor
+from typing import TypeVar
 
 from ket.catalog import Catalog
 from ket.declare.worker import WorkerConfig
@@ -44,6 +42,7 @@ from ket.runtime.settler import Settler
 from ket.runtime.supervisor import Repeats, Supervisor
 from ket.runtime.sweep import SWEEPS_PER_SECOND, SweepService
 from ket.runtime.sweep import sweep as sweep_schedules
+from ket.runtime.threads import OnDemandThreads
 from ket.runtime.vacuum import VacuumService
 from ket.runtime.visit import VisitService
 from ket.store.contract import JobStore, PacedStore, VacuumStore
@@ -56,7 +55,6 @@ T = TypeVar("T")
 # Connections a tenant worker's own services may hold at once besides its running jobs: one claim
 # per queue, and the settler, heartbeat, rescue, sweep, prune and vacuum.
 SERVICE_CONNECTIONS = 6
-THREADS_LINGER_SECONDS = 30.0  # a tenant's plain-handler threads end after sitting idle this long
 # A VACUUM reads the table's indexes whole: minutes for a table of many millions of rows.
 VACUUM_TIMEOUT_SECONDS = 1_800.0
 
@@ -73,78 +71,6 @@ def loop_connections(config: WorkerConfig) -> int:
     prune and vacuum (on PostgreSQL the store's lane serves them, and the handlers' enqueues
     and sent-ledger calls); the rest are the job slots' (a handler in `ctx.tx` holds one)."""
     return len(config.queues) + SERVICE_CONNECTIONS
-
-
-class OnDemandThreads(Executor):
-    """A ThreadPoolExecutor made at the first plain handler, and let go once it sat idle for
-    THREADS_LINGER_SECONDS: a tenant whose handlers are all async (or that runs nothing) costs
-    no executor's queue, locks and condition at all, and one whose plain handlers ran once (a
-    nightly schedule's) keeps no threads. A worker serving a thousand tenants of the example
-    app kept a thread per tenant after their first ticks (1,002 threads; 3 with this)."""
-
-    def __init__(self, *, max_workers: int, thread_name_prefix: str) -> None:
-        self._max_workers = max_workers
-        self._prefix = thread_name_prefix
-        self._pool: ThreadPoolExecutor | None = None
-        self._busy = 0  # submitted and not done
-        self._last = 0.0  # when a call was last submitted or done (monotonic)
-        self._lock = threading.Lock()  # done callbacks run in the pool's threads
-        self._reaper: asyncio.TimerHandle | None = None
-
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(
-                max_workers=self._max_workers, thread_name_prefix=self._prefix
-            )
-        with self._lock:
-            self._busy += 1
-            self._last = time.monotonic()
-        future = self._pool.submit(fn, *args, **kwargs)
-        future.add_done_callback(self._done)
-        self._arm()
-        return future
-
-    def _done(self, _: Future[Any]) -> None:
-        with self._lock:
-            self._busy -= 1
-            self._last = time.monotonic()
-
-    def _arm(self) -> None:
-        """One timer per pool at most, on the loop that submits (none off a loop: the pool then
-        lasts until shutdown)."""
-        if self._reaper is not None:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._reaper = loop.call_later(THREADS_LINGER_SECONDS, self._reap)
-
-    def _reap(self) -> None:
-        self._reaper = None
-        pool = self._pool
-        if pool is None:
-            return
-        with self._lock:
-            idle = self._busy == 0 and time.monotonic() - self._last >= THREADS_LINGER_SECONDS
-        if not idle:
-            self._arm()
-            return
-        self._pool = None
-        pool.shutdown(wait=False)  # its threads end; the next plain handler makes a new pool
-
-    @property
-    def threads(self) -> int:
-        """The pool's threads now (0 without a pool)."""
-        pool = self._pool
-        return 0 if pool is None else len(pool._threads)
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        if self._reaper is not None:
-            self._reaper.cancel()
-            self._reaper = None
-        if self._pool is not None:
-            self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
 class TenantWorker:
@@ -177,8 +103,9 @@ class TenantWorker:
         self.worker_id = worker_id
         self.hooks = hooks or Hooks()
         config = self._config = catalog.worker
-        # A tenant's plain handlers get threads of their own, one per slot: a slot stays taken
-        # while its thread runs, so a job always finds a thread, and no tenant takes another's.
+        # Plain handlers run in threads: a worker process's fleet gives every tenant its turn
+        # at the process's HandlerThreads (runtime/threads.py); a tenant worker made alone
+        # gets one per slot (a slot stays taken while its thread runs).
         self._own_executor = executor is None
         self._executor = executor or OnDemandThreads(
             max_workers=max(1, sum(config.queues.values())), thread_name_prefix=f"ket-{tenant}"

@@ -349,16 +349,28 @@ class SyncHints:
         self._connection: psycopg.Connection[Any] | None = None
         self._dropped = _Dropped(dsn)
 
+    def connect(self) -> None:
+        """Open the connection now, so that the first hint pays no set-up; one that cannot be
+        opened is tried again at the first hint, which says why it failed."""
+        try:
+            self._connected()
+        except Exception:
+            self.close()
+
+    def _connected(self) -> psycopg.Connection[Any]:
+        connection = self._connection
+        if connection is None or connection.closed:
+            options = listening.TIMING.connect_options(self.dsn)
+            connection = self._connection = psycopg.Connection.connect(self.dsn, **options)
+        return connection
+
     def sent(self, queues: Collection[str], woken: Collection[str] = ()) -> None:
         """As ControlChannel.sent, in the caller's thread; a failure is logged, not raised.
         (`woken` changes nothing: a synchronous client routes no hints in its process.)"""
         if not queues:
             return
         try:
-            connection = self._connection
-            if connection is None or connection.closed:
-                options = listening.TIMING.connect_options(self.dsn)
-                connection = self._connection = psycopg.Connection.connect(self.dsn, **options)
+            connection = self._connected()
             hints = [hint(self.tenant, queue) for queue in sorted(queues)]
             connection.execute(SEND, (hints,), prepare=False)  # pooler.py
         except Exception as error:

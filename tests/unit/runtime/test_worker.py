@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection
@@ -18,7 +17,6 @@ from pydantic import ValidationError
 from ket import Discard, Retry, define_deployment, define_job, define_module
 from ket.catalog import Catalog
 from ket.errors import JobRejected
-from ket.runtime import worker as worker_module
 from ket.runtime.contexts import Contexts
 from ket.runtime.events import Event, Hooks
 from ket.runtime.queue import PREFETCH_AT_LEAST
@@ -726,37 +724,3 @@ def test_a_claim_loop_whose_stop_cancel_was_lost_in_a_claim_does_not_wait_for_wo
         assert time.monotonic() - began < 5
 
     run(scenario, LosesACancel)
-
-
-def test_a_tenants_plain_handler_threads_end_once_idle_and_come_back_when_needed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """One thread per tenant kept after a single plain handler made a worker serving a thousand
-    tenants of the example app 259 MB: the threads end once idle."""
-    monkeypatch.setattr(worker_module, "THREADS_LINGER_SECONDS", 0.2)
-    threads = worker_module.OnDemandThreads(max_workers=2, thread_name_prefix="ket-linger")
-
-    def named() -> list[str]:
-        return [t.name for t in threading.enumerate() if t.name.startswith("ket-linger")]
-
-    async def body() -> tuple[int, list[str], int, list[str], int]:
-        loop = asyncio.get_running_loop()
-        assert await loop.run_in_executor(threads, lambda: 41 + 1) == 42
-        busy = threads.threads
-        while_used = named()
-        await asyncio.sleep(0.2 * 3)
-        # the pool was let go: its thread ended
-        for _ in range(50):
-            if not named():
-                break
-            await asyncio.sleep(0.02)
-        idle, gone = threads.threads, named()
-        assert await loop.run_in_executor(threads, lambda: 7) == 7  # a new pool at need
-        again = threads.threads
-        threads.shutdown()
-        return busy, while_used, idle, gone, again
-
-    busy, while_used, idle, gone, again = asyncio.run(body())
-    assert busy == 1 and len(while_used) == 1
-    assert idle == 0 and gone == []
-    assert again == 1

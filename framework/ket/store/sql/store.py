@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ket.connection import budget
 from ket.connection.address import SYNCHRONOUS, libpq_dsn, parse_url, postgres_connect_args
+from ket.connection.on_demand import ENGINE_LINGER_SECONDS, OnDemandEngine
 from ket.connection.pooler import listen_dsn
 from ket.connection.url import DatabaseUrl
 from ket.errors import StoreError
@@ -133,10 +134,14 @@ class SqlStore:
         self.dialect = self.url.get_backend_name()
         self._lane = lane
         self._clock = clock
-        self._pool_size = pool_size
-        self._engine_options = dict(engine_options or {})
-        self._engine: AsyncEngine | None = None
-        self._autocommit: AsyncEngine | None = None
+        # made on first use; on PostgreSQL, where the lane runs the worker's own statements
+        # and the engine serves only ctx.db, ctx.tx and the commands, let go when unused
+        self._engines = OnDemandEngine(
+            self.url,
+            pool_size=pool_size,
+            options=dict(engine_options or {}),
+            linger=ENGINE_LINGER_SECONDS if lane is not None else None,
+        )
         self._wakeups: Wakeups = wakeups_of(self.url)
         self._inbox: Any = None  # SQLite's sqlite_wakeup.Inbox; taken on the first wait
         # where this store LISTENs: its database, or KET_LISTEN_URL's way there (pooler.py)
@@ -210,19 +215,10 @@ class SqlStore:
     @property
     def engine(self) -> AsyncEngine:
         """The SQLAlchemy engine (made, and SQLAlchemy imported, on first use)."""
-        if self._engine is None:
-            if self._closed:
-                raise StoreError("the store is closed")
-            from ket.connection.engine import create_engine
-
-            with translated():  # e.g. an engine option SQLAlchemy does not know
-                engine = create_engine(self.url, pool_size=self._pool_size, **self._engine_options)
-            self._engine = engine
-            # one statement needs no BEGIN/COMMIT round trips on PostgreSQL; SQLite keeps
-            # BEGIN IMMEDIATE for everything (see engine.sqlite_discipline)
-            if self.dialect == "postgresql":
-                self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
-        return self._engine
+        if self._closed:
+            raise StoreError("the store is closed")
+        with translated():  # e.g. an engine option SQLAlchemy does not know
+            return self._engines.get()
 
     @property
     def lane(self) -> Lane | None:
@@ -230,8 +226,9 @@ class SqlStore:
         return self._lane
 
     def _translate(self, error: Exception) -> StoreError:
-        if self._engine is not None:
-            return database_error(error, self._engine)
+        engine = self._engines.made
+        if engine is not None:
+            return database_error(error, engine)
         return driver_error(error, self.url)
 
     async def connect(self) -> None:
@@ -275,12 +272,13 @@ class SqlStore:
         """
         if self._closed:
             raise StoreError("the store is closed")
-        engine = self.engine
         delay = 0.01
         for attempt in range(_LOCKED_RETRIES):
             try:
-                if single and self._autocommit is not None:
-                    async with self._autocommit.connect() as connection:
+                engine = self.engine
+                autocommit = self._engines.autocommit() if single else None
+                if autocommit is not None:
+                    async with autocommit.connect() as connection:
                         return await body(connection)
                 async with engine.begin() as connection:
                     return await body(connection)
@@ -897,14 +895,7 @@ class SqlStore:
                 from ket.wakeup import sqlite as sqlite_wakeup
 
                 sqlite_wakeup.release(self._inbox)
-            if self._engine is not None:
-                if self.dialect == "postgresql":
-                    # its idle connections first, each counted by the budget until its server
-                    # process is gone; dispose() would close them and forget them at once
-                    from ket.connection.engine import close_idle
-
-                    await close_idle(self._engine.sync_engine.pool)
-                await self._engine.dispose()
+            await self._engines.close()
 
     # -- model rows (RecordStore; statements in records.py) ---------------------------------
 
