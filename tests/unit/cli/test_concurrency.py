@@ -10,7 +10,7 @@ import pytest
 from ket import define_deployment, define_job, define_module
 from ket.catalog import Catalog
 from ket.cli.concurrency import HostConcurrency, read
-from ket.cli.worker import pool_settings
+from ket.cli.worker import handler_threads_setting, pool_settings
 from ket.errors import KetError
 
 
@@ -186,3 +186,18 @@ def test_a_pool_size_too_small_for_the_raised_concurrency_is_refused_with_the_nu
         "KET_POOL_SIZE=20 is too small for this deployment: it needs 62 connections per tenant "
         "(54 job slots + 2 queue claim loops + 6 services); raise it or unset it"
     )
+
+
+def test_the_handler_threads_are_64_or_one_tenants_slots_and_never_fewer() -> None:
+    assert handler_threads_setting(CATALOG, {}) == 64
+    raised = read(["default=100"], {}).apply(CATALOG)
+    assert handler_threads_setting(raised, {}) == 104  # a lone tenant's slots all find one
+    assert handler_threads_setting(CATALOG, {"KET_HANDLER_THREADS": "8"}) == 8
+    with pytest.raises(KetError) as refused:
+        handler_threads_setting(raised, {"KET_HANDLER_THREADS": "8"})
+    assert refused.value.message == (
+        "KET_HANDLER_THREADS=8 is too few for this deployment: one tenant has 104 job slots, "
+        "and each must find a thread; raise it or unset it"
+    )
+    with pytest.raises(KetError, match=r"KET_HANDLER_THREADS must be a number, got 'many'"):
+        handler_threads_setting(CATALOG, {"KET_HANDLER_THREADS": "many"})
