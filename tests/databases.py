@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
 import psycopg
 from psycopg import sql
 
 T = TypeVar("T")
+
+DROPPERS = 8  # connections that drop databases at once
 
 
 def create_database(admin: str, name: str, template: str | None = None) -> None:
@@ -24,7 +27,20 @@ def create_database(admin: str, name: str, template: str | None = None) -> None:
 
 
 def drop_databases(admin: str, names: Iterable[str]) -> None:
-    """DROP DATABASE ... WITH (FORCE) for each of `names` that exists."""
+    """DROP DATABASE ... WITH (FORCE) for each of `names` that exists, several at once: each
+    drop waits for a checkpoint, and the 200 databases of a test took 77 s one after another
+    beside the rest of the suite; drops under way together share their checkpoints."""
+    names = list(names)
+    if len(names) <= 2:
+        _drop(admin, names)
+        return
+    shares = [names[i::DROPPERS] for i in range(min(DROPPERS, len(names)))]
+    with ThreadPoolExecutor(len(shares)) as pool:
+        for done in [pool.submit(_drop, admin, share) for share in shares]:
+            done.result()
+
+
+def _drop(admin: str, names: list[str]) -> None:
     with psycopg.connect(admin, autocommit=True) as connection:
         for name in names:
             connection.execute(

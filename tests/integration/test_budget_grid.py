@@ -34,6 +34,7 @@ import textwrap
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -230,11 +231,15 @@ def grid(
             create_database(postgres_url, made.prefix + name)
             names.append(made.prefix + name)
         asyncio.run(_migrate_template(made.url("template")))
-        for number in range(count):
-            tenant = f"t{number:03d}"
-            create_database(postgres_url, made.prefix + tenant, made.prefix + "template")
-            names.append(made.prefix + tenant)
-            made.tenants.append(tenant)
+        made.tenants.extend(f"t{number:03d}" for number in range(count))
+        names.extend(made.prefix + tenant for tenant in made.tenants)  # dropped if made
+        template = made.prefix + "template"
+        with ThreadPoolExecutor(8) as pool:  # copies of one template, several at once
+            for done in [
+                pool.submit(create_database, postgres_url, made.prefix + t, template)
+                for t in made.tenants
+            ]:
+                done.result()
         registry = TenantRegistry(made.environment()["KET_REGISTRY_URL"])
         try:
             for tenant in made.tenants:
