@@ -27,9 +27,10 @@ class OnDemandEngine:
     that long and none of its connections is out (the next use makes a new one).
 
     A worker serving a thousand tenants on PostgreSQL kept every tenant's engine after a single
-    `ctx.db` call, with its pool, dialect, event listeners and compiled statements: about 50 KB
-    each, most of the 100 MB its tenants cost at rest. The budget closes an idle engine's
-    connections after seconds (budget.DEFAULT_IDLE_SECONDS); this lets the engine go too.
+    `ctx.db` call, with its pool, dialect, event listeners and compiled statements (about 50 KB
+    each): the example app's 1,000 tenants idled at 202 MB with them, at 163 MB letting each go
+    10 s after its last use. The budget closes an idle engine's connections after as long
+    (budget.DEFAULT_IDLE_SECONDS), so the next use connects anew either way.
     """
 
     def __init__(
