@@ -209,11 +209,14 @@ async def _migrate_template(url: str) -> None:
 
 
 TENANTS = [1, 40, 200]
-# 200 tenants at a budget of 4 passes alone (55-60 s; the worker's engines share the one
-# connection the budget leaves them) but not beside the rest of the suite: on a loaded machine
-# a mail job of 2 tenants waited for that connection past its 30 s timeout, and its retry then
-# waits for the sent ledger's claim to go stale (15 min). It is measured apart, not run here.
-LEFT_OUT = {(200, 4)}
+# Cells measured apart, not run here:
+# - 200 tenants at a budget of 4 passes alone (55-60 s; the worker's engines share the one
+#   connection the budget leaves them) but not beside the rest of the suite: on a loaded machine
+#   a mail job of 2 tenants waited for that connection past its 30 s timeout, and its retry then
+#   waits for the sent ledger's claim to go stale (15 min);
+# - 200 tenants at a budget of 20 passes alone (20-28 s) and beside the suite; it is left out
+#   for the suite's time (the 200-tenant row took 74 s of it at budgets 10 and 20).
+LEFT_OUT = {(200, 4), (200, 20)}
 
 
 @pytest.fixture(scope="module", params=TENANTS)
