@@ -1,5 +1,5 @@
 """The example app's jobs on one real `ket worker` over a grid of connection budgets (4, 10, 20)
-and tenant counts (1, 40, 200; one cell left out, see LEFT_OUT): whatever the budget and however
+and tenant counts (1, 40, 200; two cells left out, see LEFT_OUT): whatever the budget and however
 many tenants, every tenant's jobs run, none spends an attempt waiting for a connection, and the
 worker never holds more PostgreSQL connections than its budget (docs/operations.md,
 Connections).
