@@ -110,7 +110,7 @@ class EnqueueOptions:
                 f"job {job!r}: unknown enqueue options {unknown} "
                 f"(known: {', '.join(cls.__slots__)})"
             )
-        if given.get("company") is None:
+        if company is not None and given.get("company") is None:
             return cls.given(**{**given, "company": company})
         return cls.given(**given)
 

@@ -73,9 +73,9 @@ class OnDemandEngine:
         self._used = time.monotonic()
         return engine
 
+    @property
     def autocommit(self) -> AsyncEngine | None:
-        """The engine in autocommit mode (PostgreSQL), made now if there is none; else None."""
-        self.get()
+        """The engine `get()` gave, in autocommit mode (PostgreSQL); else None."""
         return self._autocommit
 
     def _arm(self, delay: float | None) -> None:

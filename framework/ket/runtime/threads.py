@@ -176,9 +176,10 @@ class HandlerThreads:
     def _start(self, call: _Call) -> None:
         try:
             self._pool.submit(self._run, call)
-        except BaseException as error:  # the pool is shut down: the call fails, not hangs
-            self._ended()
-            call.future.set_exception(error)
+        except BaseException as error:  # the pool is shut down: the call fails, not hangs,
+            call.future.set_exception(error)  # and so do those its thread would have taken
+            for one in self._ended():
+                self._start(one)
 
     def _run(self, call: _Call) -> None:
         self._waited(time.monotonic() - call.since)

@@ -133,6 +133,21 @@ def test_shutting_down_cancels_the_calls_still_waiting() -> None:
         waiting.result(timeout=10)
 
 
-def test_a_process_needs_a_thread_for_every_slot_of_one_tenant() -> None:
+def test_a_pool_of_no_threads_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         HandlerThreads(0)
+
+
+def test_calls_after_a_shutdown_fail_and_none_is_left_waiting() -> None:
+    threads = HandlerThreads(1)
+    gate = threading.Event()
+    running = threads.submit("t1", gate.wait)
+    waiting = [threads.submit(f"t{n}", lambda: 1) for n in (2, 3)]
+    threads._pool.shutdown(wait=False)  # as at the process's end, calls still queued
+    gate.set()
+    assert running.result(timeout=10) is True
+    for call in waiting:  # the pool's refusal, each, not a future that never ends
+        with pytest.raises(RuntimeError):
+            call.result(timeout=10)
+    with pytest.raises(RuntimeError):
+        threads.submit("t3", lambda: 2).result(timeout=10)

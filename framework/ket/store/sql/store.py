@@ -276,7 +276,7 @@ class SqlStore:
         for attempt in range(_LOCKED_RETRIES):
             try:
                 engine = self.engine
-                autocommit = self._engines.autocommit() if single else None
+                autocommit = self._engines.autocommit if single else None
                 if autocommit is not None:
                     async with autocommit.connect() as connection:
                         return await body(connection)
