@@ -35,6 +35,14 @@ class PruneService:
             while await self._store.job_prune(params) == params.limit:
                 await asyncio.sleep(0)  # let the jobs run between batches
 
+    async def batch(self) -> bool:
+        """One batch of each state (a tenant's safety visit prunes so, runtime/visit.py);
+        True when one came back full: more is left."""
+        more = False
+        for params in self._batches:
+            more = await self._store.job_prune(params) == params.limit or more
+        return more
+
 
 def prune_batches(retention_ms: Mapping[Finished, int | None]) -> list[Prune]:
     """One batch per finished state that is pruned at all, each after its own retention."""

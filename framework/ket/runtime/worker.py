@@ -2,11 +2,12 @@
 
 It only composes: each queue's claim loop (runtime/queue.py) launches claimed jobs through the
 per-job step (runtime/runner.py); outcomes go to the settler (runtime/settler.py); heartbeats and
-the lease guard (runtime/lease.py), rescue (or, for a tenant woken by hints, the safety visit of
-runtime/visit.py), schedule sweeps, pruning and vacuuming run beside them, and all of them run
-under the supervisor (runtime/supervisor.py), which owns the error policy; the heartbeat and lease
-guard under a second one, stopped only once the running work is over. The heartbeat, the lease
-guard and the vacuumer tick only while attempts run, so an idle tenant sets no timers for them.
+the lease guard (runtime/lease.py), rescue, schedule sweeps and pruning (or, for a tenant woken
+by hints, the safety visit of runtime/visit.py, which brings all three) and vacuuming run beside
+them, and all of them run under the supervisor (runtime/supervisor.py), which owns the error
+policy; the heartbeat and lease guard under a second one, stopped only once the running work is
+over. The heartbeat, the lease guard and the vacuumer tick only while attempts run, so an idle
+tenant sets no timers for them.
 
 `stop()` stops claiming, lets running work finish within the grace period, then aborts it
 (reason `shutdown`) and hands unfinished jobs back at once. `hand_back_now()` is the second
@@ -164,6 +165,7 @@ class TenantWorker:
             fleet=self._fleet,
             between_ticks=visited is None,
         )
+        prune = PruneService(store, retention_ms=self._config.retention_ms)
         if visited is not None:
             visit = VisitService(
                 visited,
@@ -172,6 +174,7 @@ class TenantWorker:
                 queues=self._queues,
                 served=self._served,
                 sweep=sweep,
+                prune=prune,
                 recorded=self.settler.recorded,
                 hold=Hold(attempts.lease_seconds),
             )
@@ -197,7 +200,7 @@ class TenantWorker:
                 patience=attempts.lease_seconds,
             )
             sup.every(sweep, at_once=True, first_within=first)
-        sup.every(PruneService(store, retention_ms=self._config.retention_ms), timeout=120.0)
+            sup.every(prune, timeout=120.0)
         if isinstance(store, VacuumStore):
             vacuum = VacuumService(store, attempts, tenant=self.tenant)
             sup.every(vacuum, timeout=VACUUM_TIMEOUT_SECONDS, gate=watched)

@@ -42,6 +42,7 @@ from ket.store.types import (
     JobQuery,
     JobRecord,
     JobStats,
+    Look,
     ModelTable,
     NewJob,
     Prune,
@@ -153,6 +154,16 @@ class PacedStore(Protocol):
 
     async def lease_end(self) -> float | None:
         """Seconds until the earliest lease of an executing job ends; None when none runs."""
+        ...
+
+    async def look(self, queues: Collection[str]) -> Look:
+        """The safety visit's question, in one statement: `lease_end()`'s answer, and when
+        each of `queues` has its next runnable job due."""
+        ...
+
+    def wake_in(self, queue: str, seconds: float) -> None:
+        """Wake `queue`'s waiters in this process in `seconds` (the earliest asked for is
+        kept)."""
         ...
 
     def woken_since_claim(self, queue: str) -> bool:

@@ -200,6 +200,16 @@ class StateChange:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Look:
+    """What a safety visit learns in one question (PacedStore.look): the seconds until the
+    earliest lease of an executing job ends (None: none runs), and for each queue asked about
+    that has runnable jobs, the seconds until its next one is due (0.0: one is due now)."""
+
+    lease_end: float | None
+    due: dict[str, float]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Prune:
     """Delete terminal jobs that finished more than `older_than_seconds` ago, `limit` at most."""
 

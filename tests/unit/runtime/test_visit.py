@@ -1,5 +1,6 @@
-"""The safety visit of a tenant woken by hints: it rescues, has every queue claim, and comes
-back when a running job's lease ends if that is sooner than its pace."""
+"""The safety visit of a tenant woken by hints: it rescues, has the queues with a job due claim
+(every queue at the first visit) and the others woken when their next job is due, prunes, and
+comes back when a running job's lease ends if that is sooner than its pace."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ket.runtime.visit import (
 from ket.store import JobClaim, JobQuery, JobStore, NewJob, Rescued
 from ket.store.clock import ManualClock
 from ket.store.memory import MemoryStore
+from ket.store.types import RUNNABLE_STATES, Look
 
 
 class Visited(MemoryStore):
@@ -32,6 +34,8 @@ class Visited(MemoryStore):
     def __init__(self, clock: ManualClock) -> None:
         super().__init__(clock=clock)
         self.woken: list[tuple[str, ...]] = []
+        self.woken_in: dict[str, float] = {}
+        self.looks = 0  # visits made
 
     def idle_poll(self, poll_max: float) -> float:
         return poll_max
@@ -47,6 +51,20 @@ class Visited(MemoryStore):
         running = await self.job_list(JobQuery(states=("executing",), limit=1_000))
         ends = [job.lease_until for job in running if job.lease_until is not None]
         return None if not ends else max((min(ends) - now).total_seconds(), 0.0)
+
+    async def look(self, queues: Collection[str]) -> Look:
+        self.looks += 1
+        now = await self.now()
+        waiting = await self.job_list(JobQuery(states=RUNNABLE_STATES, limit=1_000))
+        due: dict[str, float] = {}
+        for job in waiting:
+            if job.queue in queues:
+                left = max((job.run_at - now).total_seconds(), 0.0)
+                due[job.queue] = min(left, due.get(job.queue, left))
+        return Look(lease_end=await self.lease_end(), due=due)
+
+    def wake_in(self, queue: str, seconds: float) -> None:
+        self.woken_in[queue] = seconds
 
     def woken_since_claim(self, queue: str) -> bool:
         return True
@@ -111,7 +129,9 @@ def test_a_visit_rescues_only_once_a_lease_has_ended() -> None:
         assert store.rescues == 1
         rescued = await store.job_get(job.id)
         assert rescued is not None and rescued.state == "retryable"
-        assert store.woken == [("default",)] * 3  # every visit has the queues claim
+        # the first visit has every queue claim; the second found nothing runnable; the third,
+        # the job its rescue made runnable at once
+        assert store.woken == [("default",)] * 2
         await store.close()
 
     asyncio.run(main())
@@ -156,14 +176,14 @@ def test_a_visit_sweeps_the_schedules_and_wakes_for_a_tick_s_sweep_alone() -> No
             clock=lambda: now[0],
         )
         assert await visit.tick() == 5.0  # visited and swept; the next tick's sweep in 5 s
-        assert (len(store.woken), sweeps.swept) == (1, 1)
+        assert (store.looks, sweeps.swept) == (1, 1)
         now[0] += 5.0
         until_visit = await visit.tick()  # the tick's sweep alone: no visit
-        assert (len(store.woken), sweeps.swept) == (1, 2)
+        assert (store.looks, sweeps.swept) == (1, 2)
         assert 75.0 <= until_visit <= 115.0  # the visit's own pace (80 to 120 s) from before
         now[0] += until_visit
         assert await visit.tick() == 40.0  # the visit, with a sweep
-        assert (len(store.woken), sweeps.swept) == (2, 3)
+        assert (store.looks, sweeps.swept) == (2, 3)
         await store.close()
 
     asyncio.run(main())
@@ -224,6 +244,78 @@ def test_after_the_database_was_away_a_visit_gives_a_grace_and_rescues_when_it_e
         assert store.rescues == 1 and recorded
         rescued = await store.job_get(job.id)
         assert rescued is not None and rescued.state == "retryable"
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_after_the_first_a_visit_wakes_the_queues_with_a_job_due_and_the_others_later() -> None:
+    # an idle tenant's visit is one statement: no queue claims only to find nothing
+    async def main() -> None:
+        clock = ManualClock()
+        store = Visited(clock)
+        queues = ["default", "mail", "reports", "idle"]
+        visit = VisitService(store, Hooks(), tenant="acme", queues=queues, served=lambda: 8)
+        await visit.tick()
+        assert store.woken == [tuple(queues)]  # the first visit: their first claims
+        await store.job_insert(
+            [
+                NewJob(name="t.work", queue="mail"),  # enqueued with no hint
+                NewJob(name="t.work", queue="reports", run_at=clock.now() + timedelta(hours=1)),
+                NewJob(name="t.work", queue="reports", run_at=clock.now() + timedelta(hours=2)),
+            ]
+        )
+        await visit.tick()
+        assert store.woken[1:] == [("mail",)]
+        assert store.woken_in == {"reports": pytest.approx(3_600.0)}  # its earliest job
+        await store.close()
+
+    asyncio.run(main())
+
+
+class Pruner:
+    """A pruner as the visit sees it: each batch says whether more is left."""
+
+    interval = 300.0
+
+    def __init__(self, answers: list[bool]) -> None:
+        self.answers = answers
+        self.batches = 0
+
+    async def batch(self) -> bool:
+        self.batches += 1
+        return self.answers.pop(0)
+
+
+def test_a_visit_prunes_once_the_interval_passed_and_again_while_batches_come_back_full() -> None:
+    # the prune rides on the visit's connection: an idle tenant opens none of its own for it
+    async def main() -> None:
+        store = Visited(ManualClock())
+        now = [0.0]
+        pruner = Pruner([True, False, False])
+        visit = VisitService(
+            store,
+            Hooks(),
+            tenant="acme",
+            queues=["default"],
+            served=lambda: 8,
+            prune=pruner,
+            clock=lambda: now[0],
+        )
+        await visit.tick()
+        assert pruner.batches == 0  # not before a random part of its interval (150 to 300 s)
+        now[0] = 300.0
+        await visit.tick()
+        assert pruner.batches == 1  # a full batch: more is left
+        now[0] = 330.0
+        await visit.tick()
+        assert pruner.batches == 2  # the next visit prunes again; this batch was the last
+        now[0] = 360.0
+        await visit.tick()
+        assert pruner.batches == 2  # then only an interval later
+        now[0] = 630.0
+        await visit.tick()
+        assert pruner.batches == 3
         await store.close()
 
     asyncio.run(main())

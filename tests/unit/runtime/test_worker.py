@@ -24,6 +24,7 @@ from ket.runtime.rescue import RescueService
 from ket.runtime.worker import TenantWorker
 from ket.store import ClaimedJob, JobClaim, JobQuery, JobRecord, NewJob
 from ket.store.memory import MemoryStore
+from ket.store.types import Look
 from ket.transport import CaptureSender
 
 QUEUES = {"default": 4, "slow": 2}
@@ -534,8 +535,14 @@ class SlowDueTimes(MemoryStore):
     def wake(self, queues: Collection[str]) -> None:
         return None
 
+    def wake_in(self, queue: str, seconds: float) -> None:
+        return None
+
     async def lease_end(self) -> float | None:
         return None
+
+    async def look(self, queues: Collection[str]) -> Look:
+        return Look(lease_end=None, due={})
 
     def woken_since_claim(self, queue: str) -> bool:
         return True
@@ -573,8 +580,14 @@ class TimedClaims(MemoryStore):
     def wake(self, queues: Collection[str]) -> None:
         return None  # the safety visit's wake-up, left out: this test counts claims
 
+    def wake_in(self, queue: str, seconds: float) -> None:
+        return None
+
     async def lease_end(self) -> float | None:
         return None
+
+    async def look(self, queues: Collection[str]) -> Look:
+        return Look(lease_end=None, due={})
 
     async def job_claim(self, claim: JobClaim) -> list[ClaimedJob]:
         self.claims += 1

@@ -274,6 +274,23 @@ TEXT: dict[str, Compiled] = {
         },
         returning=False,
     ),
+    'query.look': Compiled(
+        text=(
+            'SELECT looked.queue, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS now, CASE WHEN ((SELECT ket_jobs.id \n'
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.queue = looked.queue AND ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.run_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) ORDER BY ket_jobs.priority, ket_jobs.run_at, ket_jobs.id \n"
+            ' LIMIT %(param_1)s::INTEGER) IS NOT NULL) THEN coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) ELSE (SELECT min(ket_jobs.run_at) AS min_1 \n'
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.queue = looked.queue AND ket_jobs.state IN ('available', 'scheduled', 'retryable')) END AS at \n"
+            'FROM unnest(%(p_queues)b::TEXT[]) AS looked(queue) UNION ALL SELECT NULL AS queue, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS now, (SELECT min(ket_jobs.lease_until) AS min_2 \n'
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.state = 'executing') AS at"
+        ),
+        constants={
+            'param_1': 1,
+        },
+        returning=False,
+    ),
     'query.make_available': Compiled(
         text=(
             "UPDATE ket_jobs SET state=%(state)s::VARCHAR, max_attempts=CASE WHEN (ket_jobs.attempt >= ket_jobs.max_attempts) THEN ket_jobs.attempt + %(attempt_1)s::INTEGER ELSE ket_jobs.max_attempts END, run_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE, cancel_requested=%(cancel_requested)s WHERE ket_jobs.id = ANY (%(ids)b::BIGINT[]) AND ket_jobs.state IN ('retryable', 'discarded')"

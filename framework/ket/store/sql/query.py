@@ -25,9 +25,11 @@ from sqlalchemy import (
     func,
     insert,
     literal_column,
+    null,
     or_,
     select,
     tuple_,
+    union_all,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -103,6 +105,7 @@ class Statements:
     notify: Any  # None where the database has no NOTIFY (SQLite)
     next_due: Any  # the database's now and the earliest run_at of a queue's runnable jobs
     lease_end: Any  # the database's now and the earliest lease end of the executing jobs
+    look: Any  # PostgreSQL: the safety visit's question, lease_end's and each queue's next_due
 
 
 @cache
@@ -260,6 +263,7 @@ def statements(dialect: str) -> Statements:
             now.label("now"),
             select(func.min(jobs.c.lease_until)).where(EXECUTING).scalar_subquery().label("ends"),
         ),
+        look=_look(time) if dialect == "postgresql" else None,
     )
 
 
@@ -304,6 +308,34 @@ def _notify() -> Any:
     queues = bindparam("queues", type_=postgresql.ARRAY(Text))
     woken = func.unnest(queues).table_valued("queue").render_derived(name="woken")
     return select(func.pg_notify(CHANNEL, woken.c.queue)).select_from(woken)
+
+
+def _look(time: TimeSql) -> Any:
+    """The safety visit's one statement: a row per queue of `p_queues` with `at`, when its next
+    runnable job is due (now if one is due already: that question stops at a backlog's first
+    due row, where the min() would read them all), or NULL when it has none; then a row with
+    no queue whose `at` is the earliest lease end of the executing jobs (NULL: none runs)."""
+    now = time.now()
+    queues = bindparam("p_queues", type_=postgresql.ARRAY(Text))
+    looked = func.unnest(queues).table_valued("queue").render_derived(name="looked")
+    of_queue = and_(jobs.c.queue == looked.c.queue, RUNNABLE)
+    # in the claim's order, as the claim reads it: the index's first due row, not a scan
+    first_due = (
+        select(jobs.c.id)
+        .where(of_queue, jobs.c.run_at <= now)
+        .order_by(jobs.c.priority, jobs.c.run_at, jobs.c.id)
+        .limit(1)
+        .scalar_subquery()
+    )
+    next_due = select(func.min(jobs.c.run_at)).where(of_queue).scalar_subquery()
+    at = case((first_due.is_not(None), now), else_=next_due)
+    per_queue = select(looked.c.queue, now.label("now"), at.label("at")).select_from(looked)
+    lease = select(
+        null().label("queue"),
+        now.label("now"),
+        select(func.min(jobs.c.lease_until)).where(EXECUTING).scalar_subquery().label("at"),
+    )
+    return union_all(per_queue, lease)
 
 
 def _claim(time: TimeSql) -> Any:

@@ -97,6 +97,7 @@ QUEUE_AGES = _query("queue_ages")  # parameter `now`: the instant OLDEST answere
 CLOCK = _query("clock")  # the database's now (or the test clock's, passed as `now`)
 NEXT_DUE = _query("next_due")  # parameter `p_queue`
 LEASE_END = _query("lease_end")
+LOOK = _query("look")  # PostgreSQL only (the safety visit): parameter `p_queues`
 NOTIFY = _query("notify")  # PostgreSQL only: SQLite has no NOTIFY (see `wakes_by_notify`)
 
 INSERT_PLAIN = Statement("insert", "plain")

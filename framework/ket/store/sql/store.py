@@ -60,6 +60,7 @@ from ket.store.types import (
     JobQuery,
     JobRecord,
     JobStats,
+    Look,
     ModelTable,
     NewJob,
     Prune,
@@ -486,7 +487,7 @@ class SqlStore:
             applied = await self._hot(body, single=not others)
         self._available(woken)
         for queue, delay in later:
-            self._wake_at(queue, delay)
+            self.wake_in(queue, delay)
         ids = [s.id for s in settlements]
         return SettleResult(
             applied=tuple(i for i in ids if i in applied),
@@ -853,12 +854,48 @@ class SqlStore:
     async def wake_when_due(self, queue: str) -> None:
         """Wake `queue` when its next runnable job is due (a job enqueued to run later, a
         retry's backoff): asked after a claim found nothing to do."""
+        left = await self._next_due(queue)
+        if left is not None:
+            self.wake_in(queue, left)
+
+    async def _next_due(self, queue: str) -> float | None:
+        """Seconds until `queue`'s next runnable job is due (0.0: now); None: it has none."""
         params = {**time_params(self._now()), "p_queue": queue}
         rows = await self._hot(lambda conn: conn.rows(stmt.NEXT_DUE, params), single=True)
-        if rows and rows[0].due is not None:
-            self._wake_at(queue, max((rows[0].due - rows[0].now).total_seconds(), 0.0))
+        if not rows or rows[0].due is None:
+            return None
+        left: float = (rows[0].due - rows[0].now).total_seconds()
+        return max(left, 0.0)
 
-    def _wake_at(self, queue: str, delay: float) -> None:
+    async def look(self, queues: Collection[str]) -> Look:
+        """The safety visit's question in one statement (PostgreSQL): when the earliest lease
+        ends, and when each of `queues` has its next runnable job due."""
+        if self.dialect != "postgresql":  # no worker visits SQLite: the same answer, slower
+            return await self._look_each(queues)
+        params = {**time_params(self._now()), "p_queues": list(queues)}
+        rows = await self._hot(lambda conn: conn.rows(stmt.LOOK, params), single=True)
+        lease_end: float | None = None
+        due: dict[str, float] = {}
+        for row in rows:
+            if row.at is None:
+                continue
+            left = max((row.at - row.now).total_seconds(), 0.0)
+            if row.queue is None:
+                lease_end = left
+            else:
+                due[row.queue] = left
+        return Look(lease_end=lease_end, due=due)
+
+    async def _look_each(self, queues: Collection[str]) -> Look:
+        """`look` as a statement per question."""
+        due: dict[str, float] = {}
+        for queue in queues:
+            left = await self._next_due(queue)
+            if left is not None:
+                due[queue] = left
+        return Look(lease_end=await self.lease_end(), due=due)
+
+    def wake_in(self, queue: str, delay: float) -> None:
         """A wake-up of `queue` on this process's waiters in `delay` seconds (the earliest of
         those asked for is kept)."""
         if self._closed:
