@@ -50,7 +50,12 @@ def test_every_handle_postgresql_runs_has_its_text_and_no_other_has() -> None:
 
 @pytest.mark.parametrize("handle", statement.ALL, ids=lambda s: s.key)
 def test_every_handle_resolves_to_a_statement_on_each_side(handle: statement.Statement) -> None:
-    postgres_only = {statement.NOTIFY, statement.INSERT_UNNESTED, statement.INSERT_TICKED}
+    postgres_only = {
+        statement.NOTIFY,
+        statement.LOOK,
+        statement.INSERT_UNNESTED,
+        statement.INSERT_TICKED,
+    }
     if handle.postgres:
         assert statement.built(handle, "postgresql") is not None
     if handle not in postgres_only and handle.group != "vacuum":
