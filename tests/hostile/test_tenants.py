@@ -546,6 +546,9 @@ MALFORMED = [
     f"postgresql://app:{PASSWORD}@[::1/erp_{{tenant}}",
     f"smtp://app:{PASSWORD}@[::1",
     f"postgresql://app:{PASSWORD}@db:99999/erp_{{tenant}}",
+    f"postgresql//app:{PASSWORD}@db/erp_{{tenant}}",  # no ://
+    f"postgresql:/app:{PASSWORD}@db/erp_{{tenant}}",
+    f"host=db dbname=erp_{{tenant}} password={PASSWORD}",  # libpq's key=value form
     "not a url at all",
 ]
 
@@ -569,6 +572,14 @@ def test_a_malformed_database_url_is_refused_without_a_traceback_or_its_password
             open_client(APP, database_url=template)
         assert "URL" in str(refused.value) and PASSWORD not in str(refused.value)
     assert project.files() - before <= {"project/.ket", "project/.ket/registry.db"}
+
+
+def test_a_url_missing_its_scheme_separator_is_named_with_only_its_password_hidden(
+    bare: Project,
+) -> None:
+    result = bare.ket("migrate", "--database-url", f"postgresql//root:{PASSWORD}@127.0.0.1/x")
+    _refused(result, "not a database URL: 'postgresql//root:***@127.0.0.1/x'")
+    assert PASSWORD not in result.err + result.out
 
 
 def test_tenants_list_hides_passwords_in_text_and_json(project: Project) -> None:

@@ -16,6 +16,7 @@ Every URL ket prints or logs goes through `shown_url`, which hides its password.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 PLACEHOLDER = "{tenant}"
 _MARKER = "ketxtenantxmarker"  # stands for {tenant} while a template is parsed
 _SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+# the value of one in text that does not parse: a query's, or libpq's key=value form (quoted)
+_SECRET_PARAMETER_VALUE = re.compile(r"(?i)\b((?:ssl)?password\s*=\s*)('[^']*'|[^&\s]*)")
 # libpq's connection parameters that a URL's query may use to reach another server or database
 _HOST_PARAMETERS = ("host", "hostaddr")
 # PostgreSQL's own databases: a tenant's jobs never go there
@@ -177,10 +180,14 @@ def _one(value: str | tuple[str, ...]) -> str:
 
 
 def _masked_text(text: str) -> str:
-    """A URL that does not parse, its password (between `user:` and the last `@`) hidden."""
-    scheme, separator, rest = text.partition("://")
-    userinfo, at, place = rest.rpartition("@")
+    """A URL that does not parse, as given but for its password: between `user:` and the last
+    `@` (after `://`, or from the start where `://` is missing), and the value of a password
+    parameter (in a query, or libpq's `key=value` form)."""
+    text = _SECRET_PARAMETER_VALUE.sub(r"\1***", text)
+    _, separator, rest = text.partition("://")
+    start = len(text) - len(rest) if separator else 0
+    userinfo, at, place = text[start:].rpartition("@")
     user, colon, _ = userinfo.partition(":")
-    if not (separator and at and colon):
+    if not (at and colon):
         return text
-    return f"{scheme}://{user}:***@{place}"
+    return f"{text[:start]}{user}:***@{place}"

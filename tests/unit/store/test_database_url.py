@@ -79,6 +79,10 @@ def test_a_password_is_never_shown() -> None:
     assert "s3cret" not in shown_url("postgresql://app@db/erp?password=s3cret")
     assert shown_url("smtp://app:s3cret@[::1") == "smtp://app:***@[::1"
     assert shown_url("postgresql://app:s3/cr@t@db:x/erp") == "postgresql://app:***@db:x/erp"
+    assert shown_url("postgresql//app:s3cret@db/erp") == "postgresql//app:***@db/erp"
+    assert shown_url("postgresql:/app:s3cret@db/erp") == "postgresql:***@db/erp"
+    assert shown_url("pg//db/erp?sslpassword=s3cret") == "pg//db/erp?sslpassword=***"
+    assert shown_url("host=db password='s3 cret' dbname=erp") == "host=db password=*** dbname=erp"
     assert shown_url("sqlite:///.ket/acme.db") == "sqlite:///.ket/acme.db"
 
 
