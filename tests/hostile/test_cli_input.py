@@ -80,7 +80,8 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 )
 def test_call_refuses_deeply_nested_json(app: Path, text: str) -> None:
     result = run_ket("call", "app.echo", text, cwd=app, env=_env(app))
-    _usage_error(result, "more than 100: '" + text[:50])
+    _usage_error(result, "levels deep, more than 100")
+    assert text[:50] not in result.err  # named by its depth, never printed back
 
 
 def test_call_accepts_json_nested_to_the_cap(app: Path) -> None:
@@ -94,8 +95,7 @@ def test_call_refuses_a_5000_digit_integer(app: Path) -> None:
     text = '{"value": 1' + "0" * 5_000 + "}"
     result = run_ket("call", "app.echo", text, cwd=app, env=_env(app))
     _usage_error(result, "Exceeds the limit (4300 digits)")
-    assert '{"value": 1000' in result.err
-    assert len(result.err) < 1_000  # the value is named by its start, not printed whole
+    assert '{"value": 1000' not in result.err  # named by its length, never printed back
 
 
 def test_call_runs_for_the_company_given_and_refuses_a_bad_one(app: Path) -> None:

@@ -167,6 +167,33 @@ def test_ket_call_shows_a_functions_failure_without_its_secret_input_and_through
     assert ACCOUNT not in called.out + called.err
 
 
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (
+            f'{{"api_key": "{SECRET}", oops}}',
+            "(Expecting property name enclosed in double quotes: line 1 column 32)",
+        ),
+        (f'{{"api_key": "{SECRET}', "(Unterminated string starting at: line 1 column 13)"),
+        (f'["{SECRET}"]', "must be a JSON object, got an array"),
+        (f'"{SECRET}"', "must be a JSON object, got a string"),
+        (f'{{"api_key": "{SECRET}", "n": {"[" * 101}{"]" * 101}}}', "nested 102 levels deep"),
+        (f'{{"api_key": "{SECRET}", "n": 1{"0" * 5_000}}}', "Exceeds the limit (4300 digits)"),
+    ],
+    ids=["invalid", "unterminated", "array", "string", "deep", "long-number"],
+)
+def test_ket_call_names_what_is_wrong_with_input_it_cannot_read_without_echoing_it(
+    root: Path, tmp_path: Path, text: str, named: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'unused.db'}"  # refused before a database is opened
+    called = run_ket("call", "vault.sign", text, cwd=root, env=_env(root, url))
+    assert called.code == 2, called.err
+    assert "Traceback" not in called.err
+    assert "ket: error: input " in called.err and named in called.err
+    assert SECRET not in called.out + called.err
+    assert not (root / "seen.txt").exists()
+
+
 # -- ket jobs show ---------------------------------------------------------------------------
 
 

@@ -62,22 +62,35 @@ def _company(text: str) -> str:
 
 
 def parse_input(text: str) -> dict[str, Any]:
-    """The JSON object given on the command line, or KetError naming what is wrong."""
-    shown = repr(clip(text))
+    """The JSON object given on the command line, or KetError naming what is wrong.
+
+    The error names a position or a kind, never the text: input ket cannot read may hold a
+    secret it cannot tell apart (as `ket serve` names what is wrong with a body).
+    """
     depth = json_depth(text)
     if depth > MAX_INPUT_DEPTH:
-        raise KetError(f"input is nested {depth} levels deep, more than {MAX_INPUT_DEPTH}: {shown}")
+        raise KetError(f"input is nested {depth} levels deep, more than {MAX_INPUT_DEPTH}")
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
         raise KetError(
-            f"input is not valid JSON ({error.msg} at column {error.colno}): {shown}"
+            f"input is not valid JSON ({error.msg}: line {error.lineno} column {error.colno})"
         ) from None
     except (ValueError, RecursionError) as error:  # a number of more than 4,300 digits
-        raise KetError(f"input is not valid JSON ({error}): {shown}") from None
+        raise KetError(f"input is not valid JSON ({error})") from None
     if not isinstance(value, dict):
-        raise KetError(f"input must be a JSON object, got {shown}")
+        raise KetError(f"input must be a JSON object, got {_json_kind(value)}")
     return value
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else "a number"
 
 
 def run(args: argparse.Namespace) -> int:
