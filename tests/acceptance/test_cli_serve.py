@@ -299,8 +299,10 @@ def test_serve_metrics_count_requests_by_function_and_status_and_gauge_the_jobs(
             if line.startswith(("ket_http_requests_total", "ket_jobs{"))
         }
 
+    # the gauges are read every 0.2 s: one read may fall between the two notes' commits
+    available = 'ket_jobs{queue="default",state="available"}'
     deadline = time.monotonic() + 20
-    while 'ket_jobs{queue="default",state="available"}' not in (seen := scrape()):
+    while (seen := scrape()).get(available) != 2.0:
         assert time.monotonic() < deadline, seen
         time.sleep(0.2)
     requests = {k: v for k, v in seen.items() if k.startswith("ket_http_requests_total")}
@@ -312,7 +314,7 @@ def test_serve_metrics_count_requests_by_function_and_status_and_gauge_the_jobs(
         'ket_http_requests_total{function="app.nap",status="401"}': 1.0,
     }
     # the two notes' jobs wait for a worker: the gauges read the tenant's job table
-    assert seen['ket_jobs{queue="default",state="available"}'] == 2.0
+    assert seen[available] == 2.0
     code, output = server.stop(signal.SIGTERM)
     assert code == 0, output
     with pytest.raises(httpx.ConnectError):  # the exporter stopped with the server
