@@ -299,7 +299,8 @@ def test_serve_metrics_count_requests_by_function_and_status_and_gauge_the_jobs(
             if line.startswith(("ket_http_requests_total", "ket_jobs{"))
         }
 
-    # the gauges are read every 0.2 s: one read may fall between the two notes' commits
+    # the two notes' jobs wait for a worker: the gauges read the tenant's job table, every
+    # 0.2 s (one read may fall between the two notes' commits)
     available = 'ket_jobs{queue="default",state="available"}'
     deadline = time.monotonic() + 20
     while (seen := scrape()).get(available) != 2.0:
@@ -313,8 +314,6 @@ def test_serve_metrics_count_requests_by_function_and_status_and_gauge_the_jobs(
         'ket_http_requests_total{function="app.nap",status="200"}': 1.0,
         'ket_http_requests_total{function="app.nap",status="401"}': 1.0,
     }
-    # the two notes' jobs wait for a worker: the gauges read the tenant's job table
-    assert seen[available] == 2.0
     code, output = server.stop(signal.SIGTERM)
     assert code == 0, output
     with pytest.raises(httpx.ConnectError):  # the exporter stopped with the server
