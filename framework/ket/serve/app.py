@@ -113,7 +113,10 @@ def create_app(
         several=lambda: bool(tenants.tenancy.registered),
     )
     parts = Parts(
-        catalog=catalog, gate=Gate(catalog.serve, tenants), tenants=tenants, stores=stores
+        catalog=catalog,
+        gate=Gate(catalog.serve, tenants, catalog.redact),
+        tenants=tenants,
+        stores=stores,
     )
     document = openapi_document(catalog)
 

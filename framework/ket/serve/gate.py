@@ -6,12 +6,16 @@ the route needs (403). Authentication comes before the registry is consulted, so
 authenticated caller learns which tenants exist. Without an
 authenticator every request is refused (401): the server never serves anonymously. An
 authenticator that raises, or returns something other than a Principal or None, refuses the
-request too (500, logged): a broken authenticator grants nothing.
+request too (500, logged): a broken authenticator grants nothing. What it raised is logged as a
+function's failure is, with the request's credentials hidden: its message may quote the token
+it was given.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import inspect
 import logging
 from collections.abc import Callable
@@ -21,6 +25,8 @@ from typing import Any
 from starlette.requests import Request
 
 from ket.declare.serve import ServeConfig
+from ket.runtime.outcome import describe, trace_of
+from ket.secret import Redact, Redactor
 from ket.serve.principal import AuthRequest, Principal
 from ket.serve.refusal import Refusal
 from ket.serve.tenant import TenantLookup
@@ -40,8 +46,11 @@ class Caller:
 class Gate:
     """Admits requests: tenant, authentication, permission."""
 
-    def __init__(self, config: ServeConfig, tenants: TenantLookup) -> None:
+    def __init__(
+        self, config: ServeConfig, tenants: TenantLookup, redact: Redact | None = None
+    ) -> None:
         self._authenticate: Callable[..., Any] | None = config.authenticate
+        self._redact = redact  # the deployment's hook, applied to what the authenticator raised
         self._async = self._authenticate is not None and _is_async(self._authenticate)
         self._tenants = tenants
         self._challenge = _challenge(config.security_scheme)
@@ -101,8 +110,13 @@ class Gate:
                 answer = await authenticate(asked)
             else:  # it may read a database or a file: off the event loop
                 answer = await asyncio.to_thread(authenticate, asked)
-        except Exception:
-            log.exception("the authenticator raised; the request is refused")
+        except Exception as error:
+            hidden = Redactor.of(_credentials(asked), self._redact)
+            log.error(
+                "the authenticator raised; the request is refused: %s\n%s",
+                describe(error, hidden),
+                trace_of(error, hidden),
+            )
             raise Refusal(500, "authentication_failed", "authentication failed") from None
         if answer is None:
             raise Refusal(401, "unauthenticated", "not authenticated", headers=self._challenge)
@@ -113,6 +127,25 @@ class Gate:
             )
             raise Refusal(500, "authentication_failed", "authentication failed")
         return answer
+
+
+def _credentials(asked: AuthRequest) -> list[str]:
+    """The values of `asked` that may be secrets: every header's (ket cannot tell which one
+    carries an API key), each cookie's, the Authorization header's credentials (decoded, for
+    Basic) and the sign-in form's token."""
+    values = [*asked.headers.values(), asked.dashboard_token or ""]
+    values += [
+        cookie.partition("=")[2].strip() for cookie in asked.headers.get("cookie", "").split(";")
+    ]
+    scheme, _, credentials = asked.headers.get("authorization", "").strip().partition(" ")
+    values.append(credentials.strip())
+    if scheme.lower() == "basic":
+        try:
+            pair = base64.b64decode(credentials.strip(), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            pair = ""
+        values += [pair, pair.partition(":")[2]]
+    return values
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:

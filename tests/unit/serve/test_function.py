@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Iterator
 
 import pytest
+from starlette.testclient import TestClient
 
 from ket import define_deployment
+from ket.serve import AuthRequest
 from tests.unit.serve.conftest import Serve, auth
 from tests.unit.serve.shop import authenticate_plainly, deployment, shop
 
@@ -167,6 +170,60 @@ def test_an_authenticator_that_raises_or_answers_nonsense_refuses_with_500(
         assert (answer.status_code, answer.json()["error"]) == (500, "authentication_failed")
     assert "token service down" in caplog.text
     assert "returned str, not a Principal" in caplog.text
+
+
+def test_an_authenticator_that_raises_is_logged_without_the_credentials_it_was_given(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    def quotes(request: AuthRequest) -> None:
+        header, cookies = request.headers["authorization"], request.headers["cookie"]
+        raise PermissionError(
+            f"token {request.bearer_token()!r} unknown (header {header}, cookie "
+            f"{cookies.partition('=')[2]}, key {request.headers['x-api-key']}) for ACCT-1234"
+        )
+
+    hides_accounts = define_deployment(
+        name="shop",
+        modules=[shop],
+        serve={"authenticate": quotes},
+        redact=lambda text: text.replace("ACCT-1234", "ACCT-****"),
+    )
+    client = serve(hides_accounts)
+    headers = auth("tok-9Qz7Lm2", cookie="session=sess-4Hk8Pw1", x_api_key="key-3Vb6Nc0")
+    message = _authenticator_failure(client, headers, caplog)
+    assert (
+        "PermissionError: token '***' unknown (header ***, cookie ***, key ***) for ACCT-****"
+    ) in message
+    assert "test_function.py" in message  # the traceback says where it raised
+    for secret in ("tok-9Qz7Lm2", "sess-4Hk8Pw1", "key-3Vb6Nc0", "ACCT-1234"):
+        assert secret not in caplog.text
+
+
+def test_an_authenticator_quoting_a_basic_password_is_logged_without_it(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    def quotes(request: AuthRequest) -> None:
+        encoded = request.headers["authorization"].partition(" ")[2]
+        user, _, password = base64.b64decode(encoded).decode().partition(":")
+        raise PermissionError(f"user {user!r} has no password {password!r}")
+
+    client = serve(deployment(authenticate=quotes))
+    pair = base64.b64encode(b"ada:pw-5Tr8Gx4").decode()
+    headers = {"Authorization": f"Basic {pair}", "Content-Type": "application/json"}
+    message = _authenticator_failure(client, headers, caplog)
+    assert "PermissionError: user 'ada' has no password '***'" in message
+    assert "pw-5Tr8Gx4" not in caplog.text and pair not in caplog.text
+
+
+def _authenticator_failure(
+    client: TestClient, headers: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> str:
+    """What the server logged of the authenticator's failure on one call (answered 500)."""
+    with caplog.at_level(logging.ERROR, logger="ket.serve"):
+        answer = client.post(CALL, json={"text": "hi"}, headers=headers)
+    assert (answer.status_code, answer.json()["error"]) == (500, "authentication_failed")
+    [record] = [r for r in caplog.records if "the authenticator raised" in r.getMessage()]
+    return record.getMessage()
 
 
 def test_a_function_that_raises_answers_500_without_its_text_and_logs_it_redacted(
