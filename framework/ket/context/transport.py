@@ -5,13 +5,17 @@ sender, then confirms the key. A key that is sent, or claimed by a send in fligh
 again (`send` returns False). A send that fails releases its key, so a retry sends it. A send
 whose outcome is unknown (a crash, or an abort or cancel the sender did not finish within
 `abort_grace_seconds`) keeps its claim until it is `stale_after_seconds` old; only a send after
-that may deliver the message again, so each such crash costs at most one duplicate.
+that may deliver the message again, so each such crash costs at most one duplicate. A message
+that went out is confirmed even if the attempt is cancelled meanwhile (its timeout's grace ended
+while the confirm waited for a connection): the confirm goes on, and a failure of it is logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +26,8 @@ from ket.errors import Aborted, EffectError, Retry
 from ket.store.contract import SentLedger
 from ket.transport.message import DEFAULT_LIMITS, Message, MessageLimits, parse_message
 from ket.transport.sender import Sender
+
+log = logging.getLogger("ket.transport")
 
 # Longer than any sender needs (the SMTP sender times out after 30 s per step), so a claim only
 # goes stale when its sender is gone.
@@ -110,8 +116,19 @@ class Transport(Part):
             await self.__release(key)
             signal.throw_if_aborted()
         await self.__deliver(checked, signal)
-        await self.__ledger.message_confirm(key)
+        await self.__confirm(key)
         return True
+
+    async def __confirm(self, key: str) -> None:
+        """Confirm `key`, whose message went out. A cancel of the attempt does not stop it:
+        left claimed, the key would keep a retry waiting until the claim goes stale, and that
+        retry would then send the message again."""
+        confirming = asyncio.ensure_future(self.__ledger.message_confirm(key))
+        try:
+            await asyncio.shield(confirming)
+        except asyncio.CancelledError:
+            confirming.add_done_callback(functools.partial(_confirmed_late, key, self.__tenant))
+            raise
 
     async def __deliver(self, message: Message, signal: AbortSignal | None) -> None:
         """Send; release the key if the sender failed, keep it if the outcome is unknown."""
@@ -145,6 +162,21 @@ class Transport(Part):
 
     def __repr__(self) -> str:
         return f"Transport({self.__sender!r}, tenant={self.__tenant!r})"
+
+
+def _confirmed_late(key: str, tenant: str, confirming: asyncio.Future[None]) -> None:
+    """The outcome of a confirm its attempt stopped waiting for: logged when it failed."""
+    failure: BaseException | None = (
+        asyncio.CancelledError() if confirming.cancelled() else confirming.exception()
+    )
+    if failure is not None:
+        log.warning(
+            "message %r of tenant %s went out, but its key could not be confirmed (%s): "
+            "a retry sends it again once the claim is stale",
+            key,
+            tenant,
+            str(failure) or type(failure).__name__,
+        )
 
 
 async def _until_aborted(work: asyncio.Future[Any], signal: AbortSignal) -> None:

@@ -353,3 +353,68 @@ def test_a_send_aborted_midway_that_fails_within_the_grace_frees_the_key() -> No
     outcome = abort_midway(setup.transport(slow, abort_grace=5), slow)
     assert isinstance(outcome, TimeoutError)
     assert run(setup.transport().send(message())) is True
+
+
+class SlowConfirms(MemoryStore):
+    """A ledger whose confirm waits for `go` (its connection waits in a spent budget, say)."""
+
+    def __init__(self, database: MemoryDatabase, clock: ManualClock, *, fails: bool = False):
+        super().__init__(database, clock=clock)
+        self.confirming = asyncio.Event()
+        self.go = asyncio.Event()
+        self.fails = fails
+
+    async def message_confirm(self, key: str) -> None:
+        self.confirming.set()
+        await self.go.wait()
+        if self.fails:
+            raise ConnectionError("the database went away")
+        await super().message_confirm(key)
+
+
+def test_a_message_that_went_out_is_confirmed_though_its_attempt_is_cancelled() -> None:
+    # the attempt's timeout struck while the confirm waited: left claimed, the key would keep
+    # the retry waiting 15 minutes, and that retry would send the message a second time
+    setup = Setup()
+
+    async def scenario() -> bool:
+        ledger = SlowConfirms(setup.database, setup.clock)
+        transport = Transport(setup.sender, ledger, operation(*setup.effects), setup.tenant)
+        attempt = asyncio.ensure_future(transport.send(message()))
+        await ledger.confirming.wait()  # the message is out; its confirm waits
+        attempt.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await attempt
+        ledger.go.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        return await ledger.message_sent("sales.confirmation:o1")
+
+    assert run(scenario()) is True
+    assert run(setup.transport().send(message())) is False  # the retry: sent before
+    assert len(setup.sender.sent) == 1
+
+
+def test_a_confirm_that_fails_after_its_attempt_was_cancelled_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    setup = Setup()
+
+    async def scenario() -> None:
+        ledger = SlowConfirms(setup.database, setup.clock, fails=True)
+        transport = Transport(setup.sender, ledger, operation(*setup.effects), setup.tenant)
+        attempt = asyncio.ensure_future(transport.send(message()))
+        await ledger.confirming.wait()
+        attempt.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await attempt
+        ledger.go.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+
+    run(scenario())
+    [record] = [r for r in caplog.records if r.name == "ket.transport"]
+    assert record.levelname == "WARNING"
+    text = record.getMessage()
+    assert "'sales.confirmation:o1' of tenant acme went out" in text
+    assert "the database went away" in text and "sends it again once the claim is stale" in text
