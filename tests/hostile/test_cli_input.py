@@ -193,6 +193,20 @@ def test_call_with_a_malformed_transport_url_is_a_message(app: Path) -> None:
     assert "secret" not in result.err
 
 
+def test_call_with_an_s3_endpoint_url_carrying_a_query_is_a_message_without_it(
+    app: Path,
+) -> None:
+    storage = "s3://invoices?endpoint_url=https://minio.local:9000/?X-Amz-Signature=sig-8Jd3"
+    result = run_ket(
+        "call", "app.echo", '{"value": 1}', cwd=app, env=_env(app) | {"KET_STORAGE_URL": storage}
+    )
+    _usage_error(
+        result,
+        "malformed storage URL 's3://invoices?endpoint_url=***': endpoint_url takes no query",
+    )
+    assert "sig-8Jd3" not in result.err
+
+
 def test_worker_with_a_malformed_port_is_a_message(app: Path) -> None:
     env = _env(app) | {"KET_TRANSPORT_URL": "smtp://mail.example.com:65536"}
     result = run_ket("worker", cwd=app, env=env)

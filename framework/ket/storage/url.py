@@ -34,6 +34,7 @@ S3_PARAMETERS = ("endpoint_url", "region")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _REGION = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _CREDENTIALS = re.compile(r"(?<=//)[^/?#]*@")  # user:password@, even where the URL won't parse
+_CARRIERS = frozenset("@?#")  # what lets a URL carry a secret: credentials, a query, a fragment
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,8 +169,9 @@ def _malformed(url: str, problem: str) -> StorageError:
 
 
 def shown(url: str) -> str:
-    """`url` as it may be printed: credentials and every parameter value that is not a known
-    setting masked, even when the URL does not parse."""
+    """`url` as it may be printed: credentials, a fragment, and every parameter value that is not
+    a known setting or carries credentials, a query or a fragment of its own masked, even when
+    the URL does not parse."""
     base, mark, query = url.partition("?")
     base = _CREDENTIALS.sub("***@", base.partition("#")[0]) + ("#***" if "#" in base else "")
     if not mark:
@@ -178,6 +180,7 @@ def shown(url: str) -> str:
     pairs = []
     for pair in query.split("&"):
         name, equals, value = pair.partition("=")
-        known = unquote(name) in S3_PARAMETERS and "@" not in unquote(value)
+        # an endpoint_url may carry a signature or a token in a query of its own, encoded or not
+        known = unquote(name) in S3_PARAMETERS and not _CARRIERS & set(unquote(value))
         pairs.append(f"{name}{equals}{value if known or not equals else '***'}")
     return f"{base}?{'&'.join(pairs)}" + ("#***" if hash_mark else "")

@@ -135,6 +135,16 @@ def test_an_unknown_scheme_is_refused_naming_the_forms() -> None:
             "hunter2",
             "s3://bucket?endpoint_url=***",
         ),
+        (
+            "s3://bucket?endpoint_url=https://host/?X-Amz-Signature=hunter2&region=eu-west-1",
+            "hunter2",
+            "s3://bucket?endpoint_url=***&region=eu-west-1",
+        ),
+        (
+            "s3://bucket?endpoint_url=https%3A%2F%2Fhost%2F%3Ftoken%3Dhunter2",
+            "hunter2",
+            "s3://bucket?endpoint_url=***",
+        ),
         ("file:///srv#token=hunter2", "hunter2", "file:///srv#***"),
     ],
 )
