@@ -20,7 +20,8 @@ Django's connection and an `AsyncSession` wake the workers once they commit; on 
 
 Input is validated against the job's declaration (pydantic ValidationError naming the field);
 an unknown job is refused, and so is a `connection=` of another kind (ConnectionRejected, a
-TypeError, naming it); nothing is written in any of these cases.
+TypeError, naming it) or on another database than the tenant's (ConnectionRejected naming
+both: store/sql/app_database.py says what is compared); nothing is written in any of these cases.
 """
 
 from __future__ import annotations
@@ -53,7 +54,18 @@ from ket.runtime.tenancy import (
 from ket.secret import Redactor, clear_secrets
 from ket.store.failure import translated
 from ket.store.sql import SqlStore, insert_on
-from ket.store.sql.app_connection import app_connection, async_app_connection
+from ket.store.sql.app_connection import (
+    AppConnection,
+    AsyncAppConnection,
+    app_connection,
+    async_app_connection,
+)
+from ket.store.sql.app_database import (
+    TenantDatabase,
+    async_engine_database,
+    engine_database,
+    sqlite_file,
+)
 from ket.store.sql.failure import database_error
 from ket.store.sql.insert import wake_queues
 from ket.store.sql.store import wakeups_of
@@ -168,6 +180,7 @@ class Client:
         # workers through the control database (`hints`, closed with the client)
         self._path = path
         self._hints = hints
+        self._database = _tenant_database(tenant, engine.dialect.name, engine.url.database)
 
     def enqueue(
         self,
@@ -211,6 +224,7 @@ class Client:
         if connection is not None:
             # refused before the payload-free block, which would make it a plain JobRejected
             app = app_connection(connection)
+            self._admit(app)
             with _PayloadFree(jobs):
                 inserted = insert_on(app, jobs)
             if app.on_commit is not None:
@@ -231,6 +245,22 @@ class Client:
             self._wake(wake_queues(jobs, None))
             report_enqueued(self._hooks, self._tenant, jobs, inserted)  # committed
             return inserted
+
+    def _admit(self, app: AppConnection) -> None:
+        """ConnectionRejected unless `app` is on the tenant's database (asked once for each
+        driver connection; the tenant's database once for the client)."""
+        tenant = self._database
+        if tenant.knows(app.driver):
+            return
+        if tenant.database is None:
+            with (
+                translated(lambda error: database_error(error, self._engine)),
+                self._engine.connect() as own,
+            ):
+                tenant.database = engine_database(own)
+        with translated(app.failure):
+            found = app.database()
+        tenant.admit(app.driver, found)
 
     def wake(self, jobs: Iterable[str] | None = None) -> None:
         """Wake the workers for jobs enqueued with `connection=` on a connection whose commit
@@ -284,6 +314,7 @@ class AsyncClient:
         self._store = store
         self._tenant = tenant
         self._hooks = process_hooks()  # as Client's
+        self._database = _tenant_database(tenant, store.dialect, store.url.database)
 
     async def aenqueue(
         self,
@@ -326,6 +357,7 @@ class AsyncClient:
     async def _insert(self, jobs: list[NewJob], connection: object | None) -> list[Inserted]:
         if connection is not None:
             app = await async_app_connection(connection)  # refused as in Client._insert
+            await self._admit(app)
             with _PayloadFree(jobs):
                 inserted = await self._store.job_insert_on(app, jobs)
             _report(self._hooks, self._tenant, jobs, inserted, app.on_commit)
@@ -334,6 +366,20 @@ class AsyncClient:
             inserted = await self._store.job_insert(jobs)
         report_enqueued(self._hooks, self._tenant, jobs, inserted)  # committed
         return inserted
+
+    async def _admit(self, app: AsyncAppConnection) -> None:
+        """Client._admit for asyncio."""
+        tenant = self._database
+        if tenant.knows(app.driver):
+            return
+        if tenant.database is None:
+            engine = self._store.engine
+            with translated(lambda error: database_error(error, engine)):
+                async with engine.connect() as own:
+                    tenant.database = await async_engine_database(own)
+        with translated(app.failure):
+            found = await app.database()
+        tenant.admit(app.driver, found)
 
     async def awake(self, jobs: Iterable[str] | None = None) -> None:
         """Client.wake for asyncio: after the commit of a transaction on a psycopg
@@ -391,6 +437,12 @@ async def open_async_client(
         await store.close()
         raise
     return AsyncClient(Catalog.build(deployment), store, tenant=tenant)
+
+
+def _tenant_database(tenant: str, backend: str, database: str | None) -> TenantDatabase:
+    """The tenant whose database `connection=` must be on; SQLite's is its file, known now
+    (PostgreSQL's is asked of the server on the first `connection=`)."""
+    return TenantDatabase(tenant, sqlite_file(database) if backend == "sqlite" else None)
 
 
 def _queues(catalog: Catalog, jobs: Iterable[str] | None) -> set[str]:

@@ -10,7 +10,8 @@
     ├── ManifestError         a manifest file that is not YAML, not a mapping, or of unknown format
     ├── StoreError            the job store failed
     │   ├── JobRejected       a job or a store call was refused before anything was written
-    │   │   └── ConnectionRejected  `connection=` given something ket cannot write on (a TypeError)
+    │   │   └── ConnectionRejected  `connection=` given something ket cannot write on, or a
+    │   │                           connection on another database than the tenant's (a TypeError)
     │   └── RecordRejected    a record value its field cannot hold; nothing written (a ValueError)
     ├── EffectError           an operation the running function or job did not declare
     ├── SecretKeyError        KET_SECRET_KEYS is malformed, or opens no sealed secret of a job
@@ -88,7 +89,7 @@ class JobRejected(StoreError):
 
 
 class ConnectionRejected(JobRejected, TypeError):
-    """The connection given as `connection=` is not one ket can enqueue on; nothing was written."""
+    """`connection=` is no connection ket can enqueue on, or not the tenant's; nothing written."""
 
 
 class RecordRejected(StoreError, ValueError):

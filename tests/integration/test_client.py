@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from pydantic import ValidationError
 from sqlalchemy import create_engine, text
@@ -23,10 +27,12 @@ from ket import (
     open_client,
 )
 from ket.connection.engine import async_url, sync_url
-from ket.errors import JobRejected, KetError
+from ket.control.registry import TenantRegistry
+from ket.errors import ConnectionRejected, JobRejected, KetError
 from ket.runtime.events import Event
 from ket.store import JobQuery
 from ket.store.sql import SqlStore
+from tests.conftest import migrated_postgres_database
 
 
 async def send(ctx: Any, input: Any) -> None:
@@ -265,3 +271,138 @@ def test_on_an_async_session_the_event_waits_for_its_commit_and_a_rollback_sends
     asyncio.run(scenario())
     [kept] = _committed(url, args)
     assert enqueued.seen == [("default", "mail.send", kept, True)]
+
+
+# -- connection= on another tenant's database ---------------------------------------------------
+
+
+@dataclass
+class Tenants:
+    """Tenants `alpha` and `beta` of a registry, each with a PostgreSQL database of its own."""
+
+    alpha: str
+    beta: str
+
+    def names(self, url: str) -> list[str]:
+        with psycopg.connect(url) as connection:
+            rows = connection.execute("SELECT payload->>'to' FROM ket_jobs ORDER BY id")
+            return [row[0] for row in rows]
+
+
+@pytest.fixture
+def tenants(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Tenants]:
+    for name in [k for k in os.environ if k.startswith("KET_")]:
+        monkeypatch.delenv(name)
+    registry = f"sqlite:///{tmp_path / 'registry.db'}"
+    monkeypatch.setenv("KET_REGISTRY_URL", registry)
+    with (
+        migrated_postgres_database(postgres_url, "ket_alpha") as alpha,
+        migrated_postgres_database(postgres_url, "ket_beta") as beta,
+    ):
+        listing = TenantRegistry(registry)
+        try:
+            listing.add("alpha", alpha)
+            listing.add("beta", beta)
+        finally:
+            listing.close()
+        yield Tenants(alpha=alpha, beta=beta)
+
+
+def _refusal(alpha: str, beta: str) -> str:
+    return re.escape(
+        f"connection= is on database {beta.rsplit('/', 1)[1]!r} (port 5432) but this client "
+        f"writes tenant 'alpha', on database {alpha.rsplit('/', 1)[1]!r} (port 5432)"
+    )
+
+
+@pytest.mark.parametrize("kind", ["psycopg", "sqlalchemy"])
+def test_a_connection_on_another_tenants_database_is_refused_naming_both(
+    tenants: Tenants, kind: str
+) -> None:
+    """The job went into beta's table, for beta's workers, with no error."""
+
+    @contextmanager
+    def connected(url: str) -> Iterator[Any]:
+        if kind == "psycopg":
+            with psycopg.connect(url) as connection:
+                yield connection
+            return
+        engine = create_engine(sync_url(url))
+        try:
+            with engine.begin() as connection:
+                yield connection
+        finally:
+            engine.dispose()
+
+    with open_client(APP, tenant="alpha") as client:
+        with connected(tenants.beta) as elsewhere:
+            with pytest.raises(ConnectionRejected, match=_refusal(tenants.alpha, tenants.beta)):
+                client.enqueue("mail.send", {"to": "beta"}, connection=elsewhere)
+            with pytest.raises(ConnectionRejected):  # not remembered as found on alpha's
+                client.enqueue_many([("mail.send", {"to": "beta"})], connection=elsewhere)
+        with connected(tenants.alpha) as own:
+            client.enqueue("mail.send", {"to": "alpha 1"}, connection=own)
+            client.enqueue("mail.send", {"to": "alpha 2"}, connection=own)
+    assert tenants.names(tenants.beta) == []
+    assert tenants.names(tenants.alpha) == ["alpha 1", "alpha 2"]
+
+
+@pytest.mark.parametrize("kind", ["psycopg", "sqlalchemy", "session"])
+def test_an_async_connection_on_another_tenants_database_is_refused_naming_both(
+    tenants: Tenants, kind: str
+) -> None:
+    @asynccontextmanager
+    async def connected(url: str) -> AsyncIterator[Any]:
+        if kind == "psycopg":
+            async with await psycopg.AsyncConnection.connect(url) as connection:
+                yield connection
+            return
+        engine = create_async_engine(async_url(url))
+        try:
+            if kind == "session":
+                async with AsyncSession(engine) as session, session.begin():
+                    yield session
+            else:
+                async with engine.begin() as connection:
+                    yield connection
+        finally:
+            await engine.dispose()
+
+    async def scenario() -> None:
+        client = await open_async_client(APP, tenant="alpha")
+        try:
+            async with connected(tenants.beta) as elsewhere:
+                with pytest.raises(ConnectionRejected, match=_refusal(tenants.alpha, tenants.beta)):
+                    await client.aenqueue("mail.send", {"to": "beta"}, connection=elsewhere)
+            async with connected(tenants.alpha) as own:
+                await client.aenqueue("mail.send", {"to": "alpha 1"}, connection=own)
+                await client.aenqueue("mail.send", {"to": "alpha 2"}, connection=own)
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
+    assert tenants.names(tenants.beta) == []
+    assert tenants.names(tenants.alpha) == ["alpha 1", "alpha 2"]
+
+
+def test_a_sqlite_connection_on_another_file_is_refused_naming_both(tmp_path: Path) -> None:
+    ours, other = tmp_path / "app.db", tmp_path / "other.db"
+    for path in (ours, other):
+        asyncio.run(_migrate(f"sqlite:///{path}", {}))
+    engine = create_engine(f"sqlite:///{other}")
+    try:
+        with (
+            open_client(APP, database_url=f"sqlite:///{ours}") as client,
+            engine.begin() as connection,
+            pytest.raises(ConnectionRejected) as refused,
+        ):
+            client.enqueue("mail.send", {"to": "other"}, connection=connection)
+    finally:
+        engine.dispose()
+    assert refused.value.message.startswith(
+        f"connection= is on SQLite database {str(other)!r} but this client writes tenant "
+        f"'default', on SQLite database {str(ours)!r}"
+    )
+    assert _jobs(f"sqlite:///{other}", {}) == []

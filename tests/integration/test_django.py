@@ -3,7 +3,8 @@ and its job commit or roll back together; a real `ket worker` runs the job as so
 commits; with several tenants, Django's on_commit sends the control channel's hint after the
 commit, never before, and that hint wakes a real worker; outside atomic() the job commits at
 once; Django's SQLite connection, and
-anything else that is no connection ket takes, is refused naming it.
+anything else that is no connection ket takes, is refused naming it; so is Django's connection
+on another database than the client's, naming both.
 
 Django is configured once per test process (tests/django_project/settings.py), and each test
 points the `default` database at a fresh PostgreSQL database of its own, dropped afterwards.
@@ -33,6 +34,7 @@ from ket.control.registry import TenantRegistry
 from ket.errors import ConnectionRejected
 from ket.store.sql import SqlStore
 from ket.store.sql.insert import CHANNEL
+from tests.conftest import migrated_postgres_database
 from tests.django_project import settings as project_settings
 from tests.django_project.workspace import main as DEPLOYMENT
 from tests.faults.fleet import until
@@ -325,3 +327,25 @@ def test_anything_else_as_connection_is_a_type_error_naming_it(shop: Shop, given
     with pytest.raises(TypeError, match=rf"connection= takes .*psycopg 3.*; got {kind}$"):
         shop.client.enqueue("shop.confirm", {"order_id": "1"}, connection=given)
     assert shop.jobs() == []
+
+
+def test_djangos_connection_on_another_database_is_refused_naming_both(
+    shop: Shop, postgres_url: str
+) -> None:
+    """A client of another database, given Django's: its job went into the shop's table, for
+    the shop's workers, with no error (the shop's own client, above, still enqueues on it)."""
+    from django.db import connections, transaction
+
+    with (
+        migrated_postgres_database(postgres_url, "ket_other") as other,
+        open_client(DEPLOYMENT, database_url=other) as client,
+    ):
+        for _ in range(2):  # Django reconnects: its new connection is asked again
+            with transaction.atomic(), pytest.raises(ConnectionRejected) as refused:
+                client.enqueue("shop.confirm", {"order_id": "1"}, connection=connections["default"])
+            connections["default"].close()
+        assert shop.rows("SELECT count(*) FROM ket_jobs") == [(0,)]
+    assert refused.value.message.startswith(
+        f"connection= is on database {shop.url.rsplit('/', 1)[1]!r} (port 5432) but this "
+        f"client writes tenant 'default', on database {other.rsplit('/', 1)[1]!r} (port 5432)"
+    )

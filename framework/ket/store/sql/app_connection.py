@@ -12,6 +12,9 @@ server, whatever cursor class the connection makes by default: Django's bind on 
 A psycopg connection in autocommit mode and outside a transaction (Django's outside `atomic()`)
 gets a transaction of its own for the plan's statements: the jobs commit at once, all or none.
 
+Each also says which database it is on (`database`, app_database.py) and which driver
+connection it runs on (`driver`), for the client to refuse one on another tenant's database.
+
 Where ket can see the application's commit it hands the caller a hook that runs a callable
 after it (`on_commit`), for the wake-ups: Django's `on_commit` on the connection's alias, an
 AsyncSession's `after_commit` event. A SQLAlchemy or psycopg connection has none that fires
@@ -24,7 +27,7 @@ connection of theirs is recognised once the application has loaded them.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -34,6 +37,13 @@ from psycopg.pq import TransactionStatus
 
 from ket.errors import ConnectionRejected, StoreError
 from ket.store.failure import describe
+from ket.store.sql.app_database import (
+    Database,
+    async_engine_database,
+    async_psycopg_database,
+    engine_database,
+    psycopg_database,
+)
 from ket.store.sql.failure import database_error, driver_error
 from ket.store.sql.fetch import ConnectionRows, EngineRows, Rows, SyncRows
 from ket.store.sql.lane import LaneConnection, text_of
@@ -60,6 +70,10 @@ class AppConnection:
     # the plan's own transaction: a real one for a psycopg connection in autocommit mode and in
     # no transaction, else nothing (the application's transaction holds the statements)
     transaction: Callable[[], AbstractContextManager[Any]]
+    # which database the connection is on, asked in its transaction (app_database.py)
+    database: Callable[[], Database]
+    # the driver's connection under it: what the client remembers as found on its tenant's
+    driver: object
     # runs a callable once the application's transaction commits (Django's on_commit), or None
     on_commit: Callable[[Callable[[], None]], None] | None = None
 
@@ -71,6 +85,8 @@ class AsyncAppConnection:
     rows: Rows
     failure: Callable[[Exception], StoreError]
     transaction: Callable[[], AbstractAsyncContextManager[Any]]
+    database: Callable[[], Awaitable[Database]]
+    driver: object
     # runs a callable once the application's transaction commits (an AsyncSession's), or None
     on_commit: Callable[[Callable[[], None]], None] | None = None
 
@@ -109,8 +125,16 @@ def app_connection(connection: object) -> AppConnection:
     if engine_connection is not None and isinstance(connection, engine_connection):
         sync = cast("Connection", connection)
         engine = sync.engine
+        try:
+            driver = sync.connection.driver_connection  # a closed connection says so here
+        except Exception as error:
+            raise database_error(error, engine) from error
         return AppConnection(
-            ConnectionRows(sync), lambda error: database_error(error, engine), nullcontext
+            ConnectionRows(sync),
+            lambda error: database_error(error, engine),
+            nullcontext,
+            lambda: engine_database(sync),
+            driver,
         )
     if isinstance(connection, psycopg.Connection):
         return _psycopg(connection)
@@ -139,8 +163,17 @@ async def async_app_connection(connection: object) -> AsyncAppConnection:
     if engine_connection is not None and isinstance(connection, engine_connection):
         app = cast("AsyncConnection", connection)
         engine = app.engine
+        try:
+            driver = (await app.get_raw_connection()).driver_connection
+        except Exception as error:
+            raise database_error(error, engine) from error
         return AsyncAppConnection(
-            EngineRows(app), lambda error: database_error(error, engine), nullcontext, on_commit
+            EngineRows(app),
+            lambda error: database_error(error, engine),
+            nullcontext,
+            lambda: async_engine_database(app),
+            driver,
+            on_commit,
         )
     if isinstance(connection, psycopg.AsyncConnection):
         raw = connection
@@ -149,6 +182,8 @@ async def async_app_connection(connection: object) -> AsyncAppConnection:
             LaneConnection(raw),
             lambda error: driver_error(error, raw.info),
             raw.transaction if own else nullcontext,
+            lambda: async_psycopg_database(raw),
+            raw,
         )
     hint = "; a synchronous connection goes to open_client's enqueue"
     hint = hint if _is_sync(connection) else ""
@@ -163,6 +198,8 @@ def _psycopg(
         PsycopgRows(raw),
         lambda error: driver_error(error, raw.info),
         raw.transaction if own else nullcontext,
+        lambda: psycopg_database(raw),
+        raw,
         on_commit,
     )
 
