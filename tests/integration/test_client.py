@@ -311,9 +311,11 @@ def tenants(
 
 
 def _refusal(alpha: str, beta: str) -> str:
+    with psycopg.connect(alpha) as connection:
+        port = connection.execute("SHOW port").fetchall()[0][0]  # the server's, not the URL's
     return re.escape(
-        f"connection= is on database {beta.rsplit('/', 1)[1]!r} (port 5432) but this client "
-        f"writes tenant 'alpha', on database {alpha.rsplit('/', 1)[1]!r} (port 5432)"
+        f"connection= is on database {beta.rsplit('/', 1)[1]!r} (port {port}) but this client "
+        f"writes tenant 'alpha', on database {alpha.rsplit('/', 1)[1]!r} (port {port})"
     )
 
 
