@@ -101,7 +101,7 @@ def example_app() -> BenchApp:
             deployment=app.deployment, seed=app.seed, after_reset=app.schedules_reset()
         ),
         expected_ticks=expected,
-        env={"ERP_API_TOKEN": app.TOKEN},
+        env={"ERP_API_TOKEN": app.TOKEN, "ERP_API_TENANTS": "*"},
     )
 
 
