@@ -80,7 +80,17 @@ class Repeats:
     def failure(self, where: str, error: BaseException, *, level: int = logging.ERROR) -> bool:
         """Log `error` of `where` unless the same one was logged within the window; True if
         it was logged."""
-        key = (where, _signature(error))
+        if not self.due(where, _signature(error)):
+            return False
+        trace = error if _unexpected(error) else None  # the error's own, wherever we are called
+        self._log.log(level, "%s failed: %s", where, _text(error), exc_info=trace)
+        return True
+
+    def due(self, where: str, signature: str) -> bool:
+        """Whether a failure of `where` that reads `signature` is to be logged now (the caller
+        logs it): not when the same one was within the window, which counts it; the count of
+        those not logged is said first."""
+        key = (where, signature[:200])
         now = self._clock()
         seen = self._seen.get(key)
         if seen is not None and now - seen.since < self._window:
@@ -89,8 +99,6 @@ class Repeats:
         if seen is not None and seen.suppressed:
             self._summary(where, seen.suppressed)
         self._seen[key] = _Seen(since=now)
-        trace = error if _unexpected(error) else None  # the error's own, wherever we are called
-        self._log.log(level, "%s failed: %s", where, _text(error), exc_info=trace)
         return True
 
     def recovered(self, where: str) -> None:

@@ -8,7 +8,8 @@ authenticator every request is refused (401): the server never serves anonymousl
 authenticator that raises, or returns something other than a Principal or None, refuses the
 request too (500, logged): a broken authenticator grants nothing. What it raised is logged as a
 function's failure is, with the request's credentials hidden: its message may quote the token
-it was given.
+it was given. The same failure is logged once a minute at most, and then the count of those
+not logged: a flood of requests with a cookie that makes it raise costs a line a minute.
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ from starlette.requests import Request
 
 from ket.declare.serve import ServeConfig
 from ket.runtime.outcome import describe, trace_of
+from ket.runtime.supervisor import Repeats
 from ket.secret import Redact, Redactor
 from ket.serve.principal import AuthRequest, Principal
 from ket.serve.refusal import Refusal
 from ket.serve.tenant import TenantLookup
 
 log = logging.getLogger("ket.serve")
+
+AUTHENTICATOR = "the authenticator"  # how the rate-limited log names it
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,10 +51,16 @@ class Gate:
     """Admits requests: tenant, authentication, permission."""
 
     def __init__(
-        self, config: ServeConfig, tenants: TenantLookup, redact: Redact | None = None
+        self,
+        config: ServeConfig,
+        tenants: TenantLookup,
+        redact: Redact | None = None,
+        repeats: Repeats | None = None,
     ) -> None:
         self._authenticate: Callable[..., Any] | None = config.authenticate
         self._redact = redact  # the deployment's hook, applied to what the authenticator raised
+        # the same failure of the authenticator is logged once a minute, with a count after
+        self._repeats = repeats or Repeats(log)
         self._async = self._authenticate is not None and _is_async(self._authenticate)
         self._tenants = tenants
         self._challenge = _challenge(config.security_scheme)
@@ -112,11 +122,13 @@ class Gate:
                 answer = await asyncio.to_thread(authenticate, asked)
         except Exception as error:
             hidden = Redactor.of(_credentials(asked), self._redact)
-            log.error(
-                "the authenticator raised; the request is refused: %s\n%s",
-                describe(error, hidden),
-                trace_of(error, hidden),
-            )
+            said = describe(error, hidden)
+            if self._repeats.due(AUTHENTICATOR, said):  # keyed on the text with no secret
+                log.error(
+                    "the authenticator raised; the request is refused: %s\n%s",
+                    said,
+                    trace_of(error, hidden),
+                )
             raise Refusal(500, "authentication_failed", "authentication failed") from None
         if answer is None:
             raise Refusal(401, "unauthenticated", "not authenticated", headers=self._challenge)

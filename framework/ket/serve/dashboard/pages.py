@@ -1,5 +1,5 @@
 """The dashboard's pages (GET only, none changes anything): jobs by state, queue and name;
-one job; queues; schedules; workers; the audit log; the tenants a principal may see."""
+one job; queues; schedules; workers; the audit log; with several tenants, which one."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ket.serve.dashboard.view import COOKIE, READ, Dashboard, Visit
 from ket.serve.refusal import Refusal
 from ket.store.contract import AuditLog, QueryableStore
 from ket.store.roster import SHORT_HASH, manifest_counts
+from ket.store.tenant import check_tenant_name
 from ket.store.types import (
     CANCEL_STATES,
     JOB_STATES,
@@ -43,30 +44,25 @@ class Pages:
         self.d = dashboard
 
     async def root(self, request: Request) -> Response:
-        """The tenant's jobs when the request names one tenant (or one is served); else the
-        tenants whose jobs this principal may read."""
+        """The tenant's jobs when the request names one tenant (or one is served); else a
+        form that asks which tenant (`?tenant=NAME` goes to its jobs). The authenticator
+        decides per tenant and is asked about the one named only: asking it about every
+        tenant served made each request to this page hundreds of calls of it."""
         d = self.d
-        served = sorted(d.tenants.tenancy.urls)
+        served = d.tenants.tenancy.urls
         named = request.headers.get("x-ket-tenant") is not None or len(served) <= 1
         if named or d.catalog.serve.tenant_host is not None:
             visit = await d.admit(request)
             return RedirectResponse(d.tenant_path(visit.tenant, "/jobs"), status_code=303)
-        readable = []
-        for tenant in served[:500]:  # each is a call of the authenticator
+        asked = request.query_params.get("tenant")
+        if asked is not None:
             try:
-                principal = await d.gate.principal(
-                    request, tenant, token=request.cookies.get(COOKIE)
-                )
-            except Refusal:
-                continue
-            if principal.allows(READ):
-                readable.append(tenant)
-        if not readable:
-            raise Refusal(401, "unauthenticated", "not authenticated")
-        css = f"{d.tenant_path(readable[0])}/static/dashboard.css?v={d.versions['dashboard.css']}"
-        return d.render(
-            request, "tenants.html", {"tenants": readable, "css": css, "shown": len(served)}
-        )
+                tenant = check_tenant_name(asked.strip())
+            except KetError as error:
+                raise Refusal(400, "invalid_tenant", str(error)) from None
+            return RedirectResponse(d.tenant_path(tenant, "/jobs"), status_code=303)
+        # signing in is per tenant: 401, as every page before it, with the question
+        return d.render(request, "tenants.html", {"css": None}, status=401)
 
     async def tenant_home(self, request: Request) -> Response:
         visit = await self.d.admit(request)
