@@ -98,6 +98,22 @@ def test_call_refuses_a_5000_digit_integer(app: Path) -> None:
     assert '{"value": 1000' not in result.err  # named by its length, never printed back
 
 
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ('{"value": NaN}', "NaN is not a JSON number: line 1 column 11"),
+        ('{"value": [1, -Infinity]}', "-Infinity is not a JSON number: line 1 column 15"),
+        ('{"value": 1e400}', "overflows to infinity: line 1 column 11"),
+    ],
+    ids=["nan", "minus-infinity", "overflow"],
+)
+def test_call_refuses_numbers_json_has_not(app: Path, text: str, named: str) -> None:
+    result = run_ket("call", "app.echo", text, cwd=app, env=_env(app))
+    _usage_error(result, "input is not valid JSON (")
+    assert f"{named}); hint: give a finite number, a string or null" in result.err
+    assert "1e400" not in result.err  # named by its kind and position, never printed back
+
+
 def test_call_runs_for_the_company_given_and_refuses_a_bad_one(app: Path) -> None:
     done = run_ket("call", "app.echo", '{"value": 1}', "--company", "north", cwd=app, env=_env(app))
     assert (done.code, json.loads(done.out)) == (0, {"value": 1, "company": "north"}), done.err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -71,7 +72,13 @@ def parse_input(text: str) -> dict[str, Any]:
     if depth > MAX_INPUT_DEPTH:
         raise KetError(f"input is nested {depth} levels deep, more than {MAX_INPUT_DEPTH}")
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except _NotANumber as error:
+        line, column = _position(text, error.token)
+        raise KetError(
+            f"input is not valid JSON ({error.why}: line {line} column {column}); "
+            "hint: give a finite number, a string or null"
+        ) from None
     except json.JSONDecodeError as error:
         raise KetError(
             f"input is not valid JSON ({error.msg}: line {error.lineno} column {error.colno})"
@@ -81,6 +88,52 @@ def parse_input(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise KetError(f"input must be a JSON object, got {_json_kind(value)}")
     return value
+
+
+class _NotANumber(ValueError):
+    """A number JSON has no place for: NaN, Infinity, or one overflowing a float."""
+
+    def __init__(self, token: str, why: str) -> None:
+        super().__init__(why)
+        self.token, self.why = token, why
+
+
+def _refuse_constant(token: str) -> Any:
+    # Python's json reads NaN, Infinity and -Infinity; JSON has none of them, and
+    # printing them back would print non-JSON
+    raise _NotANumber(token, f"{token} is not a JSON number")
+
+
+def _finite_float(token: str) -> float:
+    number = float(token)
+    if math.isinf(number):  # named by its kind only: the numeral is the input's own text
+        raise _NotANumber(token, "a number too large for a float overflows to infinity")
+    return number
+
+
+def _position(text: str, token: str) -> tuple[int, int]:
+    """Line and column (from 1) of the first `token` outside strings in `text`, JSON that
+    json.loads read up to it (so the first such token is the one it refused)."""
+    index, in_string = 0, False
+    while index < len(text):
+        char = text[index]
+        if in_string:
+            index += 2 if char == "\\" else 1
+            in_string = char != '"'
+            continue
+        if char == '"':
+            in_string = True
+        elif char.isalnum() or char in "+-.":
+            end = index
+            while end < len(text) and (text[end].isalnum() or text[end] in "+-."):
+                end += 1
+            if text[index:end] == token:
+                break
+            index = end
+            continue
+        index += 1
+    line = text.count("\n", 0, index) + 1
+    return line, index - (text.rfind("\n", 0, index) + 1) + 1
 
 
 def _json_kind(value: object) -> str:
