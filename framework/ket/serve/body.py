@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from decimal import Decimal
+from typing import Any, TypeVar
 
+from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
 from ket.runtime.call import MAX_INPUT_DEPTH, json_depth
 from ket.serve.refusal import Refusal
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,9 +53,8 @@ async def read_input(request: Request, cap: int) -> Body:
         )
     if not text.strip():
         return Body(text="{}", value={})
-    integral: list[bool] = []
     try:
-        value = json.loads(text, parse_float=_number(integral), parse_constant=_no_constant)
+        value = json.loads(text, parse_float=_Written, parse_constant=_no_constant)
     except json.JSONDecodeError as error:
         raise Refusal(
             400,
@@ -68,25 +70,82 @@ async def read_input(request: Request, cap: int) -> Body:
             "the input must be a JSON object",
             detail=[{"loc": [], "msg": "Input should be an object", "type": "model_type"}],
         )
-    # a float with no fraction became an int: validate what was read, not what was sent
-    return Body(text=json.dumps(value) if integral else text, value=value)
+    return Body(text=text, value=value)
 
 
-def _number(integral: list[bool]) -> Callable[[str], float | int]:
-    """How to read a JSON number with a fraction or exponent: `43.0` and `1e3` as ints, as JSON
-    Schema counts them (strict pydantic would refuse them for an int field); `integral` is
-    marked when one is met."""
+def validate_input(model: type[ModelT], body: Body) -> ModelT:
+    """The body as `model`, strictly; a number without a fraction (`4.0`, `1e3`) is read as an
+    integer where the model wants one, as JSON Schema counts it, and as written elsewhere."""
+    try:
+        return model.model_validate_json(body.text, strict=True)
+    except ValidationError as error:
+        # strict pydantic refuses 4.0 for an int: give it the exact integer at those places
+        # alone, so a float or an Any field still gets 4.0 and 1e23 stays 10**23
+        if not _integral_where_int(error, body.value):
+            raise
+    return model.model_validate_json(_dump(body.value), strict=True)
 
-    def number(text: str) -> float | int:
-        value = float(text)
-        if math.isinf(value):
+
+class _Written(float):
+    """A JSON number with a fraction or exponent, and its text as sent (`1e23` is exactly
+    10**23, which the float is not)."""
+
+    text: str
+
+    def __new__(cls, text: str) -> _Written:
+        number = super().__new__(cls, text)
+        if math.isinf(number):
             raise ValueError(f"number {text[:40]!r} is out of range")
-        if value.is_integer():
-            integral.append(True)
-            return int(value)
-        return value
+        number.text = text
+        return number
 
-    return number
+
+def _integral_where_int(error: ValidationError, value: dict[str, Any]) -> bool:
+    """Turn each number pydantic refused for an int field, having no fraction, into that
+    integer in `value`; whether any was."""
+    mended = False
+    for problem in error.errors():
+        if problem["type"] != "int_type":
+            continue
+        parent, key = _locate(value, problem["loc"])
+        if parent is None:
+            continue
+        number = parent[key]
+        if isinstance(number, _Written) and number.is_integer():
+            # finite, so at most 309 digits
+            parent[key] = int(Decimal(number.text))
+            mended = True
+    return mended
+
+
+def _locate(
+    value: Any, loc: tuple[int | str, ...]
+) -> tuple[dict[str, Any] | list[Any] | None, Any]:
+    """The container and key holding the value at pydantic's `loc`; a step naming no key (a
+    union member's tag, like `int`) is passed over."""
+    parent: dict[str, Any] | list[Any] | None = None
+    key: Any = None
+    for step in loc:
+        if _holds(value, step):
+            parent, key, value = value, step, value[step]
+    return parent, key
+
+
+def _holds(value: Any, step: int | str) -> bool:
+    if isinstance(value, dict):
+        return isinstance(step, str) and step in value
+    return isinstance(value, list) and isinstance(step, int) and -len(value) <= step < len(value)
+
+
+def _dump(value: Any) -> str:
+    """`value` as JSON, each number sent with a fraction or exponent written as it was sent."""
+    if isinstance(value, _Written):
+        return value.text
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(k)}:{_dump(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_dump(item) for item in value) + "]"
+    return json.dumps(value)
 
 
 def _no_constant(text: str) -> None:

@@ -27,7 +27,7 @@ from ket.catalog import Catalog, OperationSpec
 from ket.errors import RecordRejected
 from ket.runtime.call import call_function, redactor
 from ket.runtime.outcome import describe, trace_of
-from ket.serve.body import read_input
+from ket.serve.body import read_input, validate_input
 from ket.serve.gate import Caller, Gate
 from ket.serve.principal import CALL
 from ket.serve.refusal import Refusal
@@ -68,7 +68,7 @@ class FunctionEndpoint:
         try:
             # strict, from the JSON text: the input is what the published schema says, so
             # `"5"` or `true` for an int field is refused rather than coerced
-            payload = spec.input_model.model_validate_json(body.text, strict=True)
+            payload = validate_input(spec.input_model, body)
         except ValidationError as error:
             raise Refusal(
                 422, "invalid_input", f"invalid input for {name}", detail=field_errors(error)
