@@ -225,6 +225,8 @@ class Catalog:
         if bare and name in self._plain:
             return self._plain[name]
         spec = self.job(name)
+        if input is not None and not isinstance(input, (BaseModel, Mapping)):
+            raise JobRejected(_not_a_mapping(spec, input))
         payload: dict[str, Any]
         if spec.no_input and not input and not isinstance(input, BaseModel):
             payload = {}  # what validating and dumping nothing gives, without pydantic's cost
@@ -320,6 +322,20 @@ def upgraded(spec: JobSpec, data: dict[str, Any], version: int) -> dict[str, Any
             )
         data = dict(result)
     return data
+
+
+def _not_a_mapping(spec: OperationSpec, input: object) -> str:
+    """Why input that is no mapping is refused: its type (its value may hold a secret)."""
+    fields = list(spec.input_model.model_fields)
+    hint = (
+        f"pass a dict of its fields ({', '.join(fields)})"
+        if fields
+        else "pass nothing: it declares no input"
+    )
+    return (
+        f"job {spec.name!r}: input must be a mapping (or its input model), "
+        f"got {type(input).__name__}; hint: {hint}"
+    )
 
 
 def validate_input(spec: OperationSpec, input: BaseModel | Mapping[str, Any] | None) -> BaseModel:

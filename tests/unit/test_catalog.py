@@ -118,6 +118,26 @@ def test_a_job_declared_without_input_still_refuses_input() -> None:
         catalog().new_job("v.bare", {"n": 1})
 
 
+@pytest.mark.parametrize(
+    ("job", "given", "named"),
+    [
+        ("v.plain", ["blob"], "got list; hint: pass a dict of its fields (n)"),
+        ("v.use", "sk-live", "got str; hint: pass a dict of its fields (api_key, n)"),
+        ("v.plain", [("n", 1)], "got list; hint: pass a dict of its fields (n)"),
+        ("v.bare", [], "got list; hint: pass nothing: it declares no input"),
+    ],
+)
+def test_input_that_is_no_mapping_is_refused_naming_the_job_and_its_type(
+    job: str, given: Any, named: str
+) -> None:
+    with pytest.raises(JobRejected) as refused:
+        catalog().new_job(job, given)
+    assert (
+        str(refused.value) == f"job {job!r}: input must be a mapping (or its input model), {named}"
+    )
+    assert "sk-live" not in str(refused.value)  # named by its type: it may hold a secret
+
+
 def test_malformed_keys_stop_the_catalog_being_built() -> None:
     with pytest.raises(SecretKeyError, match="key 1 of 1 is not a Fernet key"):
         catalog("not-a-key")
