@@ -154,6 +154,16 @@ def test_objects_ket_did_not_write_are_not_listed_as_keys(
     assert asyncio.run(storage(s3_server.url(s3_bucket)).list()) == ["ok"]
 
 
+def test_a_folder_marker_is_not_listed_as_a_key_but_an_empty_blob_is(
+    s3_server: S3Server, s3_bucket: str
+) -> None:
+    store = storage(s3_server.url(s3_bucket))
+    asyncio.run(store.put("empty", b""))
+    for name in ["ket/acme/dir/", "ket/acme/dir/inside/"]:
+        s3_server.put_object(s3_bucket, name, b"")
+    assert asyncio.run(store.list()) == ["empty"]
+
+
 def test_an_object_name_the_s3_client_cannot_read_fails_the_listing_naming_it(
     s3_server: S3Server, s3_bucket: str
 ) -> None:

@@ -129,10 +129,21 @@ class S3Blobs:
                 key = path[len(own) :]
                 # objects ket did not write (a "folder/" marker, an unsafe name) are no keys
                 if key.startswith(prefix) and key_problem(key) is None:
+                    if meta["size"] == 0 and not await self._exists(path):
+                        continue
                     keys.append(key)
         except (FileNotFoundError, self._obstore.exceptions.BaseError) as error:
             raise self._failed("list", prefix, error, what="prefix") from None
         return sorted(keys)
+
+    async def _exists(self, name: str) -> bool:
+        """Whether an object is named exactly `name`: object_store lists a "folder" marker
+        (`dir/`, an empty object a console makes) as `dir`, which names no object."""
+        try:
+            await self._call(self._obstore.head, self._store, name)
+        except FileNotFoundError:
+            return False
+        return True
 
     @staticmethod
     async def _call(call: Callable[..., _T], *args: Any, **options: Any) -> _T:
