@@ -215,6 +215,26 @@ def test_an_authenticator_quoting_a_basic_password_is_logged_without_it(
     assert "pw-5Tr8Gx4" not in caplog.text and pair not in caplog.text
 
 
+def test_an_authenticator_failing_the_same_way_is_logged_once_a_minute_every_token_alike(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a flood of requests whose cookie or token makes the authenticator raise cost a logged
+    # traceback each: with its credentials hidden, the same failure is one line a minute
+    def quotes(request: AuthRequest) -> None:
+        raise LookupError(f"no such token {request.bearer_token()!r}")
+
+    client = serve(deployment(authenticate=quotes))
+    with caplog.at_level(logging.ERROR, logger="ket.serve"):
+        for n in range(20):
+            answer = client.post(CALL, json={"text": "hi"}, headers=auth(f"tok-{n:04d}-guess"))
+            assert (answer.status_code, answer.json()["error"]) == (500, "authentication_failed")
+    logged = [
+        r.getMessage() for r in caplog.records if "the authenticator raised" in r.getMessage()
+    ]
+    assert len(logged) == 1 and "LookupError: no such token '***'" in logged[0]
+    assert "tok-0" not in caplog.text
+
+
 def _authenticator_failure(
     client: TestClient, headers: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> str:
