@@ -114,6 +114,21 @@ def test_call_refuses_numbers_json_has_not(app: Path, text: str, named: str) -> 
     assert "1e400" not in result.err  # named by its kind and position, never printed back
 
 
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        (("app.nosuch", "{}"), "--call: unknown function 'app.nosuch' in deployment 'main'"),
+        (("app.echo", '{"n": 1}'), "--call: invalid input for app.echo: value: Field required"),
+    ],
+    ids=["unknown-function", "refused-input"],
+)
+def test_dev_refuses_a_call_it_cannot_make_before_starting(
+    app: Path, call: tuple[str, str], named: str
+) -> None:
+    result = run_ket("dev", "--call", *call, cwd=app, env=_env(app))  # before: ran until killed
+    _usage_error(result, named)
+
+
 def test_call_runs_for_the_company_given_and_refuses_a_bad_one(app: Path) -> None:
     done = run_ket("call", "app.echo", '{"value": 1}', "--company", "north", cwd=app, env=_env(app))
     assert (done.code, json.loads(done.out)) == (0, {"value": 1, "company": "north"}), done.err

@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     payload = parse_input(args.input)
     tenant, url = single_tenant(args)
     # an unknown name or input the function refuses is bad input (2), found before it runs
-    _validated(catalog, args.name, payload)
+    validate_call(catalog, args.name, payload)
     blobs = default_blobs()  # a bad KET_STORAGE_URL stops here, naming it
     enqueued: list[Event] = []
     try:
@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validated(catalog: Catalog, name: str, payload: dict[str, Any]) -> None:
+def validate_call(catalog: Catalog, name: str, payload: dict[str, Any]) -> None:
     """KetError when `name` is no function or `payload` does not fit its input."""
     try:
         validate_input(function_named(catalog, name), payload)

@@ -21,7 +21,7 @@ from typing import Any
 
 from ket.catalog import Catalog
 from ket.cli import concurrency
-from ket.cli.call import call_on_tenant, parse_input
+from ket.cli.call import call_on_tenant, parse_input, validate_call
 from ket.cli.concurrency import HostConcurrency
 from ket.cli.migrate import migrate_all
 from ket.cli.options import add_log_options, deployment_of, log_format, log_third_party
@@ -36,6 +36,7 @@ from ket.cli.serve import (
 )
 from ket.cli.worker import Stopping, serve
 from ket.declare.deployment import DeploymentDecl
+from ket.errors import KetError
 from ket.runtime.call import redactor
 from ket.runtime.contexts import default_blobs
 from ket.runtime.outcome import describe
@@ -84,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
     deployment = deployment_of(args)
     catalog = settings.apply(Catalog.build(deployment))
     calls = [(name, parse_input(text)) for name, text in args.call]
+    for name, payload in calls:  # an unknown name or refused input stops the start (2)
+        try:
+            validate_call(catalog, name, payload)
+        except KetError as error:
+            raise KetError(f"--call: {error}") from None
     if args.all:
         check_servable(catalog, "ket dev --all")
     urls = tenant_urls(args)
