@@ -9,6 +9,7 @@
     ├── WorkspaceError        the workspace or deployment cannot be loaded
     ├── ManifestError         a manifest file that is not YAML, not a mapping, or of unknown format
     ├── StoreError            the job store failed
+    │   ├── StoreUnavailable  the database cannot be reached now (refused, lost, shutting down)
     │   ├── JobRejected       a job or a store call was refused before anything was written
     │   │   └── ConnectionRejected  `connection=` given something ket cannot write on, or a
     │   │                           connection on another database than the tenant's (a TypeError)
@@ -82,6 +83,11 @@ class ManifestError(KetError):
 
 class StoreError(KetError):
     """The job store failed."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached now: the connection was refused or lost, or the server
+    is shutting down or starting. Worth trying again later."""
 
 
 class JobRejected(StoreError):

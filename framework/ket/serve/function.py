@@ -5,9 +5,10 @@ does not declare, 403 without the `call:<name>` permission (or for a function th
 company-scoped models when the principal has no company and the function is not
 cross_company), 413/415/400 for a body that is too large, not JSON or not UTF-8, 422 with the
 field errors for input its model refuses (validated strictly, as the OpenAPI document describes
-it: no `"5"` for an int), 200 with the result. A function that raises answers
-500 with a generic body; the server's log has the exception (redacted as a job's error is) under
-the request id the body names.
+it: no `"5"` for an int), 200 with the result. A function that meets the tenant's database
+away answers 503 with `Retry-After`. A function that raises answers 500 with a generic body;
+the server's log has the exception (redacted as a job's error is) under the request id the
+body names.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ket.catalog import Catalog, OperationSpec
-from ket.errors import RecordRejected
+from ket.errors import RecordRejected, StoreUnavailable
 from ket.runtime.call import call_function, redactor
 from ket.runtime.outcome import describe, trace_of
 from ket.serve.body import read_input, validate_input
@@ -86,6 +87,8 @@ class FunctionEndpoint:
                 "value_rejected",
                 f"{name} could not store a value: {error.model}.{error.field}: {error.problem}",
             ) from None
+        except StoreUnavailable as error:  # the database is away, not the function's bug
+            raise self._stores.unavailable(caller.tenant, error) from None
         except Exception as error:
             raise self._failed(name, body.value, caller, error) from None
         return _result(result, name)

@@ -3,7 +3,9 @@
 A function runs against the store of its request's tenant through the same `Contexts` the
 worker and `ket call` use. Stores are opened lazily (a server in front of a thousand tenants
 holds connections only for the tenants it is asked about), one at a time per tenant, and closed
-when the tenant stops being served or the server stops.
+when the tenant stops being served or the server stops. A request that meets a tenant's
+database away (it cannot be opened, or a statement finds it gone) is answered 503 with
+`Retry-After`, and logged once a minute at most with a count, never with a traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ket.catalog import Catalog
+from ket.errors import StoreUnavailable
 from ket.runtime.contexts import Contexts, default_blobs, install_models
 from ket.runtime.events import Hooks
 from ket.runtime.supervisor import Repeats
@@ -26,6 +29,9 @@ if TYPE_CHECKING:
     from ket.runtime.fleet import Channels
 
 log = logging.getLogger("ket.serve")
+
+# what a 503 tells the client: try again in this many seconds (a restart takes a few)
+RETRY_LATER = {"Retry-After": "5"}
 
 OpenStore = Callable[..., Awaitable[JobStore]]  # (url, channel=...)
 
@@ -87,7 +93,10 @@ class TenantStores:
         except Exception as error:
             self._repeats.failure(where, error)
             raise Refusal(
-                503, "tenant_unavailable", f"tenant {tenant!r} cannot be served now"
+                503,
+                "tenant_unavailable",
+                f"tenant {tenant!r} cannot be served now",
+                headers=RETRY_LATER,
             ) from None
         try:
             await install_models(store, self._catalog)
@@ -108,6 +117,17 @@ class TenantStores:
         self._repeats.recovered(where)
         self._open_ones[tenant] = (url, store, contexts)
         return contexts
+
+    def unavailable(self, tenant: str, error: StoreUnavailable) -> Refusal:
+        """A request that met `tenant`'s database away: 503 with Retry-After, the failure
+        logged once a minute at most (with the count of those not logged), no traceback."""
+        self._repeats.failure(f"the database of tenant {tenant}", error, level=logging.WARNING)
+        return Refusal(
+            503,
+            "database_unavailable",
+            f"the database of tenant {tenant!r} cannot be reached now; try again shortly",
+            headers=RETRY_LATER,
+        )
 
     async def store(self, tenant: str, url: str) -> JobStore:
         """The store of `tenant`, whose database is `url` (opened as `contexts` opens it)."""

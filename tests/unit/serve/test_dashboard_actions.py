@@ -148,8 +148,8 @@ def test_with_several_tenants_the_dashboard_asks_which_and_asks_the_authenticato
 
     client = serve(deployment(authenticate=counting), registered=dict(TWO))
     page = client.get(f"{D}/", headers=ADMIN)
-    assert page.status_code == 401  # signing in is per tenant: no page before it
-    assert "Which tenant?" in page.text and 'name="tenant"' in page.text
+    assert page.status_code == 401  # signing in is per tenant: the form asks for the tenant
+    assert 'action="/dashboard/signin"' in page.text and 'name="tenant"' in page.text
     assert "acme" not in page.text and "globex" not in page.text  # no tenant is named
     assert asked == []
     chosen = client.get(f"{D}/?tenant=acme", headers=ADMIN, follow_redirects=False)

@@ -7,15 +7,16 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+import psycopg
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ket.control.registry import TenantRegistry
-from ket.errors import StoreError
+from ket.errors import StoreError, StoreUnavailable
 from ket.store.sql import SqlStore
-from ket.store.sql.failure import database_error, from_database, locked
+from ket.store.sql.failure import database_error, from_database, locked, unreachable
 
 # building an engine connects to nothing, so the server need not exist
 ENGINE = create_engine(
@@ -45,19 +46,48 @@ def test_a_password_the_driver_quoted_is_hidden() -> None:
 
 
 @pytest.mark.parametrize(
-    ("error", "start"),
+    ("error", "start", "kind"),
     [
-        (StatementError("instants must be timezone-aware", "SELECT", {}, None), "database error"),
-        (TimeoutError(), "database connection failed: TimeoutError"),
-        (ConnectionResetError("reset by peer"), "database connection failed: Connection"),
-        (sqlite3.OperationalError("disk I/O error"), "database error: OperationalError: disk"),
-        (ValueError("odd"), "the store failed: ValueError: odd"),
+        (
+            StatementError("instants must be timezone-aware", "SELECT", {}, None),
+            "database error",
+            StoreError,
+        ),
+        # a lost socket or a timeout: the database cannot be reached now
+        (TimeoutError(), "database connection failed: TimeoutError", StoreUnavailable),
+        (
+            ConnectionResetError("reset by peer"),
+            "database connection failed: Connection",
+            StoreUnavailable,
+        ),
+        (
+            sqlite3.OperationalError("disk I/O error"),
+            "database error: OperationalError: disk",
+            StoreError,
+        ),
+        (ValueError("odd"), "the store failed: ValueError: odd", StoreError),
     ],
 )
-def test_every_other_failure_becomes_a_store_error_too(error: Exception, start: str) -> None:
+def test_every_other_failure_becomes_a_store_error_too(
+    error: Exception, start: str, kind: type[StoreError]
+) -> None:
     translated = database_error(error, ENGINE)
-    assert type(translated) is StoreError
+    assert type(translated) is kind
     assert translated.message.startswith(start), translated.message
+
+
+def test_a_database_away_is_told_from_a_statement_it_refused() -> None:
+    # what a restart looks like to a client: refused, cut off by the shutdown, or starting
+    assert unreachable(psycopg.OperationalError("connection refused"))
+    assert unreachable(psycopg.errors.AdminShutdown("terminating connection"))
+    assert unreachable(psycopg.errors.CannotConnectNow("the database system is starting up"))
+    assert unreachable(psycopg.errors.ConnectionFailure("lost"))
+    # a statement the database refused is no outage, though psycopg calls some operational
+    assert not unreachable(psycopg.errors.QueryCanceled("statement timeout"))
+    assert not unreachable(psycopg.errors.UniqueViolation("duplicate key"))
+    assert not unreachable(ValueError("the caller's own"))
+    wrapped = OperationalError("SELECT 1", {}, psycopg.errors.AdminShutdown("terminating"))
+    assert type(database_error(wrapped, ENGINE)) is StoreUnavailable
 
 
 def test_only_sqlalchemy_and_driver_errors_count_as_the_databases() -> None:

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from ket.errors import StoreUnavailable
 from ket.serve.dashboard.actions import Actions
 from ket.serve.dashboard.guard import SecurityHeaders, headers_of
 from ket.serve.dashboard.pages import Pages
@@ -63,6 +64,7 @@ def dashboard_app(dashboard: Dashboard) -> Starlette:
         exception_handlers={
             Refusal: refused.refusal,
             HTTPException: refused.http,
+            StoreUnavailable: refused.unavailable,
             Exception: refused.crash,
         },
     )
@@ -84,6 +86,13 @@ class Refused:
         assert isinstance(error, HTTPException)
         code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "refused")
         return self._page(request, error.status_code, code, error.detail, error.headers or {})
+
+    async def unavailable(self, request: Request, error: Exception) -> Response:
+        """The tenant's database is away: 503 with Retry-After, logged once a minute."""
+        assert isinstance(error, StoreUnavailable)
+        tenant = request.path_params.get("tenant", "")
+        refusal = self.d.stores.unavailable(tenant if _plain(tenant) else "?", error)
+        return self._page(request, refusal.status, refusal.code, refusal.message, refusal.headers)
 
     async def crash(self, request: Request, error: Exception) -> Response:
         # outside the middleware (Starlette answers crashes last): the headers by hand

@@ -44,8 +44,8 @@ class Pages:
         self.d = dashboard
 
     async def root(self, request: Request) -> Response:
-        """The tenant's jobs when the request names one tenant (or one is served); else a
-        form that asks which tenant (`?tenant=NAME` goes to its jobs). The authenticator
+        """The tenant's jobs when the request names one tenant (or one is served); else the
+        sign-in form, which asks for the tenant (`?tenant=NAME` goes to its jobs). The authenticator
         decides per tenant and is asked about the one named only: asking it about every
         tenant served made each request to this page hundreds of calls of it."""
         d = self.d
@@ -61,8 +61,8 @@ class Pages:
             except KetError as error:
                 raise Refusal(400, "invalid_tenant", str(error)) from None
             return RedirectResponse(d.tenant_path(tenant, "/jobs"), status_code=303)
-        # signing in is per tenant: 401, as every page before it, with the question
-        return d.render(request, "tenants.html", {"css": None}, status=401)
+        # signing in is per tenant: the sign-in form, which asks for the tenant too
+        raise Refusal(401, "unauthenticated", "name the tenant and sign in")
 
     async def tenant_home(self, request: Request) -> Response:
         visit = await self.d.admit(request)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ket.errors import StoreError
+from ket.errors import StoreError, StoreUnavailable
 from ket.store.failure import describe
 
 if TYPE_CHECKING:
@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 # so that this module does not import a driver a deployment may not use.
 _DRIVERS = frozenset({"psycopg", "psycopg_pool", "sqlite3", "aiosqlite"})
 _MISSING_TABLE = ("no such table: ket_", 'relation "ket_')
+# SQLSTATEs of a server that cannot be reached now: connection exceptions (class 08), and an
+# administrator's or a crash's shutdown, or a server that is starting or stopping (57P01-57P03)
+_AWAY_STATES = ("57P01", "57P02", "57P03")
 
 
 def database_error(error: Exception, engine: AsyncEngine | Engine) -> StoreError:
@@ -36,6 +39,8 @@ def database_error(error: Exception, engine: AsyncEngine | Engine) -> StoreError
         message = _pool_exhausted(engine)
     elif isinstance(error, DBAPIError):
         message = f"database error: {reason(error)}"
+        if unreachable(error):
+            return StoreUnavailable(hide_password(message, engine.url))
     elif isinstance(error, SQLAlchemyError):
         message = f"database error: {_first_line(str(error))}"
     else:
@@ -54,7 +59,26 @@ def driver_error(error: Exception, url: Any) -> StoreError:
         message = f"database error: {_cured(describe(error))}"
     else:
         message = f"the store failed: {describe(error)}"
-    return StoreError(hide_password(message, url))
+    kind = StoreUnavailable if unreachable(error) else StoreError
+    return kind(hide_password(message, url))
+
+
+def unreachable(error: BaseException) -> bool:
+    """Whether `error` says the database cannot be reached now (worth trying again later):
+    a lost socket or a timeout, a connection the driver could not make or lost, a server
+    shutting down or starting; not a statement the database refused."""
+    if isinstance(error, OSError):
+        return True
+    if getattr(error, "connection_invalidated", False):  # SQLAlchemy saw a disconnect
+        return True
+    driver = getattr(error, "orig", None) if _is_sqlalchemy_error(error) else error
+    if driver is None or type(driver).__module__.split(".")[0] != "psycopg":
+        return False
+    state = getattr(driver, "sqlstate", None)
+    if state is not None:
+        return bool(state.startswith("08") or state in _AWAY_STATES)
+    # psycopg's OperationalError with no SQLSTATE: the connection could not be made, or broke
+    return type(driver).__name__ == "OperationalError"
 
 
 def from_database(error: BaseException) -> bool:
