@@ -164,6 +164,9 @@ def test_call_brackets_inside_strings_do_not_count_as_nesting(app: Path) -> None
         (["list", "--offset", "-1"], "-1"),
         (["prune", "--older-than", "99999999999999999999d"], "99999999999999999999d"),
         (["prune", "--older-than", "9" * 5_000 + "d"], "9" * 50),
+        # a dash and a digit: argparse took it for an option ("expected one argument")
+        (["prune", "--older-than", "-1d"], "-1d"),
+        (["list", "--limit", "-5x"], "-5x"),
     ],
     ids=lambda v: str(v)[:30],
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -31,13 +32,42 @@ STARTING = ["init"]  # no shared options
 DECLARING = ["manifest", "check", "diff"]  # workspace options
 RUNNING = ["worker", "serve", "dev", "migrate", "call", "schedules"]  # workspace, database
 OPERATING = ["tenants", "workers", "jobs", "uninstall"]  # database options
+# a value that argparse takes for an option: a dash, then a digit (`-1d`, `-5`)
+_NEGATIVE_LOOKING = re.compile(r"-[0-9]\S*")
 # Ctrl-C outside `ket worker` and `ket dev`, as a shell reports a command that SIGINT ended.
 INTERRUPTED = 130
 
 
 class Parser(argparse.ArgumentParser):
     """argparse with its usage errors escaped: they quote the command line, which may hold
-    control characters."""
+    control characters; and a value that starts with '-' and a digit (`--older-than -1d`)
+    taken as the value of the option before it, which argparse took for an option and refused
+    as "expected one argument": the option's own check then names it."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(self._joined(given), namespace)
+
+    def _joined(self, args: list[str]) -> list[str]:
+        """`--option -1d` as `--option=-1d` where this parser's `--option` takes one value."""
+        out: list[str] = []
+        for arg in args:
+            previous = out[-1] if out else ""
+            action = self._option_string_actions.get(previous)
+            if (
+                _NEGATIVE_LOOKING.fullmatch(arg)
+                and previous.startswith("--")
+                and action is not None
+                and action.nargs is None
+                and action.option_strings
+                and action.const is None
+            ):
+                out[-1] = f"{previous}={arg}"
+            else:
+                out.append(arg)
+        return out
 
     def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
