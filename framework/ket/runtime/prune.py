@@ -31,9 +31,8 @@ class PruneService:
         self.interval = interval
 
     async def tick(self) -> None:
-        for params in self._batches:
-            while await self._store.job_prune(params) == params.limit:
-                await asyncio.sleep(0)  # let the jobs run between batches
+        while await self.batch():
+            await asyncio.sleep(0)  # let the jobs run between batches
 
     async def batch(self) -> bool:
         """One batch of each state (a tenant's safety visit prunes so, runtime/visit.py);

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -147,17 +148,22 @@ def test_the_memory_store_stands_in_for_a_job_store() -> None:
     assert isinstance(Visited(ManualClock()), JobStore)
 
 
-class Sweeps:
-    """A tenant's schedule sweep as the visit sees it: it records each sweep and answers with
-    the seconds until the next tick's sweep it was told."""
+class Scripted:
+    """A tenant's schedule sweep or pruner as the visit sees it: each call (`tick`, `batch`)
+    is counted and answers the next of `answers` (the seconds until the next tick's sweep; for
+    a pruner, whether more is left)."""
 
-    def __init__(self, answers: list[float | None]) -> None:
+    interval = 300.0  # a pruner's
+
+    def __init__(self, answers: list[Any]) -> None:
         self.answers = answers
-        self.swept = 0
+        self.calls = 0
 
-    async def tick(self) -> float | None:
-        self.swept += 1
+    async def tick(self) -> Any:
+        self.calls += 1
         return self.answers.pop(0)
+
+    batch = tick
 
 
 def test_a_visit_sweeps_the_schedules_and_wakes_for_a_tick_s_sweep_alone() -> None:
@@ -165,7 +171,7 @@ def test_a_visit_sweeps_the_schedules_and_wakes_for_a_tick_s_sweep_alone() -> No
     async def main() -> None:
         store = Visited(ManualClock())
         now = [1_000.0]
-        sweeps = Sweeps([5.0, None, 40.0])
+        sweeps = Scripted([5.0, None, 40.0])
         visit = VisitService(
             store,
             Hooks(),
@@ -176,14 +182,14 @@ def test_a_visit_sweeps_the_schedules_and_wakes_for_a_tick_s_sweep_alone() -> No
             clock=lambda: now[0],
         )
         assert await visit.tick() == 5.0  # visited and swept; the next tick's sweep in 5 s
-        assert (store.looks, sweeps.swept) == (1, 1)
+        assert (store.looks, sweeps.calls) == (1, 1)
         now[0] += 5.0
         until_visit = await visit.tick()  # the tick's sweep alone: no visit
-        assert (store.looks, sweeps.swept) == (1, 2)
+        assert (store.looks, sweeps.calls) == (1, 2)
         assert 75.0 <= until_visit <= 115.0  # the visit's own pace (80 to 120 s) from before
         now[0] += until_visit
         assert await visit.tick() == 40.0  # the visit, with a sweep
-        assert (store.looks, sweeps.swept) == (2, 3)
+        assert (store.looks, sweeps.calls) == (2, 3)
         await store.close()
 
     asyncio.run(main())
@@ -273,26 +279,12 @@ def test_after_the_first_a_visit_wakes_the_queues_with_a_job_due_and_the_others_
     asyncio.run(main())
 
 
-class Pruner:
-    """A pruner as the visit sees it: each batch says whether more is left."""
-
-    interval = 300.0
-
-    def __init__(self, answers: list[bool]) -> None:
-        self.answers = answers
-        self.batches = 0
-
-    async def batch(self) -> bool:
-        self.batches += 1
-        return self.answers.pop(0)
-
-
 def test_a_visit_prunes_once_the_interval_passed_and_again_while_batches_come_back_full() -> None:
     # the prune rides on the visit's connection: an idle tenant opens none of its own for it
     async def main() -> None:
         store = Visited(ManualClock())
         now = [0.0]
-        pruner = Pruner([True, False, False])
+        pruner = Scripted([True, False, False])
         visit = VisitService(
             store,
             Hooks(),
@@ -303,19 +295,19 @@ def test_a_visit_prunes_once_the_interval_passed_and_again_while_batches_come_ba
             clock=lambda: now[0],
         )
         await visit.tick()
-        assert pruner.batches == 0  # not before a random part of its interval (150 to 300 s)
+        assert pruner.calls == 0  # not before a random part of its interval (150 to 300 s)
         now[0] = 300.0
         await visit.tick()
-        assert pruner.batches == 1  # a full batch: more is left
+        assert pruner.calls == 1  # a full batch: more is left
         now[0] = 330.0
         await visit.tick()
-        assert pruner.batches == 2  # the next visit prunes again; this batch was the last
+        assert pruner.calls == 2  # the next visit prunes again; this batch was the last
         now[0] = 360.0
         await visit.tick()
-        assert pruner.batches == 2  # then only an interval later
+        assert pruner.calls == 2  # then only an interval later
         now[0] = 630.0
         await visit.tick()
-        assert pruner.batches == 3
+        assert pruner.calls == 3
         await store.close()
 
     asyncio.run(main())
