@@ -12,7 +12,7 @@ import asyncio
 import json
 import re
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -255,7 +255,9 @@ def _changed(job_id: int, changed: bool, reason: str) -> int:
 
 def _prune(args: argparse.Namespace) -> int:
     if args.older_than is not None:
-        batches = [Prune(older_than_seconds=args.older_than, states=TERMINAL_STATES)]
+        batches: Sequence[Prune] = (
+            Prune(older_than_seconds=args.older_than, states=TERMINAL_STATES),
+        )
     else:  # as the workers prune: each state after its own retention
         batches = prune_batches(worker_config(deployment_of(args)).retention_ms)
 

@@ -45,6 +45,7 @@ from ket.connection.budget import DEFAULT_LIMIT, MIN_LIMIT, RESERVED
 from ket.declare.deployment import DeploymentDecl
 from ket.errors import KetError
 from ket.runtime.contexts import default_blobs, default_sender
+from ket.runtime.flag import Flag
 from ket.runtime.fleet import Drained, Fleet
 from ket.runtime.supervisor import Supervisor
 from ket.runtime.tenancy import database_template
@@ -322,7 +323,7 @@ async def serve(
     # before it loads the manifest room to hash the manifest (and, on SQLite, the roster's
     # engine); a first report that meets a busy database may take long, hence the timeout. With
     # several tenants to share, the first tenant refresh asks for that report at once instead.
-    presence = Supervisor(tenant=None, stopping=asyncio.Event())
+    presence = Supervisor(tenant=None, stopping=Flag())
     service = share = None
     if deployment is not None:
         service = presence_service(

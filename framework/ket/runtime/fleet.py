@@ -35,6 +35,7 @@ from typing import Protocol
 from ket.catalog import Catalog
 from ket.runtime.contexts import Contexts, default_blobs, install_models
 from ket.runtime.events import Hooks, process_hooks
+from ket.runtime.flag import Flag
 from ket.runtime.share import TenantShare
 from ket.runtime.supervisor import Repeats, Service, Supervisor
 from ket.runtime.tenancy import resolve_tenants
@@ -154,7 +155,7 @@ class Fleet:
         """Serve until `stop` is set, then stop every tenant gracefully (concurrently).
         `services` run beside the tenant refresh, under the process's supervisor (the job
         stats that feed metrics, say)."""
-        supervisor = Supervisor(tenant=None, stopping=asyncio.Event(), repeats=self._repeats)
+        supervisor = Supervisor(tenant=None, stopping=Flag(), repeats=self._repeats)
         supervisor.every(TenantRefresh(self), at_once=True, timeout=REFRESH_TIMEOUT_SECONDS)
         share = self._share
         if share is not None:
@@ -175,7 +176,7 @@ class Fleet:
         """A burst: serve each tenant until it has run everything due or `stop` is set, then
         stop its worker gracefully; `services` run meanwhile, as in `run()`. Raises when the
         registry cannot be read."""
-        supervisor = Supervisor(tenant=None, stopping=asyncio.Event(), repeats=self._repeats)
+        supervisor = Supervisor(tenant=None, stopping=Flag(), repeats=self._repeats)
         for service in services:
             supervisor.every(service, timeout=max(60.0, service.interval))
         try:

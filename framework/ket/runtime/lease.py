@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ket.context import AbortSignal
+from ket.runtime.flag import Flag
 from ket.store.contract import JobStore
 from ket.store.types import ClaimedJob, Heartbeat, JobId, Lease
 
@@ -60,10 +61,10 @@ class Attempts:
     # over, their outcome not recorded yet: their leases are kept (heartbeated) until it is
     settling: dict[JobId, Attempt] = field(default_factory=dict)
     # cleared while heartbeats fail and attempts were given up: queue loops wait on it
-    reachable: asyncio.Event = field(default_factory=asyncio.Event)
+    reachable: Flag = field(default_factory=Flag)
     # set while there are attempts, or the database is to be probed: the heartbeat, the lease
     # guard and the vacuumer tick only then, so that an idle tenant costs no timers at all
-    watched: asyncio.Event = field(default_factory=asyncio.Event)
+    watched: Flag = field(default_factory=Flag)
     started: int = 0  # attempts ever added: claims made here (the vacuumer counts them)
 
     def __post_init__(self) -> None:

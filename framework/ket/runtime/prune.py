@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Mapping
 
 from ket.declare.worker import Finished
@@ -43,10 +44,16 @@ class PruneService:
         return more
 
 
-def prune_batches(retention_ms: Mapping[Finished, int | None]) -> list[Prune]:
-    """One batch per finished state that is pruned at all, each after its own retention."""
-    return [
+def prune_batches(retention_ms: Mapping[Finished, int | None]) -> tuple[Prune, ...]:
+    """One batch per finished state that is pruned at all, each after its own retention (the
+    same tuple for every tenant of a worker: they share the deployment's retention)."""
+    return _batches(tuple(sorted(retention_ms.items())))
+
+
+@functools.lru_cache(maxsize=64)
+def _batches(retention_ms: tuple[tuple[Finished, int | None], ...]) -> tuple[Prune, ...]:
+    return tuple(
         Prune(older_than_seconds=ms / 1000, limit=PRUNE_BATCH, states=(state,))
-        for state, ms in sorted(retention_ms.items())
+        for state, ms in retention_ms
         if ms is not None
-    ]
+    )

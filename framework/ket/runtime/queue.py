@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ket.declare.worker import WorkerConfig
 from ket.runtime.events import Event, Hooks
+from ket.runtime.flag import Flag
 from ket.runtime.lease import Attempt, Attempts
 from ket.runtime.supervisor import Supervisor, backoff
 from ket.store.contract import JobStore, PacedStore, PushStore
@@ -41,7 +41,7 @@ PREFETCH_AT_LEAST = 32
 FIRST_VISIT_SLACK_SECONDS = 1.0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class QueueSlots:
     """A queue's concurrency in this worker: its slots, the jobs running in them, and the
     claimed jobs waiting for one."""
@@ -49,8 +49,8 @@ class QueueSlots:
     name: str
     slots: int
     busy: int = 0
-    ready: deque[Attempt] = field(default_factory=deque)
-    freed: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: list[Attempt] = field(default_factory=list)  # a deque is 600 bytes empty
+    freed: Flag = field(default_factory=Flag)
     # the running average of job durations; None until a job ended (no prefetch before)
     average_seconds: float | None = None
 
@@ -89,7 +89,7 @@ class QueueLoop:
         launch: Launch,
         supervisor: Supervisor,
         hooks: Hooks,
-        stopping: asyncio.Event,
+        stopping: Flag,
         first_claim_within: float | None = None,
         burst: Burst | None = None,
     ) -> None:
@@ -155,13 +155,8 @@ class QueueLoop:
             if watch is not None:
                 await asyncio.sleep(0)  # let the watch register its waiter first
             epoch = 0 if burst is None else burst.epoch
-            sent = attempts.clock()
             try:
-                claimed = await self._store.job_claim(
-                    JobClaim(
-                        queue=queue.name, limit=free, worker_id=self._worker_id, lease_seconds=lease
-                    )
-                )
+                claimed = await self._claim(free, lease)
             except Exception as error:
                 if watch is not None:
                     watch.cancel()
@@ -172,10 +167,7 @@ class QueueLoop:
             if failures:
                 failures = 0
                 self._supervisor.repeats.recovered(self._supervisor.where(self.name))
-            for job in claimed:
-                queue.ready.append(attempts.add(job, sent))
-            self._launch(queue)
-            busy = len(claimed) == free
+            busy = claimed == free
             if busy:
                 if watch is not None:
                     watch.cancel()
@@ -211,6 +203,21 @@ class QueueLoop:
             # the watch begun before the next claim must then be a poll's, not minutes long
             ceiling, rest = self._pace(poll_min, poll_max)
             idle = rest if woken else min(idle * 2, ceiling)
+
+    async def _claim(self, free: int, lease: float) -> int:
+        """Claim up to `free` jobs and launch them (or queue them for a slot); how many came.
+        The jobs are not kept in the claim loop's frame, which outlives them while the queue
+        waits for work (a thousand idle tenants' last jobs, with their inputs)."""
+        queue, attempts = self.queue, self._attempts
+        sent = attempts.clock()
+        claim = JobClaim(
+            queue=queue.name, limit=free, worker_id=self._worker_id, lease_seconds=lease
+        )
+        claimed = await self._store.job_claim(claim)
+        for job in claimed:
+            queue.ready.append(attempts.add(job, sent))
+        self._launch(queue)
+        return len(claimed)
 
     def _pace(self, poll_min: float, poll_max: float) -> tuple[float, float]:
         """The longest wait for work now (`poll_max`, or the paced backstop while hints come),

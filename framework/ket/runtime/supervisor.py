@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from ket.errors import KetError
+from ket.runtime.flag import Flag
 
 log = logging.getLogger("ket.worker")
 
@@ -117,6 +119,18 @@ class Repeats:
         )
 
 
+@dataclass(eq=False, slots=True)
+class _Ticking:
+    """A periodic service with how it is ticked, and its failures in a row (kept while its
+    gate is shut and it holds no task)."""
+
+    service: Service
+    timeout: float
+    gate: Flag | None
+    patience: float
+    failures: int = 0
+
+
 class Supervisor:
     """Runs the services and loops of one tenant worker (or of the process) until stopped."""
 
@@ -124,16 +138,13 @@ class Supervisor:
         self,
         *,
         tenant: str | None,
-        stopping: asyncio.Event,
+        stopping: Flag,
         repeats: Repeats | None = None,
     ) -> None:
         self.tenant = tenant
         self._stopping = stopping
         self.repeats = repeats or Repeats()
-        self._tasks: list[asyncio.Task[None]] = []
-        # one wait for the stop signal that every sleep of this supervisor shares: a thousand
-        # tenants' sleeping services would otherwise hold a task each just to wake at the stop
-        self._stop_seen: asyncio.Task[bool] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def where(self, name: str) -> str:
         """How logs name a service: `heartbeat (tenant acme)`."""
@@ -146,20 +157,26 @@ class Supervisor:
         at_once: bool = False,
         first_within: float = 0.0,
         timeout: float | None = None,
-        gate: asyncio.Event | None = None,
+        gate: Flag | None = None,
         patience: float = MAX_BACKOFF_SECONDS,
     ) -> None:
         """Tick `service` every `service.interval` seconds (the first time at once, or after a
         random part of one interval; after a first tick at once, the second comes after a
         random part of one: so replicas and tenants spread out), or when its tick says. With a
-        `gate`, only while the gate is set: once it opens, the first tick is an interval later.
-        `first_within`: with `at_once`, the first tick comes at a random moment within that
-        many seconds (a thousand tenants starting together spread out). `patience`: the
+        `gate`, only while the gate is set: once it opens, the first tick is an interval later;
+        while it is shut the service holds no task, only a callback on the gate (a thousand
+        idle tenants' heartbeats cost no tasks). `first_within`: with `at_once`, the first
+        tick comes at a random moment within that many seconds (a thousand tenants starting
+        together spread out). `patience`: the
         longest pause after failures (the heartbeat, which keeps leases, must not back off
         past its interval: the database that comes back must hear from it at once)."""
         bound = timeout if timeout is not None else max(service.interval, 5.0)
-        first = first_within if at_once else None
-        self._spawn(service.name, self._periodic(service, first, bound, gate, patience))
+        ticking = _Ticking(service, bound, gate, patience)
+        if gate is None:
+            first = first_within if at_once else None
+            self._spawn(service.name, self._periodic(ticking, first))
+        else:
+            self._when_open(ticking)
 
     def keep(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
         """Run `loop()` for as long as the worker runs, restarting it if it ends."""
@@ -180,69 +197,87 @@ class Supervisor:
     async def stop(self) -> None:
         """Cancel every service and loop and wait for them."""
         self._stopping.set()
-        for task in self._tasks:
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
-        if self._stop_seen is not None:
-            self._stop_seen.cancel()
-            self._stop_seen = None
 
     async def sleep(self, seconds: float) -> None:
-        """Sleep, waking early when the worker stops."""
+        """Sleep, waking early when the worker stops: a future, a timer and a callback on the
+        stop signal, no task (a thousand tenants' sleeping services would otherwise hold a
+        task each just to wake at the stop)."""
         if self._stopping.is_set():
             return
-        if self._stop_seen is None or self._stop_seen.done():
-            self._stop_seen = asyncio.ensure_future(self._stopping.wait())
-        # asyncio.wait, unlike wait_for, neither cancels the shared wait nor starts a task
-        await asyncio.wait({self._stop_seen}, timeout=seconds)
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(seconds, _wake, woken)
+        wake = functools.partial(_wake, woken)
+        self._stopping.when_set(wake)
+        try:
+            await woken
+        finally:
+            timer.cancel()
+            self._stopping.forget(wake)
 
     # -- the policy -------------------------------------------------------------------------
 
+    def _when_open(self, ticking: _Ticking) -> None:
+        """Tick `ticking`'s service once its gate opens (it is shut now, or the service is
+        new): a callback on the gate until then, no task."""
+        assert ticking.gate is not None
+        ticking.gate.when_set(functools.partial(self._opened, ticking))
+
+    def _opened(self, ticking: _Ticking) -> None:
+        if not self._stopping.is_set():
+            self._spawn(
+                ticking.service.name, self._periodic(ticking, None, opened=True), may_end=True
+            )
+
     async def _periodic(
-        self,
-        service: Service,
-        first: float | None,
-        timeout: float,
-        gate: asyncio.Event | None,
-        patience: float = MAX_BACKOFF_SECONDS,
+        self, ticking: _Ticking, first: float | None, *, opened: bool = False
     ) -> None:
         """`first`: the first tick within that many seconds (None: after a random part of one
-        interval)."""
+        interval). `opened`: the service's gate has just opened, and the first tick comes an
+        interval later (then it ticks, even if the gate closed meanwhile: a gate that flickers,
+        short jobs one at a time, must not keep the service from ever ticking); once it finds
+        the gate shut, the task ends, and the gate's callback starts the next."""
+        service, gate = ticking.service, ticking.gate
         where = self.where(service.name)
-        if first is None:
+        if opened:
+            await self.sleep(service.interval)
+        elif first is None:
             await self.sleep(service.interval * random.uniform(0.5, 1.0))
         elif first > 0:
             await self.sleep(random.uniform(0.0, first))
         # after a first tick at once, the next comes after a random part of one interval too:
         # tenants started together (and replicas) do not go on ticking at the same instant
         spread = first is not None
-        failures = 0
         while not self._stopping.is_set():
-            if gate is not None and not gate.is_set():
-                # no task beside it to wake at the stop signal: stop() cancels this one
-                await gate.wait()
-                await self.sleep(service.interval)
-                if self._stopping.is_set():
-                    return
-                # then it ticks, even if the gate closed meanwhile: a gate that flickers (short
-                # jobs, one at a time) must not keep the service from ever ticking
+            if opened:
+                opened = False
+            elif gate is not None and not gate.is_set():
+                self._when_open(ticking)
+                return
             try:
-                due = await bounded(service.tick(), timeout, service.name)
+                due = await bounded(service.tick(), ticking.timeout, service.name)
             except Exception as error:
-                failures += 1
+                ticking.failures += 1
                 self.repeats.failure(where, error)
-                await self.sleep(backoff(service.interval, failures, ceiling=patience))
-                continue
-            if failures:
-                failures = 0
-                self.repeats.recovered(where)
-            if due is None:
-                due = service.interval * (random.uniform(0.5, 1.0) if spread else 1.0)
+                due = backoff(service.interval, ticking.failures, ceiling=ticking.patience)
+            else:
+                if ticking.failures:
+                    ticking.failures = 0
+                    self.repeats.recovered(where)
+                if due is None:
+                    due = service.interval * (random.uniform(0.5, 1.0) if spread else 1.0)
+                spread = False
+            if gate is not None and not gate.is_set():  # shut meanwhile: no task until it opens
+                self._when_open(ticking)
+                return
             await self.sleep(due)
-            spread = False
 
     async def _once(
         self,
@@ -283,7 +318,8 @@ class Supervisor:
     def _spawn(self, name: str, body: Awaitable[None], *, may_end: bool = False) -> None:
         task = asyncio.ensure_future(body)
         task.add_done_callback(lambda done: self._ended(name, done, may_end))
-        self._tasks.append(task)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _ended(self, name: str, task: asyncio.Task[None], may_end: bool) -> None:
         # the policy above never lets a service end (a one-off step only once it succeeded); if
@@ -326,6 +362,11 @@ def backoff(interval: float, failures: int, *, ceiling: float = MAX_BACKOFF_SECO
     ceiling = max(interval, ceiling)
     exponent = min(failures - 1, 32)  # 2**32 intervals is past any cap; more would overflow
     return min(interval * 2.0**exponent, ceiling) * random.uniform(0.5, 1.0)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _quiet(task: asyncio.Task[Any]) -> None:

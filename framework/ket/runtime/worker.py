@@ -33,6 +33,7 @@ from ket.declare.worker import WorkerConfig
 from ket.runtime.burst import Burst
 from ket.runtime.contexts import Contexts
 from ket.runtime.events import Hooks
+from ket.runtime.flag import Flag
 from ket.runtime.lease import Attempt, Attempts, HeartbeatService, LeaseGuard
 from ket.runtime.outcome import describe
 from ket.runtime.prune import PruneService
@@ -111,13 +112,13 @@ class TenantWorker:
         self._executor = executor or OnDemandThreads(
             max_workers=max(1, sum(config.queues.values())), thread_name_prefix=f"ket-{tenant}"
         )
-        self._stopping = asyncio.Event()
+        self._stopping = Flag()
         self.supervisor = Supervisor(tenant=tenant, stopping=self._stopping, repeats=repeats)
         # The heartbeat and the lease guard run until the running work is over, not only until
         # claiming stops: a job that finishes within the shutdown grace keeps its lease (else,
         # with a grace longer than what is left of the lease, another worker rescues it and its
         # outcome is refused), and one that does not is still aborted before its lease ends.
-        self._leases = Supervisor(tenant=tenant, stopping=asyncio.Event(), repeats=repeats)
+        self._leases = Supervisor(tenant=tenant, stopping=Flag(), repeats=repeats)
         self.attempts = Attempts(lease_seconds=config.lease_ms / 1000)
         self.runner = JobRunner(
             catalog=catalog,
@@ -329,7 +330,7 @@ class TenantWorker:
         loop = asyncio.get_running_loop()
         stopping = self._stopping.is_set()  # then every waiting job goes back, slots or not
         while queue.ready and (stopping or queue.busy < queue.slots):
-            attempt = queue.ready.popleft()
+            attempt = queue.ready.pop(0)
             if stopping or attempt.signal.aborted:  # over before it started
                 self.attempts.finish(attempt.job.id)  # leased until handed back
                 self.settler.put(self.runner.abandoned(attempt.job, attempt.signal))

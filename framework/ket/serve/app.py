@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -26,6 +25,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from ket.catalog import Catalog
 from ket.runtime.contexts import default_sender
 from ket.runtime.events import process_hooks
+from ket.runtime.flag import Flag
 from ket.runtime.supervisor import Repeats, Service, Supervisor
 from ket.serve.function import PREFIX, FunctionEndpoint
 from ket.serve.gate import Gate
@@ -127,7 +127,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await tenants.refresh()  # a registry that cannot be read stops the start
-        supervisor = Supervisor(tenant=None, stopping=asyncio.Event(), repeats=repeats)
+        supervisor = Supervisor(tenant=None, stopping=Flag(), repeats=repeats)
         supervisor.every(TenantRefresh(parts), timeout=60.0)
         for service in services(parts):
             supervisor.every(service, timeout=max(60.0, service.interval))

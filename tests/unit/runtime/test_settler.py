@@ -20,6 +20,7 @@ from ket.runtime.contexts import Contexts
 from ket.runtime.events import Event, Hooks
 from ket.runtime.runner import JobRunner, Result
 from ket.runtime.settler import RETRY_AT_MOST_SECONDS, Settler, record
+from ket.runtime.flag import Flag
 from ket.runtime.supervisor import Repeats, Supervisor
 from ket.store import ManualClock
 from ket.store.memory import MemoryStore
@@ -265,7 +266,7 @@ def test_a_result_with_nothing_to_settle_is_reported_unapplied_without_the_store
 
 def test_the_settler_records_what_was_put_before_it_closes() -> None:
     async def scenario(s: Setup) -> None:
-        supervisor = Supervisor(tenant="acme", stopping=asyncio.Event())
+        supervisor = Supervisor(tenant="acme", stopping=Flag())
         settler = Settler(s.store, s.report, supervisor)  # type: ignore[arg-type]
         running = asyncio.ensure_future(settler.run())
         jobs = await s.claim(3)
@@ -285,7 +286,7 @@ def test_the_settler_gives_up_at_shutdown_when_the_store_stays_away(
     caplog.set_level(logging.ERROR, logger="ket.worker")
 
     async def scenario(s: Setup) -> None:
-        supervisor = Supervisor(tenant="acme", stopping=asyncio.Event())
+        supervisor = Supervisor(tenant="acme", stopping=Flag())
         settler = Settler(s.store, s.report, supervisor)  # type: ignore[arg-type]
         running = asyncio.ensure_future(settler.run())
         [job] = await s.claim()
@@ -306,7 +307,7 @@ def test_the_settler_counts_only_outcomes_when_it_gives_up(
     caplog.set_level(logging.ERROR, logger="ket.worker")
 
     async def scenario(s: Setup) -> None:
-        supervisor = Supervisor(tenant="acme", stopping=asyncio.Event())
+        supervisor = Supervisor(tenant="acme", stopping=Flag())
         settler = Settler(s.store, s.report, supervisor)  # type: ignore[arg-type]
         running = asyncio.ensure_future(settler.run())
         [job] = await s.claim()
@@ -323,7 +324,7 @@ def test_the_settler_counts_only_outcomes_when_it_gives_up(
 
 def test_outcomes_held_through_a_long_outage_are_recorded_within_a_second_of_its_end() -> None:
     async def scenario(s: Setup) -> None:
-        supervisor = Supervisor(tenant="acme", stopping=asyncio.Event())
+        supervisor = Supervisor(tenant="acme", stopping=Flag())
         settler = Settler(s.store, s.report, supervisor)  # type: ignore[arg-type]
         running = asyncio.ensure_future(settler.run())
         [job] = await s.claim()
@@ -346,7 +347,7 @@ def test_outcomes_held_through_a_long_outage_are_recorded_within_a_second_of_its
 
 def test_recorded_waits_for_the_outcomes_put_before_it_and_retries_at_once() -> None:
     async def scenario(s: Setup) -> None:
-        supervisor = Supervisor(tenant="acme", stopping=asyncio.Event())
+        supervisor = Supervisor(tenant="acme", stopping=Flag())
         settler = Settler(s.store, s.report, supervisor)  # type: ignore[arg-type]
         running = asyncio.ensure_future(settler.run())
         assert await settler.recorded(0.0)  # nothing waits
@@ -379,7 +380,7 @@ class Silent(FlakyStore):
 def test_a_write_that_never_answers_is_abandoned_and_tried_again() -> None:
     async def scenario(s: Setup) -> None:
         store = Silent(s.memory)
-        supervisor = Supervisor(tenant="acme", stopping=asyncio.Event())
+        supervisor = Supervisor(tenant="acme", stopping=Flag())
         settler = Settler(store, s.report, supervisor, timeout=0.2)  # type: ignore[arg-type]
         running = asyncio.ensure_future(settler.run())
         [job] = await s.claim()

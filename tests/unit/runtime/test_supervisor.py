@@ -11,6 +11,7 @@ import pytest
 
 from ket.errors import StoreError
 from ket.runtime import supervisor
+from ket.runtime.flag import Flag
 from ket.runtime.supervisor import MAX_BACKOFF_SECONDS, Repeats, Supervisor, backoff
 
 LOGGER = "ket.worker"
@@ -205,7 +206,7 @@ class Service:
 
 def run(scenario: Callable[[Supervisor], Awaitable[None]]) -> None:
     async def main() -> None:
-        sup = Supervisor(tenant="acme", stopping=asyncio.Event())
+        sup = Supervisor(tenant="acme", stopping=Flag())
         try:
             await scenario(sup)
         finally:
@@ -221,7 +222,7 @@ def quick_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_where_names_the_service_and_tenant() -> None:
-    stopping = asyncio.Event()
+    stopping = Flag()
     assert Supervisor(tenant="acme", stopping=stopping).where("rescue") == "rescue (tenant acme)"
     assert Supervisor(tenant=None, stopping=stopping).where("tenant refresh") == "tenant refresh"
 
@@ -252,17 +253,18 @@ def test_a_service_whose_tick_says_when_it_is_due_is_ticked_then_not_after_its_i
     assert service.ticks > 5  # an hour's interval would have allowed one
 
 
-def test_a_gated_service_ticks_only_while_its_gate_is_open() -> None:
+def test_a_gated_service_ticks_only_while_its_gate_is_open_and_holds_no_task_while_shut() -> None:
     async def nothing(count: int) -> None:
         return None
 
     service = Service("heartbeat", nothing)
-    gate = asyncio.Event()
+    gate = Flag()
 
     async def scenario(sup: Supervisor) -> None:
         sup.every(service, at_once=True, gate=gate)
         await asyncio.sleep(0.05)
         assert service.ticks == 0
+        assert not sup._tasks  # a callback on the gate, not a task waiting for it
         gate.set()
         await asyncio.sleep(0.05)
         assert service.ticks > 3
@@ -271,8 +273,75 @@ def test_a_gated_service_ticks_only_while_its_gate_is_open() -> None:
         closed_at = service.ticks
         await asyncio.sleep(0.05)
         assert service.ticks == closed_at
+        assert not sup._tasks
+        gate.set()  # opened again: ticking again
+        await asyncio.sleep(0.05)
+        assert service.ticks > closed_at + 3
 
     run(scenario)
+
+
+def test_a_gated_service_that_failed_says_it_works_again_after_its_gate_was_shut(
+    logs: pytest.LogCaptureFixture, quick_restarts: None
+) -> None:
+    gate = Flag()
+
+    async def failing_once(count: int) -> None:
+        if count == 1:
+            gate.clear()  # the last attempt ended meanwhile
+            raise StoreError("database away")
+
+    service = Service("heartbeat", failing_once)
+
+    async def scenario(sup: Supervisor) -> None:
+        sup.every(service, gate=gate)
+        gate.set()
+        await asyncio.sleep(0.05)
+        assert service.ticks == 1 and not sup._tasks
+        gate.set()
+        await asyncio.sleep(0.05)
+
+    run(scenario)
+    assert service.ticks > 1
+    assert lines(logs) == [
+        "heartbeat (tenant acme) failed: database away",
+        "heartbeat (tenant acme) works again",
+    ]
+
+
+def test_a_stopped_supervisor_ticks_no_gated_service_when_its_gate_opens() -> None:
+    async def nothing(count: int) -> None:
+        return None
+
+    service = Service("heartbeat", nothing)
+    gate = Flag()
+
+    async def main() -> None:
+        sup = Supervisor(tenant="acme", stopping=Flag())
+        sup.every(service, gate=gate)
+        await sup.stop()
+        gate.set()
+        await asyncio.sleep(0.05)
+        assert service.ticks == 0 and not sup._tasks
+
+    asyncio.run(main())
+
+
+def test_a_sleep_ends_at_the_stop_signal_and_leaves_no_callback_behind() -> None:
+    async def main() -> None:
+        stopping = Flag()
+        sup = Supervisor(tenant="acme", stopping=stopping)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await sup.sleep(0.01)  # the timer ends it
+        assert stopping._watchers == []  # its wake-up at the stop was forgotten
+        sleeping = asyncio.ensure_future(sup.sleep(3_600))
+        await asyncio.sleep(0.01)
+        stopping.set()
+        await asyncio.wait_for(sleeping, 1.0)
+        assert loop.time() - began < 1.0
+
+    asyncio.run(main())
 
 
 def test_a_service_whose_tick_raises_keeps_being_ticked_and_is_logged_once(
@@ -490,7 +559,7 @@ def test_stop_ends_every_service_and_loop(logs: pytest.LogCaptureFixture) -> Non
             raise
 
     async def main() -> None:
-        stopping = asyncio.Event()
+        stopping = Flag()
         sup = Supervisor(tenant="acme", stopping=stopping)
         sup.every(service, at_once=True)
         sup.keep("settler", forever)
@@ -519,7 +588,7 @@ def test_stop_cancels_a_tick_in_flight() -> None:
     service = Service("prune", slow)
 
     async def main() -> None:
-        sup = Supervisor(tenant="acme", stopping=asyncio.Event())
+        sup = Supervisor(tenant="acme", stopping=Flag())
         sup.every(service, at_once=True, timeout=60.0)
         await asyncio.sleep(0.02)
         await sup.stop()
@@ -531,7 +600,7 @@ def test_stop_cancels_a_tick_in_flight() -> None:
 
 def test_sleep_wakes_early_when_the_worker_stops() -> None:
     async def main() -> float:
-        stopping = asyncio.Event()
+        stopping = Flag()
         sup = Supervisor(tenant=None, stopping=stopping)
         loop = asyncio.get_running_loop()
         loop.call_later(0.02, stopping.set)
@@ -554,7 +623,7 @@ def test_a_service_failing_over_a_thousand_times_in_a_row_keeps_being_ticked(
 
     async def scenario(sup: Supervisor) -> None:
         sup.every(service, at_once=True)
-        while service.ticks < 1_100 and not sup._tasks[0].done():
+        while service.ticks < 1_100 and not next(iter(sup._tasks)).done():
             await asyncio.sleep(0.01)
 
     run(scenario)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -113,10 +112,12 @@ class Lane:
         self.size = size
         self.timeout = timeout
         # idle connections with the monotonic time each went idle, the oldest first
-        self._idle: deque[tuple[psycopg.AsyncConnection[Any], float]] = deque()
+        # lists, not deques (short ones; a deque is 600 bytes empty, and a worker holds a lane
+        # per tenant)
+        self._idle: list[tuple[psycopg.AsyncConnection[Any], float]] = []
         self._open = 0  # connections open or being opened
         self._lasting = 0  # of those, held by a lasting statement (see the module's text)
-        self._waiters: deque[asyncio.Future[psycopg.AsyncConnection[Any] | None]] = deque()
+        self._waiters: list[asyncio.Future[psycopg.AsyncConnection[Any] | None]] = []
         self._closed = False
         self._closing: set[asyncio.Task[None]] = set()  # broken connections being closed
         # the process's connection budget (budget.py), if any: each connection takes part of
@@ -158,10 +159,10 @@ class Lane:
         """Close the idle connections; those in use are closed when they come back."""
         self._closed = True
         while self._waiters:
-            waiter = self._waiters.popleft()
+            waiter = self._waiters.pop(0)
             if not waiter.done():
                 waiter.set_result(None)
-        idle, self._idle = [raw for raw, _ in self._idle], deque()
+        idle, self._idle = [raw for raw, _ in self._idle], []
         self._open -= len(idle)
         await asyncio.gather(*(close_quietly(raw) for raw in idle))
         if idle and self._budget is not None:
@@ -178,7 +179,7 @@ class Lane:
         while self._idle and (
             self._idle[0][1] <= older_than if older_than is not None else not closing
         ):
-            closing.append(self._idle.popleft()[0])
+            closing.append(self._idle.pop(0)[0])
         self._open -= len(closing)
         for raw in closing:
             await close_quietly(raw)
@@ -267,7 +268,7 @@ class Lane:
                 self._wake_one()
             return
         while self._waiters:
-            waiter = self._waiters.popleft()
+            waiter = self._waiters.pop(0)
             if not waiter.done():
                 waiter.set_result(raw)
                 return
@@ -278,7 +279,7 @@ class Lane:
     def _wake_one(self) -> None:
         """A slot came free: let the first waiter open a connection of its own."""
         while self._waiters:
-            waiter = self._waiters.popleft()
+            waiter = self._waiters.pop(0)
             if not waiter.done():
                 waiter.set_result(None)
                 return
