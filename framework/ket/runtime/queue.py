@@ -25,6 +25,7 @@ from ket.runtime.lease import Attempt, Attempts
 from ket.runtime.supervisor import Supervisor, backoff
 from ket.store.contract import JobStore, PacedStore, PushStore
 from ket.store.types import JobClaim
+from ket.store.watch import JobWatch
 
 if TYPE_CHECKING:
     from ket.runtime.burst import Burst
@@ -114,30 +115,52 @@ class QueueLoop:
         self._stopping = stopping
         self._due: asyncio.Future[None] | None = None  # a `_when_due` under way
         self._first_claim_within = first_claim_within
+        # the wait for work after the next claim that finds the queue dry (None: paced after
+        # the first claim), and the watch the loop is parked on while it has nothing to do
+        self._idle: float | None = config.poll_min_ms / 1000
+        self._parked: JobWatch | None = None
         self._burst = burst
 
-    async def run(self) -> None:
+    async def run(self) -> bool:
+        """Claim until the worker stops (False), or until the queue has nothing to do (True):
+        it is then parked on a watch for work, and holds no task until a wake-up or the
+        watch's timeout keeps it again (`_woken`)."""
+        parked = False
         try:
-            await self._claim_until_stopped()
+            parked = await self._claim_until_idle()
+            return parked
         finally:
-            if self._due is not None:
+            if not parked and self._due is not None:
                 self._due.cancel()
 
-    async def _claim_until_stopped(self) -> None:
+    def unpark(self) -> None:
+        """The worker stops: a parked loop's watch ends, and nothing keeps it again."""
+        watch, self._parked = self._parked, None
+        if watch is not None:
+            watch.close()
+        if self._due is not None:
+            self._due.cancel()
+
+    async def _claim_until_idle(self) -> bool:
         queue, attempts = self.queue, self._attempts
         poll_min = self._config.poll_min_ms / 1000
         poll_max = self._config.poll_max_ms / 1000
         lease = self._config.lease_ms / 1000
-        idle = poll_min
         failures = 0
         busy = False  # the last claim filled every free slot: work is flowing
         burst = self._burst
+        parked, self._parked = self._parked, None
         if self._first_claim_within is not None:
             within, self._first_claim_within = self._first_claim_within, None  # once
             # a wake-up lost to the race with a visit at the very start costs only this wait
-            await self._wait_for_work(within + FIRST_VISIT_SLACK_SECONDS)
-            _, idle = self._pace(poll_min, poll_max)  # the wait beside the claim: a paced one
+            parked = await self._watch(within + FIRST_VISIT_SLACK_SECONDS)
+            self._idle = None  # then the wait beside the claim is a paced one
+        # resumed (or the first claim's wait): the wait it parked on is over, or about to be
+        if parked is not None and await self._waited(parked):
+            return True
         while not self._stopping.is_set():
+            idle = self._idle
+            assert idle is not None  # paced by _waited after the first claim's wait
             free = queue.room
             # while work flows with prefetch on, claim once a slot's worth of room is free, not
             # for every job that ends
@@ -148,18 +171,16 @@ class QueueLoop:
             if not attempts.reachable.is_set():  # fenced off: no claims until it answers
                 await _first(attempts.reachable.wait(), self._stopping.wait())
                 continue
-            # When idle, listen before claiming: a job committed while the claim is in flight
+            # When idle, watch before claiming: a job committed while the claim is in flight
             # must wake the wait that follows, not slip between the claim and the wait. While
-            # work flows the claim is almost never short, so skip the extra tasks on that path.
-            watch = None if busy or burst is not None else self._watch(idle)
-            if watch is not None:
-                await asyncio.sleep(0)  # let the watch register its waiter first
+            # work flows the claim is almost never short, so skip the watch on that path.
+            watch = None if busy or burst is not None else await self._watch(idle)
             epoch = 0 if burst is None else burst.epoch
             try:
                 claimed = await self._claim(free, lease)
             except Exception as error:
                 if watch is not None:
-                    watch.cancel()
+                    watch.close()
                 failures += 1
                 self._failed(error)
                 await self._supervisor.sleep(backoff(poll_max, failures))
@@ -170,8 +191,8 @@ class QueueLoop:
             busy = claimed == free
             if busy:
                 if watch is not None:
-                    watch.cancel()
-                idle = poll_min
+                    watch.close()
+                self._idle = poll_min
                 continue  # there may be more: claim again as soon as slots allow
             if burst is not None:  # nothing more due now, unless a running job enqueues it
                 await burst.short(queue.name, epoch)
@@ -184,25 +205,63 @@ class QueueLoop:
             ceiling, rest = self._pace(poll_min, poll_max)
             # never past the ceiling: a wait paced for hints (minutes) must not carry over to
             # the polls that take over when the listener is lost
-            idle = rest if claimed else min(max(idle, rest), ceiling)
-            watch = watch or self._watch(idle)
+            self._idle = rest if claimed else min(max(idle, rest), ceiling)
+            watch = watch or await self._watch(self._idle)
             if self._stopping.is_set():
-                # stopped during the claim: the supervisor's cancel may have been lost on the
-                # way (Python 3.11's asyncio.wait_for drops one that meets its result), and the
-                # wait below may last minutes
-                watch.cancel()
-                return
-            if ceiling > poll_max and not watch.done():
+                watch.close()
+                return False
+            if ceiling > poll_max and not watch.woken.done():
                 # waits may be long: learn when the next job is due, beside the wait, so that
                 # a wake-up never waits for that statement's connection
                 self._learn_when_due()
-            woken = await watch
-            if woken and self._paced is not None:
-                woken = await self._unless_seen(idle)
-            # paced anew: the listener may have been lost during the wait (which woke it), and
-            # the watch begun before the next claim must then be a poll's, not minutes long
-            ceiling, rest = self._pace(poll_min, poll_max)
-            idle = rest if woken else min(idle * 2, ceiling)
+            if await self._waited(watch):
+                return True
+        return False
+
+    async def _waited(self, watch: JobWatch) -> bool:
+        """The claim loop waits on `watch`: True when it parked on it (or on a later one), the
+        loop to be kept again when it ends; False when the wait is over and the loop claims
+        again, `self._idle` paced for the wait after that claim."""
+        poll_min = self._config.poll_min_ms / 1000
+        poll_max = self._config.poll_max_ms / 1000
+        if not watch.woken.done():
+            if self._stopping.is_set():
+                watch.close()
+                return False
+            self._parked = watch
+            watch.woken.add_done_callback(self._woken)
+            return True
+        woken = watch.outcome()
+        if self._idle is None:  # the first claim's wait: the wait beside that claim is paced
+            self._idle = self._pace(poll_min, poll_max)[1]
+            return False
+        if woken and self._paced is not None and not self._paced.woken_since_claim(self.queue.name):
+            # the wake-up came before the last claim's statement began (that claim saw its
+            # job): after a tick, the tick jobs' wake-ups reach a claim still waiting for a
+            # connection, and claiming again for each would only add to the wait of every
+            # tenant. Wait for the next one instead.
+            return await self._waited(await self._watch(self._idle))
+        # paced anew: the listener may have been lost during the wait (which woke it), and
+        # the watch made before the next claim must then be a poll's, not minutes long
+        ceiling, rest = self._pace(poll_min, poll_max)
+        self._idle = rest if woken else min(self._idle * 2, ceiling)
+        return False
+
+    def _woken(self, woken: asyncio.Future[bool]) -> None:
+        """The watch a parked loop waits on is over: keep the loop again."""
+        parked = self._parked
+        if parked is None or parked.woken is not woken:  # unparked: the worker stops
+            return
+        if self._stopping.is_set():
+            self.unpark()
+            return
+        self._supervisor.keep(self.name, self.run)
+
+    def _pace(self, poll_min: float, poll_max: float) -> tuple[float, float]:
+        """The longest wait for work now (`poll_max`, or the paced backstop while hints come),
+        and the wait after a claim that found work (`poll_min`, or that backstop)."""
+        ceiling = poll_max if self._paced is None else self._paced.idle_poll(poll_max)
+        return ceiling, ceiling if ceiling > poll_max else poll_min
 
     async def _claim(self, free: int, lease: float) -> int:
         """Claim up to `free` jobs and launch them (or queue them for a slot); how many came.
@@ -218,29 +277,6 @@ class QueueLoop:
             queue.ready.append(attempts.add(job, sent))
         self._launch(queue)
         return len(claimed)
-
-    def _pace(self, poll_min: float, poll_max: float) -> tuple[float, float]:
-        """The longest wait for work now (`poll_max`, or the paced backstop while hints come),
-        and the wait after a claim that found work (`poll_min`, or that backstop)."""
-        ceiling = poll_max if self._paced is None else self._paced.idle_poll(poll_max)
-        return ceiling, ceiling if ceiling > poll_max else poll_min
-
-    async def _unless_seen(self, timeout: float) -> bool:
-        """A wake-up came; if it came before the last claim's statement began (that claim saw
-        its job), wait for the next one instead: after a tick, the tick jobs' wake-ups reach a
-        claim still waiting for a connection, and claiming again for each would only add to
-        the wait of every tenant. True when woken after the claim began."""
-        assert self._paced is not None
-        name = self.queue.name
-        while not self._paced.woken_since_claim(name):
-            watch = self._watch(timeout)
-            await asyncio.sleep(0)  # its waiter is registered: nothing slips in between
-            if self._paced.woken_since_claim(name):
-                watch.cancel()
-                return True
-            if not await watch:
-                return False
-        return True
 
     def _learn_when_due(self) -> None:
         """`_when_due` in a task of its own, one at a time (a wait for a connection within a
@@ -276,23 +312,17 @@ class QueueLoop:
             )
             self._hooks.emit(event, logged=False)
 
-    def _watch(self, timeout: float) -> asyncio.Task[bool]:
-        return asyncio.ensure_future(self._wait_for_work(timeout))
-
-    async def _wait_for_work(self, timeout: float) -> bool:
-        """True when woken for this queue; False on timeout (cancellable anywhere). The stop
-        signal does not end the wait: the loop claims nothing once it is set, and the
-        supervisor's stop cancels the wait (a thousand idle tenants' queues would otherwise
-        hold two more tasks each)."""
-        if self._push is None:
-            await self._supervisor.sleep(timeout)
-            return False
-        try:
-            return await self._push.wait_for_jobs([self.queue.name], timeout)
-        except Exception as error:  # wake-ups are hints: poll meanwhile, and say so (limited)
-            where = self._supervisor.where(f"wake-ups of queue {self.queue.name}")
-            self._supervisor.repeats.failure(where, error, level=logging.WARNING)
-            return False
+    async def _watch(self, timeout: float) -> JobWatch:
+        """A watch for work on this queue, registered when this returns, which times out after
+        `timeout` seconds. A store that sends no wake-ups, or whose wake-ups fail (logged,
+        limited), is polled: the watch is a timer alone."""
+        if self._push is not None:
+            try:
+                return await self._push.watch_for_jobs([self.queue.name], timeout)
+            except Exception as error:  # wake-ups are hints: poll meanwhile, and say so
+                where = self._supervisor.where(f"wake-ups of queue {self.queue.name}")
+                self._supervisor.repeats.failure(where, error, level=logging.WARNING)
+        return JobWatch.timed(timeout)
 
 
 async def _first(*waits: object) -> None:

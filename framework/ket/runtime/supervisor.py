@@ -178,9 +178,11 @@ class Supervisor:
         else:
             self._when_open(ticking)
 
-    def keep(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
-        """Run `loop()` for as long as the worker runs, restarting it if it ends."""
-        self._spawn(name, self._kept(name, loop))
+    def keep(self, name: str, loop: Callable[[], Awaitable[bool | None]]) -> None:
+        """Run `loop()` for as long as the worker runs, restarting it if it ends; a loop that
+        returns True has parked itself (nothing to do; a claim loop waiting for work) and holds
+        no task: it keeps itself again when it has something to do."""
+        self._spawn(name, self._kept(name, loop), may_end=True)
 
     def once(
         self,
@@ -292,20 +294,20 @@ class Supervisor:
             self.repeats.failure(self.where(name), error)
             failed(error)
 
-    async def _kept(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+    async def _kept(self, name: str, loop: Callable[[], Awaitable[bool | None]]) -> None:
         where = self.where(name)
         failures = 0
         while True:  # at least once: a loop such as the settler outlives the stop signal
             began = time.monotonic()
             try:
-                await loop()
+                parked = await loop()
             except Exception as error:
                 if time.monotonic() - began > REPEAT_WINDOW_SECONDS:
                     failures = 0  # it ran well for a while: this is a new failure, not a streak
                 failures += 1
                 self.repeats.failure(where, error)
             else:
-                if self._stopping.is_set():
+                if parked or self._stopping.is_set():
                     return
                 failures += 1
                 log.error("%s ended unexpectedly; restarting it", where)

@@ -137,6 +137,7 @@ class TenantWorker:
             timeout=self.attempts.lease_seconds / 3,
         )
         self._queues = {q: QueueSlots(q, n) for q, n in config.queues.items()}
+        self._loops: list[QueueLoop] = []
         self._served = served or (lambda: 1)
         self._fleet = fleet or self._served
         self._together = together
@@ -240,6 +241,7 @@ class TenantWorker:
                 first_claim_within=first_claim_within,
                 burst=self.burst,
             )
+            self._loops.append(loop)
             self.supervisor.keep(loop.name, loop.run)
 
     def _keep_leases(self) -> None:
@@ -272,6 +274,8 @@ class TenantWorker:
         """Stop claiming; wait for running work up to the grace, then abort and hand it back."""
         grace = self._config.shutdown_grace_ms / 1000 if grace_seconds is None else grace_seconds
         self._stopping.set()
+        for loop in self._loops:
+            loop.unpark()
         for queue in self._queues.values():
             queue.freed.set()
             self._launch(queue)  # hands back the claimed jobs that wait for a slot
@@ -293,6 +297,8 @@ class TenantWorker:
     async def hand_back_now(self, timeout: float) -> None:
         """Abort everything and hand back what was running, within `timeout` seconds."""
         self._stopping.set()
+        for loop in self._loops:
+            loop.unpark()
         running = list(self.attempts)
         for attempt in running:
             attempt.signal.abort("shutdown")

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ket.store.types import (
     AuditEntry,
@@ -59,6 +59,9 @@ from ket.store.types import (
     Vacuumed,
     Where,
 )
+
+if TYPE_CHECKING:
+    from ket.store.watch import JobWatch
 
 
 @runtime_checkable
@@ -125,6 +128,12 @@ class PushStore(Protocol):
 
     async def wait_for_jobs(self, queues: Collection[str], timeout: float) -> bool:
         """Wait up to `timeout` seconds for a wake-up on any of `queues`; False on timeout."""
+        ...
+
+    async def watch_for_jobs(self, queues: Collection[str], timeout: float) -> JobWatch:
+        """The same wait, registered when this returns and not awaited: its `woken` future
+        resolves True on a wake-up, False after `timeout` seconds; `close()` ends it. A claim
+        loop with nothing to do waits so without a task (runtime/queue.py)."""
         ...
 
 

@@ -32,6 +32,7 @@ from ket.tck.arrange import (
 from ket.tck.harness import Tck, tck_test
 
 __all__ = [
+    "test_a_closed_watch_is_woken_by_nothing",
     "test_wait_for_jobs_is_not_woken_by_a_completion",
     "test_wait_for_jobs_times_out_with_false_when_nothing_is_inserted",
     "test_wait_for_jobs_wakes_after_a_failure_retryable_at_once",
@@ -42,6 +43,8 @@ __all__ = [
     "test_wait_for_jobs_wakes_for_any_of_its_queues",
     "test_wait_for_jobs_wakes_promptly_after_an_insert_into_a_waited_queue",
     "test_wait_for_jobs_wakes_promptly_after_an_insert_through_another_replica",
+    "test_watch_for_jobs_is_in_place_when_it_returns_and_woken_without_being_awaited",
+    "test_watch_for_jobs_times_out_with_false",
 ]
 
 WAIT = 5.0  # the longest a waiter waits; a wake-up must come well before it
@@ -163,3 +166,50 @@ async def test_wait_for_jobs_is_not_woken_by_a_completion(t: Tck) -> None:
     await asyncio.sleep(SUBSCRIBE)
     await settle(t.store, claimed, "completed")
     assert await task is False, "a completion woke a waiter: nothing became claimable"
+
+
+@tck_test
+async def test_watch_for_jobs_is_in_place_when_it_returns_and_woken_without_being_awaited(
+    t: Tck,
+) -> None:
+    """A claim loop watches before its claim, and parks on the watch after it, holding no
+    task: a job committed in between must resolve the watch with nobody awaiting it."""
+    waiter = pushable(t)
+    queue = fresh_queue("watched")
+    await quiet(waiter, [queue])
+    watch = await waiter.watch_for_jobs([queue], WAIT)
+    heard: list[bool] = []
+    watch.woken.add_done_callback(lambda woken: heard.append(woken.result()))
+    started = time.monotonic()
+    await t.store.job_insert([new_job(queue=queue)])  # no pause: the watch is in place
+    await asyncio.wait_for(asyncio.shield(watch.woken), PROMPT)
+    await asyncio.sleep(0)  # its callback runs
+    assert heard == [True]
+    assert time.monotonic() - started < PROMPT
+    assert watch.outcome() is True
+
+
+@tck_test
+async def test_watch_for_jobs_times_out_with_false(t: Tck) -> None:
+    waiter = pushable(t)
+    queue = fresh_queue("unwatched")
+    await quiet(waiter, [queue])
+    started = time.monotonic()
+    watch = await waiter.watch_for_jobs([queue], 0.2)
+    assert await asyncio.wait_for(asyncio.shield(watch.woken), PROMPT) is False
+    assert 0.15 <= time.monotonic() - started < PROMPT
+    assert watch.outcome() is False
+
+
+@tck_test
+async def test_a_closed_watch_is_woken_by_nothing(t: Tck) -> None:
+    waiter = pushable(t)
+    queue = fresh_queue("closed-watch")
+    await quiet(waiter, [queue])
+    watch = await waiter.watch_for_jobs([queue], WAIT)
+    watch.close()
+    await t.store.job_insert([new_job(queue=queue)])
+    await asyncio.sleep(ASLEEP)
+    assert watch.outcome() is False, "a closed watch was woken"
+    # and the store's waiters go on: a wait begun now sees the next insert
+    await _woken([waiter], [queue], _inserting(t.store, queue))

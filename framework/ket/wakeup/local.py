@@ -11,18 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ket import process
-
-
-@dataclass(eq=False)
-class _Waiter:
-    queues: frozenset[str]
-    loop: asyncio.AbstractEventLoop
-    woken: asyncio.Future[bool]
-
-
-def _resolve(future: asyncio.Future[bool], value: bool) -> None:
-    if not future.done():
-        future.set_result(value)
+from ket.store.watch import JobWatch, resolve
 
 
 class Wakeups:
@@ -37,7 +26,7 @@ class Wakeups:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._waiters: list[_Waiter] = []
+        self._waiters: list[JobWatch] = []
         # queues woken for a job someone else enqueued, until their next claim takes the mark
         # (its wait for a connection goes before the sweeps and ticks: ket.connection.budget),
         # and how to hurry the claims of each queue that wait now
@@ -104,7 +93,7 @@ class Wakeups:
             self.woken_at[name] = now
         self._wake(lambda waiter: True)
 
-    def _wake(self, wanted: Callable[[_Waiter], bool]) -> None:
+    def _wake(self, wanted: Callable[[JobWatch], bool]) -> None:
         with self._lock:
             chosen = [w for w in self._waiters if wanted(w)]
         try:
@@ -113,27 +102,34 @@ class Wakeups:
             here = None
         for waiter in chosen:
             if waiter.loop is here:
-                _resolve(waiter.woken, True)
+                resolve(waiter.woken, True)
                 continue
             # a closed loop raises RuntimeError: nobody is waiting there any more
             with contextlib.suppress(RuntimeError):
-                waiter.loop.call_soon_threadsafe(_resolve, waiter.woken, True)
+                waiter.loop.call_soon_threadsafe(resolve, waiter.woken, True)
+
+    def watch(self, queues: Collection[str], timeout: float) -> JobWatch:
+        """A wait for a wake-up on any of `queues`, registered now, which times out after
+        `timeout` seconds. A future and a timer rather than wait_for(event.wait()): no task of
+        its own to start, nor to switch through when the wake-up comes."""
+        watch = JobWatch.timed(timeout, queues)
+        watch.owner = self
+        with self._lock:
+            self._waiters.append(watch)
+        return watch
+
+    def unwatch(self, watch: JobWatch) -> None:
+        with self._lock:
+            if watch in self._waiters:
+                self._waiters.remove(watch)
 
     async def wait(self, queues: Collection[str], timeout: float) -> bool:
         """Wait for a wake-up on any of `queues`; False when `timeout` seconds pass first."""
-        loop = asyncio.get_running_loop()
-        # a future and a timer rather than wait_for(event.wait()): no task of its own to start
-        # and to switch through when the wake-up comes
-        waiter = _Waiter(frozenset(queues), loop, loop.create_future())
-        timer = loop.call_later(timeout, _resolve, waiter.woken, False)
-        with self._lock:
-            self._waiters.append(waiter)
+        watch = self.watch(queues, timeout)
         try:
-            return await waiter.woken
+            return await watch.woken
         finally:
-            timer.cancel()
-            with self._lock:
-                self._waiters.remove(waiter)
+            watch.close()
 
 
 class Hints(Protocol):

@@ -70,6 +70,7 @@ from ket.store.validate import (
     check_timeout,
     encode_payloads,
 )
+from ket.store.watch import JobWatch
 
 
 class MemoryStore:
@@ -310,11 +311,19 @@ class MemoryStore:
 
     async def wait_for_jobs(self, queues: Collection[str], timeout: float) -> bool:
         """Wait up to `timeout` seconds for a job made available in one of `queues`."""
-        check_timeout(timeout)
-        self._check_open()
-        woken = await self.database.wakeups.wait(queues, timeout)
+        watch = await self.watch_for_jobs(queues, timeout)
+        try:
+            woken = await watch.woken
+        finally:
+            watch.close()
         self._check_open()  # closed meanwhile: say so rather than report a wake-up
         return woken
+
+    async def watch_for_jobs(self, queues: Collection[str], timeout: float) -> JobWatch:
+        """A wait for a job made available in one of `queues`, registered when this returns."""
+        check_timeout(timeout)
+        self._check_open()
+        return self.database.wakeups.watch(queues, timeout)
 
     # -- QueryableStore ---------------------------------------------------------------------
 

@@ -77,6 +77,7 @@ from ket.store.types import (
     Vacuumed,
     Where,
 )
+from ket.store.watch import JobWatch
 from ket.wakeup import listener as listening
 from ket.wakeup.local import WakePath, Wakeups, shared
 
@@ -796,6 +797,15 @@ class SqlStore:
 
     async def wait_for_jobs(self, queues: Collection[str], timeout: float) -> bool:
         """Wait for a wake-up (NOTIFY on PostgreSQL, a datagram on SQLite) or the timeout."""
+        watch = await self.watch_for_jobs(queues, timeout)
+        try:
+            return await watch.woken
+        finally:
+            watch.close()
+
+    async def watch_for_jobs(self, queues: Collection[str], timeout: float) -> JobWatch:
+        """A wait for a wake-up on `queues`, registered when this returns (LISTEN in place, or
+        the wait shortened to a poll while NOTIFY is deaf)."""
         validate.check_timeout(timeout)
         if self._closed:
             raise StoreError("the store is closed")
@@ -814,7 +824,7 @@ class SqlStore:
 
                 if isinstance(self._wakeups, sqlite_wakeup.FolderWakeups):
                     self._inbox = sqlite_wakeup.listening(self._wakeups, self._inbox)
-            return await self._wakeups.wait(queues, timeout)
+        return self._wakeups.watch(queues, timeout)
 
     @property
     def paced(self) -> bool:
