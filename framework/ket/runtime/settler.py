@@ -62,30 +62,31 @@ class Settler:
         self._waiting: list[Result] = []  # not written yet: the database was away
         self._closing = False
         self._batch: list[Result] = []  # outcomes being written now
-        # a plain list and two futures made when waited on, not an asyncio.Queue and Event:
+        # a plain list and futures made when waited on, not an asyncio.Queue and Event:
         # those hold five deques, 4 KB a tenant, idle, in a worker of a thousand tenants
-        self._nudged: asyncio.Future[None] | None = None  # run() waits for an outcome
         self._ended: asyncio.Future[None] | None = None  # close() waits for run() to end
         self._hurry: asyncio.Future[None] | None = None  # ends a pause before a retry
         self._moved: asyncio.Future[None] | None = None  # `recorded` waits for a round
         self._over = False
+        # nothing to record: run() ended (parked), and the next put() keeps it again, so that
+        # a thousand idle tenants' settlers hold no task
+        self._parked = False
 
     def put(self, result: Result) -> None:
         """Record `result` soon."""
         self._arrived.append(result)
-        _resolve(self._nudged)
+        if self._parked:
+            self._parked = False
+            self._supervisor.keep(self.name, self.run)
 
-    async def run(self) -> None:
-        """Record outcomes until `close()` was called and everything is recorded."""
+    async def run(self) -> bool:
+        """Record outcomes until `close()` was called and everything is recorded (False), or
+        until nothing is left to record for now (True: parked until the next `put`)."""
         failures = 0
         while not (self._closing and not self._waiting and not self._arrived):
-            if not self._waiting and not self._arrived:
-                self._nudged = asyncio.get_running_loop().create_future()
-                try:
-                    await self._nudged
-                finally:
-                    self._nudged = None
-                continue
+            if not self._waiting and not self._arrived:  # and not closing
+                self._parked = True
+                return True
             self._gather()
             self._batch, self._waiting = self._waiting, []
             try:
@@ -107,11 +108,13 @@ class Settler:
                 self._supervisor.repeats.recovered("recording outcomes")
         self._over = True
         _resolve(self._ended)
+        return False
 
     async def close(self, timeout: float = SHUTDOWN_SECONDS) -> None:
         """Record everything queued (trying for `timeout` seconds at most), then stop."""
         self._closing = True
-        _resolve(self._nudged)
+        if self._parked:  # nothing was left to record
+            self._over = True
         if self._over:
             return
         self._ended = asyncio.get_running_loop().create_future()

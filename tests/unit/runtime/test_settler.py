@@ -18,9 +18,9 @@ from ket.catalog import Catalog
 from ket.errors import StoreError
 from ket.runtime.contexts import Contexts
 from ket.runtime.events import Event, Hooks
+from ket.runtime.flag import Flag
 from ket.runtime.runner import JobRunner, Result
 from ket.runtime.settler import RETRY_AT_MOST_SECONDS, Settler, record
-from ket.runtime.flag import Flag
 from ket.runtime.supervisor import Repeats, Supervisor
 from ket.store import ManualClock
 from ket.store.memory import MemoryStore

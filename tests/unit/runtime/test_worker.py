@@ -642,7 +642,8 @@ def test_a_queue_woken_by_hints_claims_nothing_more_after_a_job_until_it_is_woke
 def test_an_idle_tenant_worker_holds_no_task_for_its_queues_nor_its_gated_services() -> None:
     # a thousand tenants' idle workers: each task of an idle tenant (a claim loop and its wait
     # for work, a wait for the stop signal or for a gate) cost about 1 KB a tenant; a claim
-    # loop with nothing to do is parked on a watch for work, and the heartbeat and the lease
+    # loop with nothing to do is parked on a watch for work, the settler with nothing to
+    # record until its next outcome is put, and the heartbeat and the lease
     # guard, which have nothing to do while no attempt runs, hold none once they found their
     # gate shut (a tick after the last attempt)
     async def scenario(store: MemoryStore, worker: TenantWorker, events: list[Event]) -> None:
@@ -655,10 +656,11 @@ def test_an_idle_tenant_worker_holds_no_task_for_its_queues_nor_its_gated_servic
         current = asyncio.current_task()
         beside = [task for task in asyncio.all_tasks() if task not in supervised | {current}]
         assert beside == []
-        # the settler, rescue, sweep and prune: no claim loop, no heartbeat, no lease guard
+        # rescue, sweep and prune: no claim loop, no settler, no heartbeat, no lease guard
         names = sorted(task.get_coro().__qualname__ for task in supervised)  # type: ignore[union-attr]
-        assert names == ["Supervisor._kept"] + ["Supervisor._periodic"] * 3
+        assert names == ["Supervisor._periodic"] * 3
         assert all(loop._parked is not None for loop in worker._loops)
+        assert worker.settler._parked
         # a job enqueued now wakes its parked queue at once, and its attempt the gated ones
         second = await enqueue(store, "t.ok_async")
         assert (await settled(store, second, timeout=2.0)).state == "completed"
