@@ -42,6 +42,9 @@ from ket.transport.message import MessageLimits
 
 Clock = Callable[[], datetime]
 
+# How many operations' and companies' `ctx.db`, transactor and `ctx.jobs` a tenant keeps built.
+DATA_PARTS_KEPT = 32
+
 
 async def install_models(store: JobStore, catalog: Catalog) -> None:
     """Let this store handle serve the deployment's models (`ctx.db`); runs DDL only if missing.
@@ -178,7 +181,10 @@ class Contexts:
         key = (spec.name, company)
         data = self._data_parts.get(key)
         if data is None:
-            if len(self._data_parts) >= 4_096:  # companies are many in some apps: stay bounded
+            # companies are many in some apps, and a worker serves many tenants: stay bounded
+            # (a thousand tenants' contexts for 4,096 operations and companies each would be
+            # gigabytes; 32 parts are about 40 KB)
+            if len(self._data_parts) >= DATA_PARTS_KEPT:
                 self._data_parts.clear()
             db = Database(records_of(self._store), spec, self._catalog.models, company)
             transactor = Transactor(

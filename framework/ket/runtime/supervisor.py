@@ -321,9 +321,9 @@ class Supervisor:
         task = asyncio.ensure_future(body)
         task.add_done_callback(lambda done: self._ended(name, done, may_end))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     def _ended(self, name: str, task: asyncio.Task[None], may_end: bool) -> None:
+        self._tasks.discard(task)
         # the policy above never lets a service end (a one-off step only once it succeeded); if
         # one does anyway, say so now
         if task.cancelled() or self._stopping.is_set():
