@@ -1,7 +1,8 @@
 """Building the `ctx` of a job or a function, the same way for the worker, `ket call` and tests.
 
-The parts that depend only on the operation (its database view, storage and transport) are built
-once per operation and reused. A job's context is made for every attempt, so it makes its members
+The parts that depend only on the operation (storage and transport) are built once per operation
+and reused; its database view, transactor and jobs part (which depend on the company too) are
+made for each use. A job's context is made for every attempt, so it makes its members
 (the job, the log, the parts fenced by the attempt's signal) only when the handler first reads
 them: an attempt that reads none costs one small object.
 """
@@ -41,9 +42,6 @@ from ket.transport import DEFAULT_TRANSPORT_URL, Sender, sender_from_url
 from ket.transport.message import MessageLimits
 
 Clock = Callable[[], datetime]
-
-# How many operations' and companies' `ctx.db`, transactor and `ctx.jobs` a tenant keeps built.
-DATA_PARTS_KEPT = 32
 
 
 async def install_models(store: JobStore, catalog: Catalog) -> None:
@@ -108,7 +106,6 @@ class Contexts:
         self._tx_executor = tx_executor
         self._hooks = hooks
         self._parts: dict[str, tuple[Storage, Transport]] = {}
-        self._data_parts: dict[tuple[str, str | None], tuple[Database, Transactor, Jobs]] = {}
 
     @property
     def clock(self) -> Clock:
@@ -150,54 +147,47 @@ class Contexts:
         if name == "log":
             return ContextLog({"tenant": self._tenant, "job_id": job.id, "job": job.name})
         if name == "db":
-            return fence(self._data(spec, job.company)[0], signal)
+            return fence(self._db(spec, job.company), signal)
         if name == "tx":
-            return self._data(spec, job.company)[1].fenced(signal)
+            return self._transactor(spec, job.company).fenced(signal)
         if name == "jobs":
-            return fence(self._data(spec, job.company)[2], signal)
+            return fence(self._jobs(spec, job.company), signal)
         return fence(self._operation(spec)[_OPERATION_PARTS[name]], signal)
 
     def for_function(self, spec: OperationSpec, company: str | None = None) -> FunctionContext:
         """The context of one call of a function."""
         storage, transport = self._operation(spec)
-        # built once per function and company, as a job's are: a server calls the same few
-        # functions for the same companies over and over
-        db, transactor, jobs = self._data(spec, company)
         return FunctionContext(
             tenant=self._tenant,
             company=company,
-            db=db,
-            tx=transactor.run,
-            jobs=jobs,
+            db=self._db(spec, company),
+            tx=self._transactor(spec, company).run,
+            jobs=self._jobs(spec, company),
             storage=storage,
             transport=transport,
             log=ContextLog({"tenant": self._tenant, "function": spec.name}),
             clock=self._clock,
         )
 
-    def _data(self, spec: OperationSpec, company: str | None) -> tuple[Database, Transactor, Jobs]:
-        """`ctx.db`, the transactor and `ctx.jobs` of one operation for one company, built
-        once: a job's attempts only fence them (see for_job)."""
-        key = (spec.name, company)
-        data = self._data_parts.get(key)
-        if data is None:
-            # companies are many in some apps, and a worker serves many tenants: stay bounded
-            # (a thousand tenants' contexts for 4,096 operations and companies each would be
-            # gigabytes; 32 parts are about 40 KB)
-            if len(self._data_parts) >= DATA_PARTS_KEPT:
-                self._data_parts.clear()
-            db = Database(records_of(self._store), spec, self._catalog.models, company)
-            transactor = Transactor(
-                self._store,
-                self._catalog,
-                spec,
-                self._tx_executor,
-                company,
-                committed=self._reporter(),
-            )
-            jobs = Jobs(self._catalog, spec, self.inserter(), company)
-            data = self._data_parts[key] = (db, transactor, jobs)
-        return data
+    def _db(self, spec: OperationSpec, company: str | None) -> Database:
+        """`ctx.db` of one operation for one company. It and the transactor and `ctx.jobs` are
+        made for each use (a few small objects, microseconds), not kept: a worker serving a
+        thousand tenants kept them per tenant, operation and company, 3.5 MB after one job of
+        each of three operations."""
+        return Database(records_of(self._store), spec, self._catalog.models, company)
+
+    def _transactor(self, spec: OperationSpec, company: str | None) -> Transactor:
+        return Transactor(
+            self._store,
+            self._catalog,
+            spec,
+            self._tx_executor,
+            company,
+            committed=self._reporter(),
+        )
+
+    def _jobs(self, spec: OperationSpec, company: str | None) -> Jobs:
+        return Jobs(self._catalog, spec, self.inserter(), company)
 
     def _operation(self, spec: OperationSpec) -> tuple[Storage, Transport]:
         """The parts that depend on the operation only (the db view and the jobs part depend on

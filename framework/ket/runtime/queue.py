@@ -79,6 +79,26 @@ class QueueSlots:
 class QueueLoop:
     """Claims and launches one queue's jobs until the worker stops."""
 
+    __slots__ = (
+        "_attempts",
+        "_burst",
+        "_config",
+        "_due",
+        "_first_claim_within",
+        "_hooks",
+        "_idle",
+        "_launch",
+        "_paced",
+        "_parked",
+        "_push",
+        "_stopping",
+        "_store",
+        "_supervisor",
+        "_worker_id",
+        "name",
+        "queue",
+    )
+
     def __init__(
         self,
         queue: QueueSlots,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol
@@ -34,10 +35,11 @@ class JobWatch:
 
     @classmethod
     def timed(cls, timeout: float, queues: Collection[str] = ()) -> JobWatch:
-        """A watch that only times out."""
+        """A watch that only times out (never, for `math.inf`)."""
         loop = asyncio.get_running_loop()
         watch = cls(frozenset(queues), loop, loop.create_future())
-        watch.timer = loop.call_later(timeout, resolve, watch.woken, False)
+        if not math.isinf(timeout):  # a wait for ever (paced by hints and visits) has no timer
+            watch.timer = loop.call_later(timeout, resolve, watch.woken, False)
         return watch
 
     def close(self) -> None:

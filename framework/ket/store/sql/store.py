@@ -10,7 +10,7 @@ made at open.
 from __future__ import annotations
 
 import asyncio
-import random
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -94,10 +94,9 @@ _LOCKED_RETRIES = 8
 _KEY_RACES = 3  # times a bulk batch runs when a racing insert takes a unique key it retries
 # `ket jobs stats` names the transactions open on the tenant database for longer than this
 LONG_TRANSACTION_SECONDS = 60.0
-# how long an idle queue of a tenant woken through the control channel waits before it claims
-# again when nothing woke it: a backstop, since the worker's safety visit (runtime/visit.py)
-# wakes it sooner
-BACKSTOP_POLL_SECONDS = 600.0
+# The longest a wait for work waits for LISTEN to be in place (after that it waits on: the
+# listener's verdict, up or deaf, wakes every waiter).
+LISTEN_READY_SECONDS = 30.0
 # outcomes that, with no delay, make the job claimable at once: its queue's waiters are woken
 _RUNNABLE_AGAIN = frozenset({"retryable", "snoozed"})
 
@@ -817,7 +816,7 @@ class SqlStore:
                         if self._channel is None
                         else self._channel.listen(self._wakeups)
                     )
-                await self._listener.ready(timeout)
+                await self._listener.ready(min(timeout, LISTEN_READY_SECONDS))
                 timeout = self._listener.max_wait(timeout)  # poll-only while NOTIFY is deaf
             elif self.dialect == "sqlite":
                 from ket.wakeup import sqlite as sqlite_wakeup
@@ -835,13 +834,15 @@ class SqlStore:
 
     def idle_poll(self, poll_max: float) -> float:
         """How long a queue with no due job may wait for a wake-up before it claims again:
-        `poll_max`; with the control channel listening, BACKSTOP_POLL_SECONDS give or take a
-        fifth, so that a thousand idle tenants do not each claim every `poll_max` (the hints,
-        `wake_when_due` and the worker's safety visit wake a queue when it has work)."""
+        `poll_max`; with the control channel listening, for ever (`math.inf`): the hints,
+        `wake_when_due` and the worker's safety visit wake a queue when it has work, and the
+        listener wakes every waiter when it is lost (its queues then poll every `poll_max`).
+        A thousand idle tenants' queues then hold no timer, nor claim in vain every few
+        minutes."""
         listener = self._listener
         if self._channel is None or listener is None or not listener.healthy:
             return poll_max
-        return max(poll_max, BACKSTOP_POLL_SECONDS * random.uniform(0.8, 1.2))
+        return math.inf
 
     def jobs_available(self, queues: Collection[str]) -> None:
         """Jobs committed where this store could not see the commit (an application's own
