@@ -2,11 +2,12 @@
 
 A service is a small object with a `name`, an `interval` and an async `tick()` (a test calls
 `tick()` directly, with the manual clock); a tick that knows when it is next due (a schedule's
-next tick) returns the seconds until then instead of None. A service with nothing to do while a
-gate is down (the heartbeat while nothing runs) waits for the gate without a timer. A
-long-running loop (a queue's claim loop, the settler) is an async function that should never
-return while the worker runs. The supervisor owns the error policy, so no service has one of its
-own:
+next tick) returns the seconds until then instead of None. Between ticks a service holds a
+timer, not a task; a service with nothing to do while a gate is down (the heartbeat while nothing
+runs) holds a callback on the gate, not even a timer. A long-running loop (a queue's claim loop,
+the settler) is an async function that should not return while the worker runs, unless it parks
+itself (returns True: it has nothing to do, and keeps itself again when it has). The supervisor
+owns the error policy, so no service has one of its own:
 
 - any `Exception` is caught and logged with the service and tenant; the same failure repeated
   within a minute is counted, not logged, and a summary line ("N more in the last minute") follows;
@@ -121,8 +122,9 @@ class Repeats:
 
 @dataclass(eq=False, slots=True)
 class _Ticking:
-    """A periodic service with how it is ticked, and its failures in a row (kept while its
-    gate is shut and it holds no task)."""
+    """A periodic service with how it is ticked and where it stands: its failures in a row,
+    and the timer of its next tick (between ticks, or while its gate is shut, it holds no
+    task: a timer, or a callback on the gate)."""
 
     supervisor: Supervisor
     service: Service
@@ -130,9 +132,17 @@ class _Ticking:
     gate: Flag | None
     patience: float
     failures: int = 0
+    spread: bool = False  # the pause after the next tick is a random part of an interval
+    opened: bool = False  # the next tick comes even if the gate shut meanwhile
+    timer: asyncio.TimerHandle | None = None
 
-    def opened(self) -> None:
-        """Its gate opened: tick again (the callback the gate holds while it is shut)."""
+    def due(self) -> None:
+        """Its timer fired (the callback the timer holds)."""
+        self.timer = None
+        self.supervisor._due(self)
+
+    def opened_now(self) -> None:
+        """Its gate opened (the callback the gate holds while it is shut)."""
         self.supervisor._opened(self)
 
 
@@ -150,6 +160,7 @@ class Supervisor:
         self._stopping = stopping
         self.repeats = repeats or Repeats()
         self._tasks: list[asyncio.Task[None]] = []  # a few: an empty set is 216 bytes
+        self._ticking: list[_Ticking] = []  # the periodic services
 
     def where(self, name: str) -> str:
         """How logs name a service: `heartbeat (tenant acme)`."""
@@ -177,11 +188,16 @@ class Supervisor:
         past its interval: the database that comes back must hear from it at once)."""
         bound = timeout if timeout is not None else max(service.interval, 5.0)
         ticking = _Ticking(self, service, bound, gate, patience)
-        if gate is None:
-            first = first_within if at_once else None
-            self._spawn(service.name, self._periodic(ticking, first))
-        else:
+        self._ticking.append(ticking)
+        if gate is not None:
             self._when_open(ticking)
+        elif at_once:
+            # after a first tick at once, the next comes after a random part of one interval
+            # too: tenants started together (and replicas) do not go on ticking at once
+            ticking.spread = True
+            self._after(ticking, random.uniform(0.0, first_within) if first_within > 0 else 0.0)
+        else:
+            self._after(ticking, service.interval * random.uniform(0.5, 1.0))
 
     def keep(self, name: str, loop: Callable[[], Awaitable[bool | None]]) -> None:
         """Run `loop()` for as long as the worker runs, restarting it if it ends; a loop that
@@ -204,6 +220,10 @@ class Supervisor:
     async def stop(self) -> None:
         """Cancel every service and loop and wait for them."""
         self._stopping.set()
+        for ticking in self._ticking:
+            if ticking.timer is not None:
+                ticking.timer.cancel()
+                ticking.timer = None
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -235,56 +255,55 @@ class Supervisor:
         """Tick `ticking`'s service once its gate opens (it is shut now, or the service is
         new): a callback on the gate until then, no task."""
         assert ticking.gate is not None
-        ticking.gate.when_set(ticking.opened)
+        ticking.gate.when_set(ticking.opened_now)
 
     def _opened(self, ticking: _Ticking) -> None:
-        if not self._stopping.is_set():
-            self._spawn(
-                ticking.service.name, self._periodic(ticking, None, opened=True), may_end=True
-            )
+        """The gate opened: the first tick comes an interval later, and comes even if the gate
+        closed meanwhile (a gate that flickers, short jobs one at a time, must not keep the
+        service from ever ticking)."""
+        ticking.opened = True
+        self._after(ticking, ticking.service.interval)
 
-    async def _periodic(
-        self, ticking: _Ticking, first: float | None, *, opened: bool = False
-    ) -> None:
-        """`first`: the first tick within that many seconds (None: after a random part of one
-        interval). `opened`: the service's gate has just opened, and the first tick comes an
-        interval later (then it ticks, even if the gate closed meanwhile: a gate that flickers,
-        short jobs one at a time, must not keep the service from ever ticking); once it finds
-        the gate shut, the task ends, and the gate's callback starts the next."""
-        service, gate = ticking.service, ticking.gate
+    def _after(self, ticking: _Ticking, seconds: float) -> None:
+        """The next tick in `seconds`: a timer, no task."""
+        if not self._stopping.is_set():
+            loop = asyncio.get_running_loop()
+            ticking.timer = loop.call_later(seconds, ticking.due)
+
+    def _due(self, ticking: _Ticking) -> None:
+        """A tick is due: in a task of its own, unless the gate is shut (then a callback on
+        it waits for it to open)."""
+        if self._stopping.is_set():
+            return
+        if ticking.opened:
+            ticking.opened = False
+        elif ticking.gate is not None and not ticking.gate.is_set():
+            self._when_open(ticking)
+            return
+        self._spawn(ticking.service.name, self._tick(ticking), may_end=True)
+
+    async def _tick(self, ticking: _Ticking) -> None:
+        """One tick under the policy, then the timer of the next (after the interval, or when
+        the tick says; backed off after a failure), or a callback on the gate if it shut."""
+        service = ticking.service
         where = self.where(service.name)
-        if opened:
-            await self.sleep(service.interval)
-        elif first is None:
-            await self.sleep(service.interval * random.uniform(0.5, 1.0))
-        elif first > 0:
-            await self.sleep(random.uniform(0.0, first))
-        # after a first tick at once, the next comes after a random part of one interval too:
-        # tenants started together (and replicas) do not go on ticking at the same instant
-        spread = first is not None
-        while not self._stopping.is_set():
-            if opened:
-                opened = False
-            elif gate is not None and not gate.is_set():
-                self._when_open(ticking)
-                return
-            try:
-                due = await bounded(service.tick(), ticking.timeout, service.name)
-            except Exception as error:
-                ticking.failures += 1
-                self.repeats.failure(where, error)
-                due = backoff(service.interval, ticking.failures, ceiling=ticking.patience)
-            else:
-                if ticking.failures:
-                    ticking.failures = 0
-                    self.repeats.recovered(where)
-                if due is None:
-                    due = service.interval * (random.uniform(0.5, 1.0) if spread else 1.0)
-                spread = False
-            if gate is not None and not gate.is_set():  # shut meanwhile: no task until it opens
-                self._when_open(ticking)
-                return
-            await self.sleep(due)
+        try:
+            due = await bounded(service.tick(), ticking.timeout, service.name)
+        except Exception as error:
+            ticking.failures += 1
+            self.repeats.failure(where, error)
+            due = backoff(service.interval, ticking.failures, ceiling=ticking.patience)
+        else:
+            if ticking.failures:
+                ticking.failures = 0
+                self.repeats.recovered(where)
+            if due is None:
+                due = service.interval * (random.uniform(0.5, 1.0) if ticking.spread else 1.0)
+            ticking.spread = False
+        if ticking.gate is not None and not ticking.gate.is_set():  # shut meanwhile
+            self._when_open(ticking)
+            return
+        self._after(ticking, due)
 
     async def _once(
         self,
