@@ -49,7 +49,8 @@ class OnDemandEngine:
         self._autocommit: AsyncEngine | None = None
         self._used = 0.0  # monotonic, when the engine was last handed out
         self._timer: asyncio.TimerHandle | None = None
-        self._going: set[asyncio.Task[None]] = set()  # engines being let go
+        # engines being let go (a list: an empty set is 216 bytes, an engine a tenant)
+        self._going: list[asyncio.Task[None]] = []
 
     @property
     def made(self) -> AsyncEngine | None:
@@ -100,11 +101,12 @@ class OnDemandEngine:
             return
         self._engine = self._autocommit = None
         task = asyncio.get_running_loop().create_task(_dispose(engine))
-        self._going.add(task)
+        self._going.append(task)
         task.add_done_callback(self._gone)
 
     def _gone(self, task: asyncio.Task[None]) -> None:
-        self._going.discard(task)
+        if task in self._going:
+            self._going.remove(task)
         if not task.cancelled() and (error := task.exception()) is not None:
             shown = self._url.render_as_string(hide_password=True)
             log.warning("letting an unused engine of %s go failed: %r", shown, error)

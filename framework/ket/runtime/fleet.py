@@ -322,8 +322,8 @@ class Fleet:
             hooks=self.hooks,
             contexts=contexts,
             repeats=self._repeats,
-            served=lambda: len(self.workers),
-            fleet=lambda: max(self._servable, len(self.workers)),
+            served=self._served,
+            fleet=self._fleet_size,
             together=together,
             burst=self._burst,
             executor=self._threads.for_tenant(name),
@@ -331,6 +331,14 @@ class Fleet:
         worker.start()
         self.workers[name] = worker
         log.info("serving tenant %s", name)
+
+    def _served(self) -> int:
+        """How many tenants this process serves now."""
+        return len(self.workers)
+
+    def _fleet_size(self) -> int:
+        """How many tenants the worker processes sharing them serve together."""
+        return max(self._servable, len(self.workers))
 
     async def _stop(self, name: str) -> None:
         worker = self.workers[name]  # listed until stopped: a second signal hands its jobs back

@@ -27,7 +27,9 @@ class JobWatch:
     timeout passes first. Nobody needs to await it: a claim loop with nothing to do hangs a
     callback on `woken` and ends its task (runtime/queue.py). `close()` ends the wait."""
 
-    queues: frozenset[str]
+    queues: tuple[
+        str, ...
+    ]  # a tuple: a frozenset is 216 bytes, and a worker holds a watch per queue
     loop: asyncio.AbstractEventLoop
     woken: asyncio.Future[bool]
     timer: asyncio.TimerHandle | None = None
@@ -37,7 +39,7 @@ class JobWatch:
     def timed(cls, timeout: float, queues: Collection[str] = ()) -> JobWatch:
         """A watch that only times out (never, for `math.inf`)."""
         loop = asyncio.get_running_loop()
-        watch = cls(frozenset(queues), loop, loop.create_future())
+        watch = cls(tuple(queues), loop, loop.create_future())
         if not math.isinf(timeout):  # a wait for ever (paced by hints and visits) has no timer
             watch.timer = loop.call_later(timeout, resolve, watch.woken, False)
         return watch

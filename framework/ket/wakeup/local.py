@@ -74,7 +74,7 @@ class Wakeups:
             now = time.monotonic()
             for name in names:
                 self.woken_at[name] = now
-            self._wake(lambda waiter: not waiter.queues.isdisjoint(names))
+            self._wake(lambda waiter: not names.isdisjoint(waiter.queues))
 
     def heard_from(self, payload: str, pid: int) -> None:
         """A notification naming queue `payload`, sent by server process `pid` (a listener's
