@@ -106,6 +106,12 @@ class Contexts:
         self._tx_executor = tx_executor
         self._hooks = hooks
         self._parts: dict[str, tuple[Storage, Transport]] = {}
+        # what reports committed jobs as `enqueued` events (None: no hooks to report to), and
+        # the store's insert that does: made once, not for each ctx.jobs or ctx.tx
+        self._committed: Committed | None = (
+            None if hooks is None else functools.partial(report_enqueued, hooks, tenant)
+        )
+        self._insert = self._inserting()
 
     @property
     def clock(self) -> Clock:
@@ -183,11 +189,11 @@ class Contexts:
             spec,
             self._tx_executor,
             company,
-            committed=self._reporter(),
+            committed=self._committed,
         )
 
     def _jobs(self, spec: OperationSpec, company: str | None) -> Jobs:
-        return Jobs(self._catalog, spec, self.inserter(), company)
+        return Jobs(self._catalog, spec, self._insert, company)
 
     def _operation(self, spec: OperationSpec) -> tuple[Storage, Transport]:
         """The parts that depend on the operation only (the db view and the jobs part depend on
@@ -204,7 +210,10 @@ class Contexts:
 
     def inserter(self) -> Callable[[Sequence[NewJob]], Awaitable[list[Inserted]]]:
         """The store's insert, reporting `enqueued` events when anyone listens."""
-        insert, report = self._store.job_insert, self._reporter()
+        return self._insert
+
+    def _inserting(self) -> Callable[[Sequence[NewJob]], Awaitable[list[Inserted]]]:
+        insert, report = self._store.job_insert, self._committed
         if report is None:
             return insert
 
@@ -214,13 +223,6 @@ class Contexts:
             return inserted
 
         return insert_and_report
-
-    def _reporter(self) -> Committed | None:
-        """What reports committed jobs as `enqueued` events (None: no hooks to report to)."""
-        hooks, tenant = self._hooks, self._tenant
-        if hooks is None:
-            return None
-        return functools.partial(report_enqueued, hooks, tenant)
 
 
 _OPERATION_PARTS = {"storage": 0, "transport": 1}  # as Contexts._operation has them

@@ -13,31 +13,27 @@ Like asyncio.Event it is not thread-safe: set it on the event loop its waiters r
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 
 
 class Flag:
     """`set`, `clear`, `is_set` and `wait` as asyncio.Event's; `when_set(callback)` once."""
 
-    __slots__ = ("_set", "_waiters", "_watchers")
+    __slots__ = ("_set", "_watchers")
 
     def __init__(self) -> None:
         self._set = False
-        self._waiters: list[asyncio.Future[None]] | None = None
-        self._watchers: list[Callable[[], None]] | None = None
+        self._watchers: list[Callable[[], None]] | None = None  # made when one is added
 
     def is_set(self) -> bool:
         return self._set
 
     def set(self) -> None:
-        """Set it: every waiter wakes, every callback is called (once, and forgotten)."""
+        """Set it: every callback is called (once, and forgotten), every waiter wakes."""
         if self._set:
             return
         self._set = True
-        waiters, self._waiters = self._waiters, None
-        for future in waiters or ():
-            if not future.done():
-                future.set_result(None)
         watchers, self._watchers = self._watchers, None
         for callback in watchers or ():
             callback()
@@ -49,15 +45,13 @@ class Flag:
         """Until it is set (at once if it is); True, as asyncio.Event's."""
         if self._set:
             return True
-        future = asyncio.get_running_loop().create_future()
-        if self._waiters is None:
-            self._waiters = []
-        self._waiters.append(future)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        wake = functools.partial(_wake, future)
+        self.when_set(wake)
         try:
             await future
         finally:
-            if self._waiters is not None and future in self._waiters:  # cancelled while waiting
-                self._waiters.remove(future)
+            self.forget(wake)  # cancelled while waiting
         return True
 
     def when_set(self, callback: Callable[[], None]) -> None:
@@ -73,3 +67,8 @@ class Flag:
         """Do not call `callback` after all (if it has not been called yet)."""
         if self._watchers is not None and callback in self._watchers:
             self._watchers.remove(callback)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -135,9 +135,9 @@ class QueueLoop:
         self._stopping = stopping
         self._due: asyncio.Future[None] | None = None  # a `_when_due` under way
         self._first_claim_within = first_claim_within
-        # the wait for work after the next claim that finds the queue dry (None: paced after
-        # the first claim), and the watch the loop is parked on while it has nothing to do
-        self._idle: float | None = config.poll_min_ms / 1000
+        # the wait for work after the next claim that finds the queue dry, and the watch the
+        # loop is parked on while it has nothing to do
+        self._idle = config.poll_min_ms / 1000
         self._parked: JobWatch | None = None
         self._burst = burst
 
@@ -172,15 +172,15 @@ class QueueLoop:
         parked, self._parked = self._parked, None
         if self._first_claim_within is not None:
             within, self._first_claim_within = self._first_claim_within, None  # once
-            # a wake-up lost to the race with a visit at the very start costs only this wait
+            # a wake-up lost to the race with a visit at the very start costs only this wait;
+            # the wait beside the claim that follows is a paced one
             parked = await self._watch(within + FIRST_VISIT_SLACK_SECONDS)
-            self._idle = None  # then the wait beside the claim is a paced one
+            self._idle = self._pace(poll_min, poll_max)[1]
         # resumed (or the first claim's wait): the wait it parked on is over, or about to be
         if parked is not None and await self._waited(parked):
             return True
         while not self._stopping.is_set():
             idle = self._idle
-            assert idle is not None  # paced by _waited after the first claim's wait
             free = queue.room
             # while work flows with prefetch on, claim once a slot's worth of room is free, not
             # for every job that ends
@@ -219,8 +219,8 @@ class QueueLoop:
                 continue
             # A queue woken by hints (the control channel, its listener up) claims when told: a
             # claim that took less than it could saw every job committed before it began, and
-            # a later one comes with a hint or a due time. It waits for those (or the backstop
-            # poll) rather than polling again from poll_min: with a thousand tenants, that
+            # a later one comes with a hint, a due time or the tenant's visit. It waits for
+            # those rather than polling again from poll_min: with a thousand tenants, that
             # ladder of dry claims after every job made most of the worker's connections.
             ceiling, rest = self._pace(poll_min, poll_max)
             # never past the ceiling: a wait paced for hints (minutes) must not carry over to
@@ -252,9 +252,6 @@ class QueueLoop:
             watch.woken.add_done_callback(self._woken)
             return True
         woken = watch.outcome()
-        if self._idle is None:  # the first claim's wait: the wait beside that claim is paced
-            self._idle = self._pace(poll_min, poll_max)[1]
-            return False
         if woken and self._paced is not None and not self._paced.woken_since_claim(self.queue.name):
             # the wake-up came before the last claim's statement began (that claim saw its
             # job): after a tick, the tick jobs' wake-ups reach a claim still waiting for a
@@ -278,8 +275,8 @@ class QueueLoop:
         self._supervisor.keep(self.name, self.run)
 
     def _pace(self, poll_min: float, poll_max: float) -> tuple[float, float]:
-        """The longest wait for work now (`poll_max`, or the paced backstop while hints come),
-        and the wait after a claim that found work (`poll_min`, or that backstop)."""
+        """The longest wait for work now (`poll_max`, or for ever while hints come: `idle_poll`),
+        and the wait after a claim that found work (`poll_min`, or that same)."""
         ceiling = poll_max if self._paced is None else self._paced.idle_poll(poll_max)
         return ceiling, ceiling if ceiling > poll_max else poll_min
 
@@ -311,7 +308,7 @@ class QueueLoop:
 
     async def _when_due(self) -> None:
         """Have the store wake this queue when its next job is due; a failure is logged (rate
-        limited) and costs only the wake-up: the safety poll still comes."""
+        limited) and costs only the wake-up: the tenant's safety visit still comes."""
         assert self._paced is not None
         try:
             await self._paced.wake_when_due(self.queue.name)

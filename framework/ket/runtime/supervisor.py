@@ -183,9 +183,9 @@ class Supervisor:
         while it is shut the service holds no task, only a callback on the gate (a thousand
         idle tenants' heartbeats cost no tasks). `first_within`: with `at_once`, the first
         tick comes at a random moment within that many seconds (a thousand tenants starting
-        together spread out). `patience`: the
-        longest pause after failures (the heartbeat, which keeps leases, must not back off
-        past its interval: the database that comes back must hear from it at once)."""
+        together spread out). `patience`: the longest pause after failures (the heartbeat,
+        which keeps leases, must not back off past its interval: the database that comes back
+        must hear from it at once)."""
         bound = timeout if timeout is not None else max(service.interval, 5.0)
         ticking = _Ticking(self, service, bound, gate, patience)
         self._ticking.append(ticking)

@@ -27,9 +27,8 @@ class JobWatch:
     timeout passes first. Nobody needs to await it: a claim loop with nothing to do hangs a
     callback on `woken` and ends its task (runtime/queue.py). `close()` ends the wait."""
 
-    queues: tuple[
-        str, ...
-    ]  # a tuple: a frozenset is 216 bytes, and a worker holds a watch per queue
+    # a tuple, not a frozenset (216 bytes): a worker holds a watch per queue
+    queues: tuple[str, ...]
     loop: asyncio.AbstractEventLoop
     woken: asyncio.Future[bool]
     timer: asyncio.TimerHandle | None = None
@@ -54,6 +53,13 @@ class JobWatch:
             self.owner = None
         if not self.woken.done():
             self.woken.cancel()
+
+    async def wait(self) -> bool:
+        """Await it, then close it: True when woken, False at its timeout."""
+        try:
+            return await self.woken
+        finally:
+            self.close()
 
     def outcome(self) -> bool:
         """Closed, whether it was woken (False when it timed out or was closed first)."""

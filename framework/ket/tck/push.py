@@ -174,9 +174,7 @@ async def test_watch_for_jobs_is_in_place_when_it_returns_and_woken_without_bein
 ) -> None:
     """A claim loop watches before its claim, and parks on the watch after it, holding no
     task: a job committed in between must resolve the watch with nobody awaiting it."""
-    waiter = pushable(t)
-    queue = fresh_queue("watched")
-    await quiet(waiter, [queue])
+    waiter, queue = await _quiet_queue(t, "watched")
     watch = await waiter.watch_for_jobs([queue], WAIT)
     heard: list[bool] = []
     watch.woken.add_done_callback(lambda woken: heard.append(woken.result()))
@@ -189,11 +187,17 @@ async def test_watch_for_jobs_is_in_place_when_it_returns_and_woken_without_bein
     assert watch.outcome() is True
 
 
+async def _quiet_queue(t: Tck, name: str) -> tuple[PushStore, str]:
+    """A waiter, and a queue of its own it is listening to, past any wake-up of its start."""
+    waiter = pushable(t)
+    queue = fresh_queue(name)
+    await quiet(waiter, [queue])
+    return waiter, queue
+
+
 @tck_test
 async def test_watch_for_jobs_times_out_with_false(t: Tck) -> None:
-    waiter = pushable(t)
-    queue = fresh_queue("unwatched")
-    await quiet(waiter, [queue])
+    waiter, queue = await _quiet_queue(t, "unwatched")
     started = time.monotonic()
     watch = await waiter.watch_for_jobs([queue], 0.2)
     assert await asyncio.wait_for(asyncio.shield(watch.woken), PROMPT) is False
@@ -203,9 +207,7 @@ async def test_watch_for_jobs_times_out_with_false(t: Tck) -> None:
 
 @tck_test
 async def test_a_closed_watch_is_woken_by_nothing(t: Tck) -> None:
-    waiter = pushable(t)
-    queue = fresh_queue("closed-watch")
-    await quiet(waiter, [queue])
+    waiter, queue = await _quiet_queue(t, "closed-watch")
     watch = await waiter.watch_for_jobs([queue], WAIT)
     watch.close()
     await t.store.job_insert([new_job(queue=queue)])

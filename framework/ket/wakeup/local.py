@@ -125,11 +125,7 @@ class Wakeups:
 
     async def wait(self, queues: Collection[str], timeout: float) -> bool:
         """Wait for a wake-up on any of `queues`; False when `timeout` seconds pass first."""
-        watch = self.watch(queues, timeout)
-        try:
-            return await watch.woken
-        finally:
-            watch.close()
+        return await self.watch(queues, timeout).wait()
 
 
 class Hints(Protocol):

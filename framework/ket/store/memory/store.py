@@ -311,11 +311,7 @@ class MemoryStore:
 
     async def wait_for_jobs(self, queues: Collection[str], timeout: float) -> bool:
         """Wait up to `timeout` seconds for a job made available in one of `queues`."""
-        watch = await self.watch_for_jobs(queues, timeout)
-        try:
-            woken = await watch.woken
-        finally:
-            watch.close()
+        woken = await (await self.watch_for_jobs(queues, timeout)).wait()
         self._check_open()  # closed meanwhile: say so rather than report a wake-up
         return woken
 

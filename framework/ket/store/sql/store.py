@@ -796,11 +796,7 @@ class SqlStore:
 
     async def wait_for_jobs(self, queues: Collection[str], timeout: float) -> bool:
         """Wait for a wake-up (NOTIFY on PostgreSQL, a datagram on SQLite) or the timeout."""
-        watch = await self.watch_for_jobs(queues, timeout)
-        try:
-            return await watch.woken
-        finally:
-            watch.close()
+        return await (await self.watch_for_jobs(queues, timeout)).wait()
 
     async def watch_for_jobs(self, queues: Collection[str], timeout: float) -> JobWatch:
         """A wait for a wake-up on `queues`, registered when this returns (LISTEN in place, or
