@@ -17,7 +17,8 @@ holder idle longest (a tenant's lane, an engine's pool) closes it, once it has s
 KEEP_FOR_OWNER_SECONDS. Holders say when a connection
 goes idle (`released(holder)`), so the budget looks only at those, never at every tenant's. With
 none idle, the caller waits, for as long as it takes: work waits for a connection, it never fails
-for want of one.
+for want of one. Nor does its timeout run out meanwhile: the wait pauses the attempt clock of
+the job it waits for (store/waiting.py).
 The wait is said once a minute at most, with the numbers. Idle connections close by themselves
 after `idle_seconds`, so an idle tenant holds none.
 
@@ -46,13 +47,14 @@ import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from ket import process
 from ket.connection.address import server_of
 from ket.errors import StoreError
+from ket.store.waiting import waiting
 
 if TYPE_CHECKING:
     from ket.connection.url import UrlLike
@@ -314,6 +316,10 @@ class ConnectionBudget:
         return max(1, self.ceiling() - RESERVED - others)
 
     async def _room(self, kind: Kind) -> None:
+        with ExitStack() as paused:  # while it waits, the caller's attempt clock stops
+            await self._wait_for_room(kind, paused)
+
+    async def _wait_for_room(self, kind: Kind, paused: ExitStack) -> None:
         waited_since: float | None = None
         woken = False
         while True:
@@ -330,6 +336,7 @@ class ConnectionBudget:
                 continue
             if waited_since is None:
                 waited_since = time.monotonic()
+                paused.enter_context(waiting())
                 self._say_spent(kind)
             waiter = asyncio.get_running_loop().create_future()
             entry = (kind, waiter, _TICKET.get() or Ticket(NORMAL), waited_since)

@@ -65,6 +65,7 @@ from ket.runtime.outcome import (
 from ket.runtime.watch import OVERRUN_WARNING_SECONDS, AttemptWatch
 from ket.secret import Redact, Redactor
 from ket.store.types import ClaimedJob, ErrorInfo, Settle
+from ket.store.waiting import timed_by
 
 log = logging.getLogger("ket.worker")
 
@@ -267,7 +268,8 @@ class JobRunner:
         watch = self._watch(loop, signal, spec, job, task=task)
         watch.start_clock()
         try:
-            value = await spec.handler(ctx, payload)
+            with timed_by(watch):  # a wait for room for a connection is not the handler's time
+                value = await spec.handler(ctx, payload)
         except asyncio.CancelledError:
             if not watch.cut and task.cancelling():  # the worker stopped waiting for it
                 raise
@@ -299,7 +301,9 @@ class JobRunner:
 
         # in the attempt's context, as an async handler runs: its context variables (the
         # attempt's span, when traced) are the handler's too
-        work = asyncio.wrap_future(self._executor.submit(contextvars.copy_context().run, in_thread))
+        with timed_by(watch):  # a wait for room for a connection is not the handler's time
+            attempt = contextvars.copy_context()
+        work = asyncio.wrap_future(self._executor.submit(attempt.run, in_thread))
         work.add_done_callback(lambda _: resolve(woken))
         try:
             await woken

@@ -2,7 +2,8 @@
 
     watch = AttemptWatch(loop, signal, timeout=30, grace=2, job=job, tenant="acme", task=task)
     watch.start_clock()     # the timeout runs from now: at its end the signal is aborted
-    ...                     # the handler runs
+    ...                     # the handler runs; while it waits for room for a connection:
+    watch.pause(); watch.resume()   # the clock stops, and goes on with what was left
     watch.close()           # over: nothing fires any more
 
 Once the signal is aborted (by the timeout, or from any thread: a heartbeat, the lease guard, a
@@ -39,7 +40,9 @@ class AttemptWatch:
         "_grace",
         "_grace_seconds",
         "_job",
+        "_left",
         "_loop",
+        "_paused",
         "_signal",
         "_task",
         "_tenant",
@@ -71,6 +74,8 @@ class AttemptWatch:
         self._woken = woken  # resolved at the cut-off: a plain handler's waiter awaits it
         self._timer: asyncio.TimerHandle | None = None
         self._grace: asyncio.TimerHandle | None = None
+        self._paused = 0  # waits for room under way (they may overlap)
+        self._left: float | None = None  # of the timeout, while paused after it started
         self.cut = False  # the grace ran out and the handler was cut off
         signal._on_abort(loop, self._aborted)
 
@@ -79,6 +84,24 @@ class AttemptWatch:
         signal = self._signal
         if signal is not None and self._timer is None:
             self._timer = self._loop.call_later(self._timeout, signal.abort, "timeout")
+
+    def pause(self) -> None:
+        """The handler waits for room for a connection: the timeout stops (store/waiting.py).
+        On the loop's thread; each pause is followed by one resume."""
+        self._paused += 1
+        timer = self._timer
+        if self._paused == 1 and timer is not None and self._signal is not None:
+            self._left = max(timer.when() - self._loop.time(), 0.0)
+            timer.cancel()
+
+    def resume(self) -> None:
+        """The wait is over: the timeout goes on with what was left of it."""
+        self._paused -= 1
+        left, signal = self._left, self._signal
+        if self._paused == 0 and left is not None:
+            self._left = None
+            if signal is not None:
+                self._timer = self._loop.call_later(left, signal.abort, "timeout")
 
     def close(self) -> None:
         """The attempt is over: no timeout, no cut-off any more."""
