@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -79,9 +80,20 @@ TOKEN = {"Authorization": "Bearer t0ken"}
 class Server:
     """A `ket` process that serves HTTP: its address once it says it listens, its output."""
 
-    def __init__(self, root: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        open_files: int | None = None,
+    ) -> None:
         environment = {k: v for k, v in os.environ.items() if k != "KET_TIMEZONE"}
         environment.update(env or {})
+
+        def limited() -> None:  # `ulimit -n open_files`: soft and hard
+            if open_files is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
         self.process = subprocess.Popen(
             [sys.executable, "-m", "ket.cli.main", *args, "--port", "0"],
             cwd=root,
@@ -89,6 +101,7 @@ class Server:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            preexec_fn=limited if open_files is not None else None,
         )
         self.lines: list[str] = []
         self._drained = False
@@ -141,8 +154,10 @@ class Server:
 def start() -> Iterator[Callable[..., Server]]:
     started: list[Server] = []
 
-    def make(root: Path, *args: str, env: dict[str, str] | None = None) -> Server:
-        server = Server(root, *args, env=env)
+    def make(
+        root: Path, *args: str, env: dict[str, str] | None = None, open_files: int | None = None
+    ) -> Server:
+        server = Server(root, *args, env=env, open_files=open_files)
         started.append(server)
         return server
 

@@ -1,8 +1,8 @@
 """The example app's jobs on one real `ket worker` over a grid of connection budgets (4, 10, 20)
 and tenant counts (1, 40, 200; one cell left out, see LEFT_OUT): whatever the budget and however
-many tenants, every tenant's jobs run, none spends an attempt waiting for a connection (a wait for room does not count
-against a job's timeout), and the worker never holds more PostgreSQL connections than its
-budget (docs/operations.md, Connections).
+many tenants, every tenant's jobs run, none spends an attempt waiting for a connection (a wait
+for room does not count against a job's timeout), and the worker never holds more PostgreSQL
+connections than its budget (docs/operations.md, Connections).
 
 Each tenant runs, on the worker:
 - `grid.place_order`: the example's own `sales.place_order` handler run as a job, so that the

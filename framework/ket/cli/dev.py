@@ -34,7 +34,7 @@ from ket.cli.serve import (
     http_server,
     listen_for,
 )
-from ket.cli.worker import Stopping, serve
+from ket.cli.worker import Stopping, add_budget_option, connection_budget, serve
 from ket.declare.deployment import DeploymentDecl
 from ket.errors import KetError
 from ket.runtime.call import redactor
@@ -70,6 +70,7 @@ def add_parser(
     concurrency.add_option(parser)
     add_log_options(parser)
     add_http_options(parser)
+    add_budget_option(parser)
     parser.set_defaults(run=run)
 
 
@@ -95,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     urls = tenant_urls(args)
     if calls:
         urls = dict([single_tenant(args)])  # --call needs one tenant
+    # one budget over the worker's connections and the HTTP server's, as `ket serve` has
+    args.max_connections = connection_budget(args.max_connections, os.environ)
     sock = listen_for(args) if args.all else None  # a port in use stops the start here
     blobs = default_blobs()  # a bad KET_STORAGE_URL stops the start, naming it
     asyncio.run(migrate_all(catalog, urls))
@@ -114,7 +117,16 @@ async def _dev(
     stopping = Stopping()
     stopping.install()
     serving = asyncio.ensure_future(
-        serve(catalog, args.database_url, args.tenant, settings, stopping, deployment, blobs)
+        serve(
+            catalog,
+            args.database_url,
+            args.tenant,
+            settings,
+            stopping,
+            deployment,
+            blobs,
+            max_connections=args.max_connections,
+        )
     )
     if sock is not None:
         from ket.serve.server import address

@@ -81,6 +81,46 @@ def add_http_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--access-log", action="store_true", help="log every request (off: one line each costs)"
     )
+    group.add_argument(
+        "--header-timeout",
+        type=seconds_above_zero,
+        default=10.0,
+        metavar="SECONDS",
+        help="close a connection whose request line and headers are not in within this (10)",
+    )
+    group.add_argument(
+        "--body-timeout",
+        type=seconds_above_zero,
+        default=30.0,
+        metavar="SECONDS",
+        help="close a connection whose request body is not in within this of its headers (30)",
+    )
+    group.add_argument(
+        "--max-clients",
+        type=clients_number,
+        default=None,
+        metavar="N",
+        help="connections open at once; when full, the one that waited longest for its request "
+        "is closed (1000, or what the open-file limit leaves)",
+    )
+
+
+def seconds_above_zero(text: str) -> float:
+    """An argparse type: a number of seconds above 0 (and below a day)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 86_400:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text!r}")
+    return value
+
+
+def clients_number(text: str) -> int:
+    """An argparse type: a number of connections, at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return int(text)
 
 
 def port_number(text: str) -> int:
@@ -103,12 +143,12 @@ def run(args: argparse.Namespace) -> int:
     if chosen is not None:
         metrics.require()  # say what to install before anything starts
     tenant_urls(args)  # an unknown --tenant or an unreadable registry stops the start here
-    limit = connection_budget(args.max_connections, os.environ)
+    args.max_connections = connection_budget(args.max_connections, os.environ)
     from ket.runtime.contexts import default_blobs
 
     blobs = default_blobs()  # a bad KET_STORAGE_URL stops the start, naming it
     sock = listen_for(args)
-    return run_service(serve_http(catalog, args, sock, blobs, chosen, max_connections=limit))
+    return run_service(serve_http(catalog, args, sock, blobs, chosen))
 
 
 def announce_dashboard(catalog: Catalog, url: str) -> None:
@@ -159,7 +199,7 @@ def http_server(
     from ket.cli.workers import read_workers
     from ket.runtime.tenancy import database_template
     from ket.serve.app import create_app
-    from ket.serve.server import HttpServer
+    from ket.serve.server import HttpServer, client_limits
 
     registry = registry_reader(args.database_url)
 
@@ -189,11 +229,15 @@ def http_server(
     )
     if chosen is not None:
         served.append(metrics.start_serve(chosen, catalog, app))
+    limits = client_limits(
+        args.header_timeout, args.body_timeout, args.max_clients, args.max_connections
+    )
     return HttpServer(
         app,
         sock,
         grace_seconds=catalog.serve.shutdown_grace_ms / 1000,
         access_log=args.access_log,
+        limits=limits,
         on_close=[s.close for s in served],
     )
 
@@ -204,16 +248,14 @@ async def serve_http(
     sock: socket.socket,
     blobs: BlobStore | None = None,
     chosen: metrics.MetricsSettings | None = None,
-    *,
-    max_connections: int,
 ) -> int:
-    """Serve until a signal; the exit code. The process holds at most `max_connections` to
-    each PostgreSQL server, over every tenant's store it opens (ket.connection.budget), as a
+    """Serve until a signal; the exit code. The process holds at most `args.max_connections`
+    to each PostgreSQL server, over every tenant's store it opens (ket.connection.budget), as a
     worker does: a server with many tenants no longer takes a pool of each."""
     from ket.connection import budget
     from ket.serve.server import address
 
-    budget.install_per_server(max_connections)
+    budget.install_per_server(args.max_connections)
     server = http_server(catalog, args, sock, blobs, chosen)
     signals = 0
 

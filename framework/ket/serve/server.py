@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import resource
 import socket
 from collections.abc import Callable, Iterator, Sequence
 
@@ -19,6 +20,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from ket.errors import KetError
+from ket.serve.protocol import ClientLimits, guarded_protocol
 
 log = logging.getLogger("ket.serve")
 
@@ -39,10 +41,13 @@ class HttpServer:
         *,
         grace_seconds: float,
         access_log: bool,
+        limits: ClientLimits | None = None,
         on_close: Sequence[Callable[[], None]] = (),
     ) -> None:
         config = uvicorn.Config(
             app,
+            # uvicorn's HTTP/1.1 with the limits it lacks against slow clients (serve/protocol.py)
+            http=guarded_protocol(limits or ClientLimits()),
             log_config=None,  # ket's logging, already configured by the command
             access_log=access_log,
             lifespan="on",
@@ -73,6 +78,50 @@ class HttpServer:
     def force(self) -> None:
         """Stop now, without waiting for requests in flight."""
         self._server.should_exit = self._server.force_exit = True
+
+
+# file descriptors kept for what is not a client: the database connections, logs, the registry
+OWN_FILES = 64
+
+
+def client_limits(
+    header_seconds: float, body_seconds: float, max_clients: int | None, max_connections: int
+) -> ClientLimits:
+    """The limits of a server's clients. The soft limit of open files is raised to the hard one
+    first, and the clients may take what it leaves beside the server's own files (its database
+    connections among them): a server out of descriptors could answer nobody, nor read its
+    tenants. `max_clients` None: 1000, or fewer if the open-file limit is lower."""
+    files = raise_open_files()
+    room = max(files - OWN_FILES - max_connections, 1) if files else 1000
+    if max_clients is None:
+        max_clients = min(1000, room)
+    elif max_clients > room:
+        log.warning(
+            "--max-clients %d is more than the open-file limit (%d) leaves for clients; "
+            "serving at most %d at once",
+            max_clients,
+            files,
+            room,
+        )
+        max_clients = room
+    return ClientLimits(
+        head_seconds=header_seconds, body_seconds=body_seconds, max_clients=max_clients
+    )
+
+
+def raise_open_files() -> int:
+    """Raise the soft limit of open files to the hard one; the soft limit now (0: none)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 0
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass
+    return soft
 
 
 def listen(host: str, port: int) -> socket.socket:
