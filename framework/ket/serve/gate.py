@@ -9,7 +9,9 @@ authenticator that raises, or returns something other than a Principal or None, 
 request too (500, logged): a broken authenticator grants nothing. What it raised is logged as a
 function's failure is, with the request's credentials hidden: its message may quote the token
 it was given. The same failure is logged once a minute at most, and then the count of those
-not logged: a flood of requests with a cookie that makes it raise costs a line a minute.
+not logged: a flood of requests with a cookie that makes it raise costs a line a minute. A client
+whose credentials (an Authorization header, the dashboard's token) the authenticator refused many
+times waits, refused with 429, before it is asked again (serve/throttle.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ket.secret import Redact, Redactor
 from ket.serve.principal import AuthRequest, Principal
 from ket.serve.refusal import Refusal
 from ket.serve.tenant import TenantLookup
+from ket.serve.throttle import Throttle
 
 log = logging.getLogger("ket.serve")
 
@@ -56,8 +59,10 @@ class Gate:
         tenants: TenantLookup,
         redact: Redact | None = None,
         repeats: Repeats | None = None,
+        throttle: Throttle | None = None,
     ) -> None:
         self._authenticate: Callable[..., Any] | None = config.authenticate
+        self._throttle = throttle or Throttle()
         self._redact = redact  # the deployment's hook, applied to what the authenticator raised
         # the same failure of the authenticator is logged once a minute, with a count after
         self._repeats = repeats or Repeats(log)
@@ -115,6 +120,9 @@ class Gate:
             client=client,
             dashboard_token=token,
         )
+        presented = _presented(asked)
+        if presented:  # a client that guessed too often waits before it is asked about more
+            self._throttle.check(client)
         try:
             if self._async:
                 answer = await authenticate(asked)
@@ -131,6 +139,8 @@ class Gate:
                 )
             raise Refusal(500, "authentication_failed", "authentication failed") from None
         if answer is None:
+            if presented:  # a guess; a page opened without credentials is none
+                self._throttle.failed(client)
             raise Refusal(401, "unauthenticated", "not authenticated", headers=self._challenge)
         if not isinstance(answer, Principal):
             log.error(
@@ -138,6 +148,7 @@ class Gate:
                 type(answer).__name__,
             )
             raise Refusal(500, "authentication_failed", "authentication failed")
+        self._throttle.passed(client)
         return answer
 
 
@@ -158,6 +169,12 @@ def _credentials(asked: AuthRequest) -> list[str]:
             pair = ""
         values += [pair, pair.partition(":")[2]]
     return values
+
+
+def _presented(asked: AuthRequest) -> bool:
+    """Whether `asked` carried credentials ket can tell: an Authorization header, or the
+    dashboard's token (its sign-in form's, or its cookie's)."""
+    return bool(asked.dashboard_token) or "authorization" in asked.headers
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:

@@ -4,11 +4,13 @@ permissions; and its answers carry a strict Content-Security-Policy."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
 
+from ket.serve.throttle import FREE_FAILURES
 from tests.unit.serve.conftest import Serve
 from tests.unit.serve.desk import arrange, audit, deployment, send_job, states
 
@@ -75,11 +77,31 @@ def test_without_credentials_every_route_is_refused_and_pages_offer_the_sign_in(
 ) -> None:
     client = serve(deployment())
     found = refusals(client, {"Authorization": "Bearer wrong", "x-token": "wrong"})
-    assert set(found.values()) == {401}, found
+    # each a refusal: 401, until the client has guessed too often, then 429 (serve/throttle.py)
+    statuses = list(found.values())
+    assert set(statuses) == {401, 429}, found
+    assert statuses[: FREE_FAILURES + 1] == [401] * (FREE_FAILURES + 1), found
     page = client.get(f"{T}/jobs")
     assert page.status_code == 401
     assert '<form method="post" action="/dashboard/signin"' in page.text
     assert client.get(f"{T}/static/dashboard.css").text.startswith("<!doctype html>")
+
+
+def test_a_client_that_guessed_too_often_waits_even_with_the_right_token(serve: Serve) -> None:
+    client = serve(deployment())
+    for guess in range(FREE_FAILURES + 1):
+        signed = client.post(f"{D}/signin", data={"token": f"guess{guess}"})
+        assert signed.status_code == 401
+    refused = client.post(f"{D}/signin", data={"token": "admin"}, follow_redirects=False)
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "1"
+    assert "too many failed authentications" in refused.text
+    # a page opened without credentials is no guess: it is answered, with the sign-in form
+    page = client.get(f"{T}/jobs")
+    assert page.status_code == 401 and "/dashboard/signin" in page.text
+    time.sleep(1.1)
+    signed = client.post(f"{D}/signin", data={"token": "admin"}, follow_redirects=False)
+    assert signed.status_code == 303
 
 
 def test_a_principal_without_jobs_read_is_forbidden_everywhere(serve: Serve) -> None:
