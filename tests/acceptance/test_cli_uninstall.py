@@ -25,6 +25,7 @@ KET_TABLES = {
     "ket_schedule_fires",
     "ket_schedules",
     "ket_sent_messages",
+    "ket_sessions",
 }
 
 

@@ -251,3 +251,49 @@ def _shooter(page: Page, folder: Path) -> Callable[[str], None]:
         page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
 
     return take
+
+
+def test_a_session_is_not_the_token_and_signing_out_ends_it_for_every_copy(
+    browser: Any, running: tuple[Path, str], shots: Path
+) -> None:
+    _, url = running
+    jobs = f"{url}/dashboard/t/default/jobs"
+    first = browser.new_context()
+    page = first.new_page()
+    page.goto(jobs)
+    page.fill("#token", TOKEN)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/dashboard/t/default/jobs$"))
+    [cookie] = [c for c in first.cookies() if c["name"] == "ket_dashboard"]
+    assert TOKEN not in cookie["value"] and cookie["value"].startswith("v1.default.")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/dashboard"
+    assert page.evaluate("document.cookie") == ""  # no script can read it
+    # the cookie's value is no token: refused as a bearer token on /functions/
+    called = first.request.post(
+        f"{url}/functions/shop.nothing",
+        headers={"Authorization": f"Bearer {cookie['value']}"},
+        data="{}",
+    )
+    assert called.status == 401
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value")
+    # a copy of the cookie in another browser admits, until the session is signed out
+    second = browser.new_context()
+    second.add_cookies([{**cookie}])
+    other = second.new_page()
+    assert other.goto(jobs).status == 200  # type: ignore[union-attr]
+    page.click("form[action$=signout] button")  # Sign out
+    expect(page.locator("#token")).to_be_visible()
+    assert not [c for c in first.cookies() if c["name"] == "ket_dashboard"]
+    refused = other.goto(jobs)
+    assert refused is not None and refused.status == 401
+    expect(other.locator("#token")).to_be_visible()
+    _shooter(other, shots)("01-copied-cookie-after-sign-out")
+    # and a form of the signed-out session's pages does nothing with the copy
+    posted = second.request.post(
+        f"{url}/dashboard/t/default/signout",
+        form={"csrf": csrf or ""},
+        headers={"Origin": url},
+    )
+    assert posted.status == 401
+    first.close()
+    second.close()

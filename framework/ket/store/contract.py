@@ -32,6 +32,7 @@ from ket.store.types import (
     BulkBatch,
     BulkCount,
     ClaimedJob,
+    DashboardSession,
     Fire,
     Heartbeat,
     HeartbeatResult,
@@ -232,6 +233,25 @@ class AuditLog(Protocol):
 
     async def audit_list(self, query: AuditQuery) -> list[AuditRecord]:
         """A page of the log, newest first."""
+        ...
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Capability: the dashboard's sign-in sessions of the tenant, shared by every server in
+    front of its database, so that a sign-out on one ends the session on all."""
+
+    async def session_open(self, session: DashboardSession, *, ttl_seconds: float) -> None:
+        """Keep `session` until `ttl_seconds` after the store's now (sessions that expired
+        meanwhile are let go)."""
+        ...
+
+    async def session_find(self, key: str) -> DashboardSession | None:
+        """The session with `key`, with its `expires_at`, unless it expired or was closed."""
+        ...
+
+    async def session_close(self, key: str) -> None:
+        """End the session with `key` (nothing if there is none)."""
         ...
 
 

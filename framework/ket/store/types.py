@@ -494,6 +494,20 @@ class AuditRecord:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class DashboardSession:
+    """A dashboard sign-in, kept in the tenant's store until it expires or is signed out: whom
+    it admits (`subject`, `company`, `permissions`, as the authenticator said at sign-in), by
+    `key`, a digest of the session's secret (the store never holds the secret itself). The
+    store sets `expires_at` when it opens one."""
+
+    key: str
+    subject: str
+    company: str | None = None
+    permissions: tuple[str, ...] = ()
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class AuditQuery:
     """A page of the audit log, newest first."""
 

@@ -448,6 +448,38 @@ def check_message_claim(key: object, stale_after_seconds: object) -> None:
     check_seconds("stale_after_seconds", stale_after_seconds, positive=False)
 
 
+# a dashboard session lasts at most this long (the dashboard asks for hours)
+MAX_SESSION_SECONDS = 30 * 86_400.0
+
+
+def check_session_key(key: object) -> None:
+    """Refuse a session key that is not a string of 1 to MAX_KEY_LENGTH characters."""
+    if not _clean_text(key, MAX_KEY_LENGTH):
+        raise JobRejected(
+            f"session key must be a string of 1 to {MAX_KEY_LENGTH} characters{_TEXT}, got {key!r}"
+        )
+
+
+def check_session(session: Any, ttl_seconds: object) -> None:
+    """Refuse a session with a bad key, subject, company or permission, or a lifetime that is
+    not above 0 and at most MAX_SESSION_SECONDS."""
+    check_session_key(session.key)
+    for field, value in (("subject", session.subject), ("company", session.company)):
+        if (value is not None or field == "subject") and not _clean_text(value, MAX_KEY_LENGTH):
+            raise JobRejected(
+                f"session {field} must be a string of 1 to {MAX_KEY_LENGTH} characters{_TEXT}, "
+                f"got {value!r}"
+            )
+    for permission in session.permissions:
+        if not _clean_text(permission, MAX_KEY_LENGTH):
+            raise JobRejected(f"session permission must be a short string, got {permission!r}")
+    check_seconds("ttl_seconds", ttl_seconds, positive=True)
+    if cast(float, ttl_seconds) > MAX_SESSION_SECONDS:
+        raise JobRejected(
+            f"ttl_seconds must be at most {MAX_SESSION_SECONDS:g}, got {ttl_seconds!r}"
+        )
+
+
 def _text(job: NewJob, field: str, value: object, *, required: bool) -> None:
     if value is None and not required:
         return

@@ -10,10 +10,9 @@ A store joins by defining one pytest fixture, `ket_store_factory`, and importing
         return MyStoreFactory(tmp_path / "jobs.db")
 
 One area of docs/stores.md per module. A capability the store lacks (PushStore, QueryableStore,
-BulkStore, TransactionalStore, SentLedger, RecordStore, VacuumStore, AuditLog, RerunStore,
-PacedStore) skips
-the tests that need it, with the reason shown; so does a factory that cannot make a handle fail
-on demand (FaultyStoreFactory, see harness).
+BulkStore, TransactionalStore, SentLedger, RecordStore, VacuumStore, AuditLog, SessionStore,
+RerunStore, PacedStore) skips the tests that need it, with the reason shown; so does a factory
+that cannot make a handle fail on demand (FaultyStoreFactory, see harness).
 """
 
 # ruff: noqa: E402, F403
@@ -41,6 +40,7 @@ AREAS = (
     "records",
     "vacuum",
     "audit",
+    "session",
     "rerun",
     "errors",
 )
@@ -67,6 +67,7 @@ from ket.tck import (
     rerun,
     rescue,
     schedule,
+    session,
     settle,
     transaction,
     vacuum,
@@ -90,6 +91,7 @@ from ket.tck.records import *
 from ket.tck.rerun import *
 from ket.tck.rescue import *
 from ket.tck.schedule import *
+from ket.tck.session import *
 from ket.tck.settle import *
 from ket.tck.transaction import *
 from ket.tck.vacuum import *
@@ -119,6 +121,7 @@ __all__ = [
     *records.__all__,
     *vacuum.__all__,
     *audit.__all__,
+    *session.__all__,
     *rerun.__all__,
     *errors.__all__,
 ]

@@ -130,7 +130,7 @@ def test_a_read_only_principal_sees_jobs_but_cannot_retry_or_cancel(
     assert audit(url) == []
 
 
-def test_the_sign_in_form_keeps_an_accepted_token_in_a_strict_http_only_cookie(
+def test_the_sign_in_form_opens_a_session_named_in_a_strict_http_only_cookie(
     serve: Serve,
 ) -> None:
     client = serve(deployment())
@@ -146,8 +146,10 @@ def test_the_sign_in_form_keeps_an_accepted_token_in_a_strict_http_only_cookie(
     )
     assert (signed.status_code, signed.headers["location"]) == (303, f"{T}/queues")
     cookie = signed.headers["set-cookie"]
-    assert cookie.startswith("ket_dashboard=reader;")
+    # the session's name, signed, never the token
+    assert cookie.startswith("ket_dashboard=v1.default.") and "reader" not in cookie
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/dashboard" in cookie
+    assert "Max-Age=28800" in cookie  # 8 hours
     assert client.get(f"{T}/queues").status_code == 200  # the cookie, sent back
     # a sign-in never sends anyone off the dashboard
     away = client.post(
@@ -156,15 +158,60 @@ def test_the_sign_in_form_keeps_an_accepted_token_in_a_strict_http_only_cookie(
     assert away.headers["location"] == f"{T}/jobs"
 
 
-def test_signing_out_needs_the_page_token_and_forgets_the_cookie(serve: Serve) -> None:
+def test_a_session_cookie_is_no_token_and_admits_only_as_this_server_made_it(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KET_DASHBOARD_KEY", "the replicas' key")
     client = serve(deployment())
-    client.post(f"{D}/signin", data={"token": "reader"})
+    client.post(f"{D}/signin", data={"token": "admin"})
+    value = client.cookies["ket_dashboard"]
+    # the cookie's value is no bearer token: not for /functions/, not for the dashboard
+    bearer = {"Authorization": f"Bearer {value}"}
+    assert client.post("/functions/desk.send", json={}, headers=bearer).status_code == 401
+    stranger = serve(deployment())  # another server on the same database, with the same key
+    assert stranger.get(f"{T}/jobs", headers=bearer).status_code == 401
+    # altered, or named for another tenant: no session
+    version, tenant, expires, secret, mac = value.split(".")
+    for forged in (
+        f"{version}.{tenant}.{int(expires) + 3600}.{secret}.{mac}",
+        f"{version}.{tenant}.{expires}.{secret[:-1]}A.{mac}",
+        f"{version}.acme.{expires}.{secret}.{mac}",
+        "reader",
+    ):
+        stranger.cookies.set("ket_dashboard", forged, path="/dashboard")
+        assert stranger.get(f"{T}/jobs").status_code == 401, forged
+    stranger.cookies.set("ket_dashboard", value, path="/dashboard")
+    assert stranger.get(f"{T}/jobs").status_code == 200  # a copy admits, until sign-out
+    monkeypatch.setenv("KET_DASHBOARD_KEY", "another key")
+    other = serve(deployment())
+    other.cookies.set("ket_dashboard", value, path="/dashboard")
+    assert other.get(f"{T}/jobs").status_code == 401  # a server with another key: no session
+
+
+def test_signing_out_ends_the_session_for_every_copy_of_its_cookie(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KET_DASHBOARD_KEY", "the replicas' key")
+    client = serve(deployment())
+    client.post(f"{D}/signin", data={"token": "admin"})
+    copied = client.cookies["ket_dashboard"]
     page = client.get(f"{T}/jobs")
+    csrf = _csrf(page.text)
     assert client.post(f"{T}/signout", data={"x": "1"}).status_code == 403  # no CSRF token
-    done = client.post(f"{T}/signout", data={"csrf": _csrf(page.text)}, follow_redirects=False)
+    done = client.post(f"{T}/signout", data={"csrf": csrf}, follow_redirects=False)
     assert done.status_code == 303
     assert 'ket_dashboard=""' in done.headers["set-cookie"]
     assert client.get(f"{T}/jobs").status_code == 401
+    # the copy taken before is refused too, by every server, and the page's CSRF token is of
+    # no use with it
+    thief = serve(deployment())
+    thief.cookies.set("ket_dashboard", copied, path="/dashboard")
+    assert thief.get(f"{T}/jobs").status_code == 401
+    retried = thief.post(f"{T}/jobs/1/retry", data={"csrf": csrf})
+    assert retried.status_code == 401
+    # a new session of the same principal does not take the old session's CSRF tokens
+    client.post(f"{D}/signin", data={"token": "admin"})
+    assert client.post(f"{T}/signout", data={"csrf": csrf}).status_code == 403
 
 
 def test_static_files_are_the_package_s_and_cached_only_when_fingerprinted(

@@ -21,6 +21,7 @@ from ket.operate.action import change_text
 from ket.serve.dashboard import form
 from ket.serve.dashboard.guard import forwarded_scheme, same_site
 from ket.serve.dashboard.pages import Pages, job_id_of, queryable, queues_of
+from ket.serve.dashboard.session import SESSION_SECONDS
 from ket.serve.dashboard.view import COOKIE, READ, WRITE, Dashboard, Visit
 from ket.serve.refusal import Refusal
 from ket.store.contract import BulkStore
@@ -42,8 +43,9 @@ class Actions:
         self.pages = pages
 
     async def sign_in(self, request: Request) -> Response:
-        """Keep the token the form was given in the dashboard's cookie, once the deployment's
-        authenticator accepts it for the tenant with `jobs:read`; 401 or 403 otherwise."""
+        """Open a session for the principal the deployment's authenticator answers for the
+        form's token in its tenant, holding `jobs:read`, and name it in the dashboard's cookie
+        (never the token itself); 401, 403 or 429 otherwise."""
         same_site(request)
         values = await form.read_form(request)
         token = values.get("token", "").strip()
@@ -56,13 +58,16 @@ class Actions:
             except KetError as error:
                 raise Refusal(400, "bad_tenant", error.message) from None
         caller = await self.d.gate.admit(request, READ, tenant=tenant, token=token)
+        store = await self.d.stores.store(caller.tenant, caller.url)
+        session = await self.d.sessions.open(store, caller.tenant, caller.principal)
         back = values.get("next", "")
         home = self.d.tenant_path(caller.tenant)
         target = back if _within(back, home) else home + "/jobs"
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(
             COOKIE,
-            token,
+            session,
+            max_age=SESSION_SECONDS,
             path=self.d.path,
             httponly=True,
             samesite="strict",
@@ -71,8 +76,11 @@ class Actions:
         return response
 
     async def sign_out(self, request: Request) -> Response:
+        """End the session on every server (a copy of its cookie no longer admits anyone) and
+        forget the cookie."""
         visit = await self._posted(request, READ)
-        del visit  # signed in, and asked from its own page: forget the token
+        if visit.session:
+            await self.d.sessions.close(visit.store, visit.tenant, request.cookies[COOKIE])
         response = RedirectResponse(self.d.path + "/", status_code=303)
         response.delete_cookie(COOKIE, path=self.d.path, httponly=True, samesite="strict")
         return response
@@ -136,7 +144,8 @@ class Actions:
         same_site(request)
         visit = await self.d.admit(request, permission)
         values = await form.read_form(request)
-        self.d.csrf.check(values.get("csrf", ""), visit.tenant, visit.caller.principal.subject)
+        subject = visit.caller.principal.subject
+        self.d.csrf.check(values.get("csrf", ""), visit.tenant, subject, visit.session)
         request.state.form = values
         return visit
 

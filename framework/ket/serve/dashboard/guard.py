@@ -4,9 +4,11 @@
   from the dashboard's own origin only (no inline script or style, no `unsafe-inline`, no
   framing), and no caching of job data.
 - A CSRF token in every form that changes something: an HMAC of the tenant, the principal's
-  subject and the time it was issued, under a key of this server (`KET_DASHBOARD_KEY`, which
-  replicas behind one load balancer share; else a random key per process). A token is good
-  for 12 hours, for that subject in that tenant only.
+  subject, the sign-in session it was issued in (dashboard/session.py; none for a principal
+  the authenticator admits from the request's own headers) and the time it was issued, under
+  the dashboard's key (`KET_DASHBOARD_KEY`, which replicas behind one load balancer share;
+  else a random key per process). A token is good for 12 hours at most, for that subject in
+  that tenant and that session only: once the session is signed out, its tokens are of no use.
 - A POST whose `Origin` or `Sec-Fetch-Site` says it comes from another site is refused before
   its token is even read.
 """
@@ -66,26 +68,42 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
+def dashboard_key() -> bytes:
+    """The key of the dashboard's MACs (CSRF tokens, session cookies): from KET_DASHBOARD_KEY,
+    else a random one for this process."""
+    given = os.environ.get(KEY_VARIABLE, "")
+    return hashlib.sha256(given.encode()).digest() if given else secrets.token_bytes(32)
+
+
 class Csrf:
     """Issues and checks the dashboard's CSRF tokens (see the module's docstring)."""
 
     def __init__(self, key: bytes | None = None) -> None:
-        given = os.environ.get(KEY_VARIABLE, "")
-        if key is None:
-            key = hashlib.sha256(given.encode()).digest() if given else secrets.token_bytes(32)
-        self._key = key
+        self._key = dashboard_key() if key is None else key
 
-    def issue(self, tenant: str, subject: str, *, now: float | None = None) -> str:
-        """A token for `subject` acting in `tenant`."""
+    def issue(
+        self, tenant: str, subject: str, session: str = "", *, now: float | None = None
+    ) -> str:
+        """A token for `subject` acting in `tenant`, within `session` (its key; "" for none)."""
         issued = str(int(time.time() if now is None else now))
-        return f"{issued}.{self._mac(tenant, subject, issued)}"
+        return f"{issued}.{self._mac(tenant, subject, session, issued)}"
 
-    def check(self, token: str, tenant: str, subject: str, *, now: float | None = None) -> None:
-        """Refusal (403) unless `token` was issued here, lately, for `subject` in `tenant`."""
+    def check(
+        self,
+        token: str,
+        tenant: str,
+        subject: str,
+        session: str = "",
+        *,
+        now: float | None = None,
+    ) -> None:
+        """Refusal (403) unless `token` was issued here, lately, for `subject` in `tenant`
+        within `session`."""
         issued, _, mac = token.partition(".")
         current = time.time() if now is None else now
         fresh = issued.isdigit() and -60 <= current - int(issued) <= TOKEN_SECONDS
-        if not (fresh and hmac.compare_digest(mac, self._mac(tenant, subject, issued))):
+        good = self._mac(tenant, subject, session, issued)
+        if not (fresh and hmac.compare_digest(mac, good)):
             raise Refusal(
                 403,
                 "csrf_refused",
@@ -93,8 +111,8 @@ class Csrf:
                 "the page and try again",
             )
 
-    def _mac(self, tenant: str, subject: str, issued: str) -> str:
-        text = f"ket-dashboard-csrf\0{tenant}\0{subject}\0{issued}".encode()
+    def _mac(self, tenant: str, subject: str, session: str, issued: str) -> str:
+        text = f"ket-dashboard-csrf\0{tenant}\0{subject}\0{session}\0{issued}".encode()
         return hmac.new(self._key, text, hashlib.sha256).hexdigest()
 
 

@@ -12,7 +12,7 @@ from ket.errors import KetError
 from ket.operate import schedule_rows
 from ket.secret import redact_payload
 from ket.serve.dashboard import form
-from ket.serve.dashboard.view import COOKIE, READ, Dashboard, Visit
+from ket.serve.dashboard.view import Dashboard, Visit
 from ket.serve.refusal import Refusal
 from ket.store.contract import AuditLog, QueryableStore
 from ket.store.roster import SHORT_HASH, manifest_counts
@@ -236,11 +236,7 @@ class Pages:
 
     async def unknown(self, request: Request) -> Response:
         """Any other path under the dashboard: refused as the pages are, then 404."""
-        tenant = request.path_params.get("tenant")
-        if tenant is None:
-            await self.d.gate.admit(request, READ, token=request.cookies.get(COOKIE))
-        else:
-            await self.d.admit(request)
+        await self.d.admit(request)
         raise Refusal(404, "not_found", "the dashboard has no such page")
 
 

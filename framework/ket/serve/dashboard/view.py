@@ -1,9 +1,10 @@
 """What every page of the dashboard shares: who asks, for which tenant, and how pages render.
 
 `Dashboard.admit` is the first line of every endpoint: the tenant its path names, the
-principal the deployment's authenticator returns for the request (its `Authorization` header,
-or the token the sign-in form keeps in the dashboard's cookie), and the permission the page
-needs (`jobs:read`, or `jobs:write` for actions). Pages render from Jinja templates with
+principal (the sign-in session the dashboard's cookie names, dashboard/session.py; else the one
+the deployment's authenticator returns for the request's own headers, such as `Authorization`
+or a single sign-on proxy's), and the permission the page needs (`jobs:read`, or `jobs:write`
+for actions). Pages render from Jinja templates with
 autoescaping on; every string that comes from a job goes through `visible` as well, which
 writes control characters and bidirectional overrides as escapes.
 """
@@ -24,7 +25,8 @@ from starlette.responses import HTMLResponse, Response
 
 from ket.catalog import Catalog
 from ket.display import escape
-from ket.serve.dashboard.guard import Csrf
+from ket.serve.dashboard.guard import Csrf, dashboard_key
+from ket.serve.dashboard.session import Sessions
 from ket.serve.gate import Caller, Gate
 from ket.serve.stores import TenantStores
 from ket.serve.tenant import TenantLookup
@@ -47,6 +49,7 @@ class Visit:
     store: JobStore
     can_write: bool
     csrf: str
+    session: str = ""  # the sign-in session's key ("" when the request's headers admitted it)
 
     @property
     def tenant(self) -> str:
@@ -67,7 +70,7 @@ class Dashboard:
         tenants: TenantLookup,
         stores: TenantStores,
         list_workers: ListWorkers | None,
-        csrf: Csrf | None = None,
+        key: bytes | None = None,
     ) -> None:
         self.path = path
         self.catalog = catalog
@@ -75,7 +78,9 @@ class Dashboard:
         self.tenants = tenants
         self.stores = stores
         self.list_workers = list_workers
-        self.csrf = csrf or Csrf()
+        key = dashboard_key() if key is None else key
+        self.csrf = Csrf(key)
+        self.sessions = Sessions(key)
         self.static = {name: _static(name) for name in STATIC_FILES}
         self.versions = {
             name: hashlib.sha256(body).hexdigest()[:12] for name, body in self.static.items()
@@ -86,16 +91,42 @@ class Dashboard:
         """The visit of `request` to the tenant its path names; Refusal (400, 401, 403, 404,
         503) otherwise."""
         tenant = request.path_params.get("tenant")
-        caller = await self.gate.admit(
-            request, permission, tenant=tenant, token=request.cookies.get(COOKIE)
-        )
-        store = await self.stores.store(caller.tenant, caller.url)
+        signed_in = await self._signed_in(request, tenant)
+        if signed_in is not None:
+            caller, store, session = signed_in
+            self.gate.require(caller, permission)
+        else:  # the request's own headers (a bearer token, a sign-on proxy's), if any
+            caller = await self.gate.admit(request, permission, tenant=tenant)
+            store = await self.stores.store(caller.tenant, caller.url)
+            session = ""
+        subject = caller.principal.subject
         return Visit(
             caller=caller,
             store=store,
             can_write=caller.principal.allows(WRITE),
-            csrf=self.csrf.issue(caller.tenant, caller.principal.subject),
+            csrf=self.csrf.issue(caller.tenant, subject, session),
+            session=session,
         )
+
+    async def _signed_in(
+        self, request: Request, tenant: str | None
+    ) -> tuple[Caller, JobStore, str] | None:
+        """The caller, store and session key of the sign-in session the cookie names for the
+        tenant of `request`, if it is live; else None. A cookie whose MAC is not this server's
+        (forged, altered, expired, or another tenant's) is no session, and no database is asked
+        about it."""
+        value = request.cookies.get(COOKIE)
+        if not value:
+            return None
+        name = await self.tenants.name_of(request.headers, tenant)
+        if not self.sessions.made_for(name, value):
+            return None
+        url = await self.tenants.url_of(name)  # the cookie is proof of an earlier sign-in
+        store = await self.stores.store(name, url)
+        found = await self.sessions.find(store, name, value)
+        if found is None:
+            return None
+        return Caller(tenant=name, url=url, principal=found.principal), store, found.key
 
     def tenant_path(self, tenant: str, rest: str = "") -> str:
         """The path of a tenant's page, e.g. `/dashboard/t/acme/jobs`."""

@@ -14,6 +14,7 @@ from ket.store.types import (
     ACTIVE_STATES,
     RUNNABLE_STATES,
     AuditRecord,
+    DashboardSession,
     Fire,
     Inserted,
     JobId,
@@ -40,6 +41,7 @@ class MemoryDatabase:
         self.sent = SentMessages()
         self.records = RecordTables()  # model rows (RecordStore)
         self.audit: list[AuditRecord] = []  # operators' retries and cancels, oldest first
+        self.sessions: dict[str, DashboardSession] = {}  # the dashboard's, by key
         self._last_id: JobId = 0
         # The partial unique index: (name, unique_key) -> the one active job holding it.
         self._unique: dict[tuple[str, str], JobId] = {}

@@ -31,6 +31,7 @@ from ket.store.types import (
     BulkBatch,
     BulkCount,
     ClaimedJob,
+    DashboardSession,
     Fire,
     Heartbeat,
     HeartbeatResult,
@@ -464,6 +465,35 @@ class MemoryStore:
         with self._locked():
             newest_first = list(reversed(self.database.audit))
         return newest_first[query.offset : query.offset + query.limit]
+
+    # -- SessionStore -------------------------------------------------------------------------
+
+    async def session_open(self, session: DashboardSession, *, ttl_seconds: float) -> None:
+        """Keep `session` until `ttl_seconds` after the store's now."""
+        validate.check_session(session, ttl_seconds)
+        now = self._now()
+        with self._locked():
+            kept = self.database.sessions
+            for key in [k for k, s in kept.items() if s.expires_at and s.expires_at <= now]:
+                del kept[key]
+            expires = now + timedelta(seconds=ttl_seconds)
+            kept[session.key] = replace(session, expires_at=expires)
+
+    async def session_find(self, key: str) -> DashboardSession | None:
+        """The live session with `key`, if any."""
+        validate.check_session_key(key)
+        now = self._now()
+        with self._locked():
+            found = self.database.sessions.get(key)
+        if found is None or found.expires_at is None or found.expires_at <= now:
+            return None
+        return found
+
+    async def session_close(self, key: str) -> None:
+        """End the session with `key`."""
+        validate.check_session_key(key)
+        with self._locked():
+            self.database.sessions.pop(key, None)
 
     # -- RerunStore ---------------------------------------------------------------------------
 

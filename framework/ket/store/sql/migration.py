@@ -249,6 +249,32 @@ MIGRATIONS += (
         },
     ),
 )
+
+
+def _v7(instant: str, json: str) -> tuple[str, ...]:
+    return (
+        f"""CREATE TABLE ket_sessions (
+            key TEXT NOT NULL PRIMARY KEY,
+            subject TEXT NOT NULL,
+            company TEXT,
+            permissions {json} NOT NULL,
+            opened_at {instant} NOT NULL,
+            expires_at {instant} NOT NULL
+        )""",
+        "CREATE INDEX ket_sessions_expires ON ket_sessions (expires_at)",
+    )
+
+
+MIGRATIONS += (
+    Migration(
+        version=7,
+        name="the dashboard's sign-in sessions",
+        statements={
+            "postgresql": _v7("TIMESTAMP WITH TIME ZONE", "JSONB"),
+            "sqlite": _v7("BIGINT", "JSON"),
+        },
+    ),
+)
 LATEST = MIGRATIONS[-1].version
 
 _LEDGER = {
@@ -300,6 +326,7 @@ def schema_version(connection: Connection) -> int:
 # Everything the migrations create, dropped by `ket uninstall` (the app's model tables are its
 # data and stay). On PostgreSQL the NOTIFY trigger goes with its table, and its function after.
 KET_TABLES = (
+    "ket_sessions",
     "ket_audit",
     "ket_job_errors",
     "ket_schedule_fires",

@@ -186,6 +186,19 @@ audit = Table(
     sqlite_autoincrement=True,
 )
 
+# The dashboard's sign-in sessions, by a digest of each one's secret (never the secret)
+sessions = Table(
+    "ket_sessions",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("subject", Text, nullable=False),
+    Column("company", Text),
+    Column("permissions", Json, nullable=False),
+    Column("opened_at", Instant, nullable=False),
+    Column("expires_at", Instant, nullable=False),
+    Index("ket_sessions_expires", "expires_at"),
+)
+
 migrations = Table(
     "ket_migrations",
     metadata,

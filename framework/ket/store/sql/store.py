@@ -49,6 +49,7 @@ from ket.store.types import (
     BulkBatch,
     BulkCount,
     ClaimedJob,
+    DashboardSession,
     ErrorInfo,
     Fire,
     Heartbeat,
@@ -762,6 +763,31 @@ class SqlStore:
         from ket.store.sql import audit
 
         return await self._transact(lambda conn: audit.page(conn, query), single=True)
+
+    # -- the dashboard's sessions (SessionStore; statements in session.py) -------------------
+
+    async def session_open(self, session: DashboardSession, *, ttl_seconds: float) -> None:
+        """Keep `session` until `ttl_seconds` after the store's now."""
+        validate.check_session(session, ttl_seconds)
+        now = self._now()
+        from ket.store.sql import session as sessions
+
+        await self._transact(lambda conn: sessions.open_session(conn, session, ttl_seconds, now))
+
+    async def session_find(self, key: str) -> DashboardSession | None:
+        """The live session with `key`, if any."""
+        validate.check_session_key(key)
+        now = self._now()
+        from ket.store.sql import session as sessions
+
+        return await self._transact(lambda conn: sessions.find_session(conn, key, now), single=True)
+
+    async def session_close(self, key: str) -> None:
+        """End the session with `key`."""
+        validate.check_session_key(key)
+        from ket.store.sql import session as sessions
+
+        await self._transact(lambda conn: sessions.close_session(conn, key))
 
     # -- the sent ledger (SentLedger) -------------------------------------------------------
 
