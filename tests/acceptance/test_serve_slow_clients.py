@@ -107,7 +107,7 @@ def _attack(
     normal = threading.Thread(target=_answers, args=(server.url, stop, times))
     normal.start()
     try:
-        for _ in range(16):  # 8 s of trickling: a piece every half second
+        for _ in range(10):  # 5 s of trickling: a piece every half second
             slow.step(piece)
             time.sleep(0.5)
     finally:

@@ -126,7 +126,7 @@ def test_the_audit_log_keeps_its_entries_when_it_learns_enqueues_and_reruns(
         assert migrate(connection) == [1, 2, 3, 4, 5]
         connection.execute(text(entry.format(at=at, action="retry")))
     with engine.begin() as connection:
-        assert migrate(connection) == [6]
+        assert migrate(connection) == [m.version for m in MIGRATIONS[5:]]  # 6 and later
         connection.execute(text(entry.format(at=at, action="rerun")))
         kept = connection.execute(text("SELECT id, action, detail FROM ket_audit ORDER BY id"))
         assert [tuple(row) for row in kept] == [

@@ -19,6 +19,9 @@ _NONDETERMINISTIC_ITEM = re.compile(r"[HhRr](?:$|[(/])")
 # range or a start hour ('*/2', '1-23/3', '5/6'). The step is captured; '*' alone means 1.
 _FREQUENCY_HOURS = re.compile(r"\*|(?:\*|[0-9]+(?:-[0-9]+)?)/([0-9]+)")
 
+# Each field's name and how many values it has: a step may be at most that.
+_FIELDS = (("minute", 60), ("hour", 24), ("day-of-month", 31), ("month", 12), ("day-of-week", 7))
+
 # Any fixed start works for the never-fires probe: with no year field, an expression that
 # fires at all fires within a few years of any date; fixed keeps parsing pure.
 _PROBE_START = datetime(2000, 1, 1)
@@ -48,6 +51,17 @@ def cron_expression(text: str) -> str:
                 f"cron must not use hashed (H) or random (R) fields, got {field!r} in {text!r}",
                 problem="syntax",
             )
+    for field, (name, size) in zip(fields, _FIELDS, strict=True):
+        for item in field.split(","):
+            _, slash, step = item.partition("/")
+            if slash and step.isdigit() and int(step) > size:
+                shown = step if len(step) <= 20 else step[:20] + "..."
+                raise ScheduleError(
+                    f"cron step {shown} in the {name} field is more than its {size} values "
+                    f"(a step past them would fire as the first value alone), got {text!r}; "
+                    f"use a step of 1 to {size}",
+                    problem="syntax",
+                )
     expression = " ".join(fields)
     if not croniter.is_valid(expression):
         raise ScheduleError(
@@ -69,7 +83,7 @@ def frequency_period(expression: str) -> timedelta | None:
 
     A cron whose hour field is `*` or a single step (`*/2`, `1-23/3`, `5/6`) says how often to
     run, not at which hours: it is a frequency, and its period is its hour step (an hour for `*`;
-    a day for a step of 24 or more, which leaves one hour a day). Any other hour field names
+    a day for a step of 24, which leaves one hour a day). Any other hour field names
     wall-clock hours: a number, a range without a step (`1-5`), a list (`1,2`, even one holding a
     step). The rule reads the expression as written (whitespace-normalised), never its
     canonical_cron form, which expands `*/2` into the list of hours it stands for.

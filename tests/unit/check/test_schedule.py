@@ -87,6 +87,10 @@ def test_schedule_that_does_not_parse_is_KET201(schedule: Any, msg: str) -> None
         ({"cron": "H 3 * * *", "timezone": "UTC"}, "H 3 * * *"),
         ({"every": "1m", "timezone": "Europe/Paris"}, "Europe/Paris"),
         ({"every": "400d"}, "400d"),
+        (
+            {"cron": "*/99999999999999999999 * * * *", "timezone": "UTC"},
+            "*/99999999999999999999 * * * *",
+        ),
     ],
 )
 def test_KET201_message_names_the_offending_value(schedule: dict[str, str], value: str) -> None:

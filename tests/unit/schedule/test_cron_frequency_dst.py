@@ -75,7 +75,7 @@ def gaps(ticks: list[datetime]) -> list[timedelta]:
         ("0 1-23/3 * * *", 3 * HOUR),
         ("0 5/6 * * *", 6 * HOUR),
         ("0 22-2/2 * * *", 2 * HOUR),  # a wrapping range with a step
-        ("0 */30 * * *", DAY),  # a step past the day leaves one hour a day
+        ("0 */24 * * *", DAY),  # a step of a whole day leaves one hour a day
         ("*/5 * * * mon-fri", HOUR),
     ],
 )

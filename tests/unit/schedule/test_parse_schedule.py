@@ -134,6 +134,27 @@ def test_cron_that_croniter_rejects_is_a_syntax_error_naming_it(text: str) -> No
     assert repr(text) in error.message
 
 
+@pytest.mark.parametrize(
+    ("text", "field", "step", "size"),
+    [
+        ("*/99999999999999999999 * * * *", "minute", "99999999999999999999", 60),
+        ("0 */25 * * *", "hour", "25", 24),
+        ("0 3 1/32 * *", "day-of-month", "32", 31),
+        ("0 3 * */13 *", "month", "13", 12),
+        ("0 3 * * 1-5/8", "day-of-week", "8", 7),
+    ],
+)
+def test_a_cron_step_past_its_field_s_values_is_a_syntax_error_naming_it(
+    text: str, field: str, step: str, size: int
+) -> None:
+    error = fails({"cron": text, "timezone": "UTC"})
+    assert error.problem == "syntax"
+    assert f"cron step {step} in the {field} field is more than its {size} values" in error.message
+    assert repr(text) in error.message
+    for fine in ("*/60 * * * *", "0 */24 * * *", "0 3 */31 * *", "0 3 * */12 *", "0 3 * * */7"):
+        assert parse_schedule({"cron": fine, "timezone": "UTC"}, default_timezone=None)
+
+
 @pytest.mark.parametrize("text", ["H 3 * * *", "0 R * * *", "H(0-29) 3 * * *", "0 3 * * h"])
 def test_cron_with_hashed_or_random_fields_is_a_syntax_error(text: str) -> None:
     error = fails({"cron": text, "timezone": "UTC"})
