@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ket.connection.url import is_postgres
 from ket.errors import KetError
 from ket.store.tenant import check_tenant_name
 
@@ -190,7 +191,7 @@ def control_channels(registry: str) -> ControlChannels | None:
     """The control channel on the registry's database when it is on PostgreSQL (used once the
     registry lists tenants), for the long-running commands that serve tenants; None for
     SQLite."""
-    if not registry.startswith("postgres"):
+    if not is_postgres(registry):
         return None
     from ket.connection.address import libpq_dsn, parse_url
     from ket.wakeup.control_channel import ControlChannels

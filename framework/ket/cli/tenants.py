@@ -21,6 +21,7 @@ from ket.cli.output import escape
 from ket.cli.runtime import open_registry, registry_parent, registry_reader, tenant_name
 from ket.connection.database_file import sqlite_path
 from ket.connection.database_url import PLACEHOLDER, database_identity, shown_url
+from ket.connection.url import is_sqlite
 from ket.errors import KetError, StoreError
 from ket.runtime.tenancy import (
     DEFAULT_TENANT,
@@ -82,7 +83,7 @@ def _add(args: argparse.Namespace) -> int:
         added = registry.add(name, own, template=template, carried=carried)
     finally:
         registry.close()
-    if url.startswith("sqlite"):
+    if is_sqlite(url):
         note = "its database file is created by ket migrate"
     else:
         note = "created its database" if created else "its database exists"

@@ -42,6 +42,7 @@ from ket.cli.runtime import (
 from ket.connection import budget
 from ket.connection.address import name_connections
 from ket.connection.budget import DEFAULT_LIMIT, MIN_LIMIT, RESERVED
+from ket.connection.url import is_postgres
 from ket.declare.deployment import DeploymentDecl
 from ket.errors import KetError
 from ket.runtime.contexts import default_blobs, default_sender
@@ -261,7 +262,7 @@ def check_pooler(tenant: str, control: str, environ: Mapping[str, str]) -> None:
     """Refuse to start behind a pooler that cannot serve ket, or with a bad KET_LISTEN_URL,
     naming it; else send the LISTEN connections where KET_LISTEN_URL says (store/sql/pooler)."""
     listen = environ.get("KET_LISTEN_URL")
-    if not (listen or tenant.startswith("postgres") or control.startswith("postgres")):
+    if not (listen or is_postgres(tenant) or is_postgres(control)):
         return  # SQLite: no pooler, and psycopg is not loaded
     from ket.connection import pooler
 
@@ -435,6 +436,6 @@ def _counted(count: int, noun: str) -> str:
 def _connections(template: str, registry: str, budget: int, pool: int) -> str:
     """What the start-up line says of connections: the budget counts PostgreSQL's alone, so on
     SQLite (the embedded default) it is not named."""
-    if template.startswith("postgres") or registry.startswith("postgres"):
+    if is_postgres(template) or is_postgres(registry):
         return f"up to {budget} connections on each PostgreSQL server, {pool} per tenant"
     return "tenant databases on SQLite"

@@ -89,6 +89,8 @@ def server_of(url: UrlLike) -> str | None:
 def parse_url(url: UrlLike) -> DatabaseUrl:
     """A database URL ket can store jobs in, or StoreError naming it (never its password)."""
     parsed = parse_database_url(url)
+    if parsed.drivername != parsed.drivername.lower():  # a scheme is case-insensitive
+        parsed = parsed.set(drivername=parsed.drivername.lower())
     backend = parsed.get_backend_name()
     if backend == "postgres":
         parsed = parsed.set(drivername="postgresql")

@@ -161,7 +161,7 @@ def _check_template(template: str, pattern: DatabaseUrl) -> None:
 
 
 def _backend(parsed: DatabaseUrl) -> str:
-    backend = parsed.get_backend_name()
+    backend = parsed.get_backend_name().lower()  # a scheme is case-insensitive
     return "postgresql" if backend == "postgres" else backend
 
 

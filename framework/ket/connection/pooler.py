@@ -32,7 +32,7 @@ import psycopg
 from ket import process
 from ket.connection.address import connect_args, libpq_dsn, parse_url, psycopg_params
 from ket.connection.database_url import parse_database_url, shown_url
-from ket.connection.url import DatabaseUrl
+from ket.connection.url import DatabaseUrl, is_postgres
 from ket.errors import StoreError
 
 log = logging.getLogger("ket.store.pooler")
@@ -165,9 +165,9 @@ def check_start(tenant_url: str, control_url: str) -> None:
     reaches another database than the control database. A database that cannot be reached now
     is not checked here (the worker waits for it, as for any outage)."""
     for url in dict.fromkeys((tenant_url, control_url)):
-        if url.startswith("postgres"):
+        if is_postgres(url):
             _check_database(url)
-    if _state().listen_url is not None and control_url.startswith("postgres"):
+    if _state().listen_url is not None and is_postgres(control_url):
         _check_listen(control_url)
 
 

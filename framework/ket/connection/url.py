@@ -115,6 +115,17 @@ class DatabaseUrl:
     __repr__ = __str__  # never the password
 
 
+def is_postgres(url: str) -> bool:
+    """Whether the text of a database URL names PostgreSQL (`postgresql://`, `postgres://`,
+    `postgresql+psycopg://`), in any case: a URL's scheme is case-insensitive (RFC 3986)."""
+    return url[:8].lower() == "postgres"
+
+
+def is_sqlite(url: str) -> bool:
+    """Whether the text of a database URL names SQLite, in any case."""
+    return url[:6].lower() == "sqlite"
+
+
 def make_url(value: UrlLike | object) -> DatabaseUrl:
     """`value` (text, a DatabaseUrl or a SQLAlchemy URL) as a DatabaseUrl.
 

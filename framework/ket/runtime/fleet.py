@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ket.catalog import Catalog
+from ket.connection.url import is_postgres
 from ket.runtime.contexts import Contexts, default_blobs, install_models
 from ket.runtime.events import Hooks, process_hooks
 from ket.runtime.flag import Flag
@@ -290,7 +291,7 @@ class Fleet:
     async def _start(self, name: str, url: str, together: float) -> None:
         where = f"opening the database of tenant {name}"
         try:
-            if self._several and self._channels is not None and url.startswith("postgres"):
+            if self._several and self._channels is not None and is_postgres(url):
                 store = await self._open(url, channel=self._channels.for_tenant(name))
             else:
                 store = await self._open(url)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ket.catalog import Catalog
+from ket.connection.url import is_postgres
 from ket.errors import StoreUnavailable
 from ket.runtime.contexts import Contexts, default_blobs, install_models
 from ket.runtime.events import Hooks
@@ -86,7 +87,7 @@ class TenantStores:
     async def _start(self, tenant: str, url: str) -> Contexts:
         where = f"opening the database of tenant {tenant}"
         try:
-            if self._channels is not None and self._several() and url.startswith("postgres"):
+            if self._channels is not None and self._several() and is_postgres(url):
                 store = await self._open(url, channel=self._channels.for_tenant(tenant))
             else:
                 store = await self._open(url)

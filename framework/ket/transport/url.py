@@ -29,12 +29,13 @@ def sender_from_url(url: str) -> Sender:
     if not isinstance(url, str):
         raise TransportError(f"a transport URL must be a string, got {url!r}; expected {FORMS}")
     scheme, colon, rest = url.partition(":")
+    scheme = scheme.lower()  # a URL's scheme is case-insensitive (RFC 3986), as elsewhere
     if colon and scheme == "dev":
         return DevSender(rest or ket_folder() / "outbox")  # the project's .ket/outbox
     if colon and scheme in ("smtp", "smtps"):
         _check_parsable(url)
         return SmtpSender(url)
-    if url == "capture:":
+    if colon and scheme == "capture" and not rest:
         return CaptureSender()
     raise TransportError(f"unknown transport URL {_hidden(url)!r}; expected {FORMS}")
 

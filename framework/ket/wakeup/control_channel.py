@@ -41,6 +41,7 @@ from ket.connection import budget
 from ket.connection.address import libpq_dsn, parse_url
 from ket.connection.goodbye import close_quietly
 from ket.connection.pooler import listen_dsn
+from ket.connection.url import is_postgres
 from ket.wakeup import listener as listening
 from ket.wakeup.listener import CHANNEL
 from ket.wakeup.local import Wakeups
@@ -396,7 +397,7 @@ def control_dsn(url: str, registry: str, *, registered: bool) -> str | None:
     decide it here; `ket worker` and `ket serve` apply the same rule to each tenant they open
     (ControlChannels). A store opened without its channel made jobs no worker heard of until
     the tenant's safety visit (issue 26)."""
-    if registered and url.startswith("postgres") and registry.startswith("postgres"):
+    if registered and is_postgres(url) and is_postgres(registry):
         return libpq_dsn(parse_url(registry))
     return None
 

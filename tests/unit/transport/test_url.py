@@ -80,3 +80,12 @@ def test_a_bad_smtp_url_is_refused_clearly(url: str, complaint: str) -> None:
     with pytest.raises(TransportError) as raised:
         sender_from_url(url)
     assert complaint in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [("DEV:", DevSender), ("Capture:", CaptureSender), ("SMTP://mail.example.com", SmtpSender)],
+)
+def test_a_scheme_in_any_case_names_the_same_sender(url: str, kind: type) -> None:
+    # as KET_STORAGE_URL's and a database URL's: a URL's scheme is case-insensitive (RFC 3986)
+    assert isinstance(sender_from_url(url), kind)
