@@ -196,3 +196,82 @@ def test_ket_serve_answers_every_tenant_within_its_connection_budget(tenants: Te
     most = max(sampler.samples, default=0)
     assert 0 < most <= BUDGET, (most, output[-4_000:])
     print(f"{len(codes)} calls over {len(TENANTS)} tenants; at most {most} connections held")
+
+
+FLOOD_SECONDS = 6.0
+
+
+async def _flood_and_call(base: str) -> tuple[int, list[float]]:
+    """Every tenant but the first called CALLS at a time without pause for FLOOD_SECONDS, while
+    one caller calls the first tenant, one call after another: how many flood calls were
+    answered, and the first tenant's answer times."""
+    quiet, busy = TENANTS[0], TENANTS[1:]
+    deadline = time.monotonic() + FLOOD_SECONDS
+    answered = 0
+    times: list[float] = []
+    async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+
+        async def call(tenant: str) -> int:
+            answer = await client.post(
+                "/functions/app.place",
+                json={"n": 1},
+                headers={"Authorization": "Bearer t0ken", "X-Ket-Tenant": tenant},
+            )
+            return answer.status_code
+
+        async def flood(tenant: str) -> None:
+            nonlocal answered
+            while time.monotonic() < deadline:
+                assert await call(tenant) == 200
+                answered += 1
+
+        async def one_by_one() -> None:
+            await asyncio.sleep(0.5)  # once the flood holds every connection
+            while time.monotonic() < deadline:
+                began = time.monotonic()
+                assert await call(quiet) == 200
+                times.append(time.monotonic() - began)
+                await asyncio.sleep(0.1)
+
+        await asyncio.gather(one_by_one(), *(flood(t) for t in busy for _ in range(CALLS)))
+    return answered, times
+
+
+def test_a_tenant_called_now_and_then_is_answered_while_the_others_are_called_without_pause(
+    tenants: Tenants,
+) -> None:
+    # Before, the busy tenants' connections went from one of their calls to the next and never
+    # came free: the quiet tenant's call waited for the flood to end (its p99 was 15 s in
+    # bench/serve_connections.py). Now a connection that comes back while a tenant with none
+    # has waited 0.1 s is closed for it.
+    process = subprocess.Popen(
+        [*SERVE, "--max-connections", str(BUDGET)],
+        cwd=tenants.root,
+        env=tenants.environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert process.stdout is not None
+        with process.stdout:
+            for line in process.stdout:
+                lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        base = _started(process, lines)
+        with Sampler(tenants.held) as sampler:
+            flooded, times = asyncio.run(_flood_and_call(base))
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        reader.join(timeout=10)
+    output = "".join(list(lines.queue))
+    # the quiet tenant had its turns all along: many calls within the flood, not one at its end
+    assert len(times) >= 5, (times, flooded, output[-2_000:])
+    assert max(sampler.samples, default=0) <= BUDGET
+    print(f"flood: {flooded} calls; the quiet tenant's {len(times)} calls: {sorted(times)}")

@@ -255,7 +255,8 @@ async def serve_http(
     from ket.connection import budget
     from ket.serve.server import address
 
-    budget.install_per_server(args.max_connections)
+    # fair between tenants: one called without pause does not keep another's calls waiting
+    budget.install_per_server(args.max_connections, fair=True)
     server = http_server(catalog, args, sock, blobs, chosen)
     signals = 0
 

@@ -81,6 +81,11 @@ RECHECK_SECONDS = 0.5
 # busy wait for it (ket.store.sql.lane), so they need no keep.
 KEEP_FOR_OWNER_SECONDS = 0.02
 SAY_EVERY_SECONDS = 60.0  # the longest silence between two "budget spent" lines
+# How long the caller served next may wait for room before a holder whose connection comes
+# back gives it up instead of keeping it for its own next statement (`owed`). Without it, a
+# tenant whose calls never stop keeps its connections busy for good: `ket serve` with 19
+# tenants called 15 at a time each answered a call of a twentieth in 15 s (p99).
+FAIR_WAIT_SECONDS = 0.1
 # A prompt wait goes before the others, but for those that waited this long already: a steady
 # stream of application hints cannot hold sweeps and ticks back for longer.
 PROMPT_AHEAD_SECONDS = 5.0
@@ -94,8 +99,9 @@ CEILING_FIRST_RETRY_SECONDS = 0.05
 MIN_LIMIT = RESERVED + 1
 
 
-# a waiter: its kind, the future that wakes it to look again, its ticket, when it began to wait
-_Entry = tuple[Kind, "asyncio.Future[None]", "Ticket", float]
+# a waiter: its kind, the future that wakes it to look again, its ticket, when it began to
+# wait, and how many connections its holder has already (0: a tenant with none)
+_Entry = tuple[Kind, "asyncio.Future[None]", "Ticket", float, int]
 
 
 class Holder(Protocol):
@@ -115,7 +121,12 @@ class ConnectionBudget:
     """At most `limit` open connections in this process; see the module's text."""
 
     def __init__(
-        self, limit: int, *, idle_seconds: float = DEFAULT_IDLE_SECONDS, server: str = ""
+        self,
+        limit: int,
+        *,
+        idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        server: str = "",
+        fair: bool = False,
     ) -> None:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < MIN_LIMIT:
             raise StoreError(
@@ -127,6 +138,9 @@ class ConnectionBudget:
         self.limit = limit
         self.idle_seconds = idle_seconds
         self.server = server  # host:port, when the process has a budget per server
+        # fair between holders (`ket serve`: see `owed` and `_enqueue`); a worker's fleet
+        # shares its tenants' turns itself, and its leases want its connections kept
+        self.fair = fair
         self._live: dict[Kind, weakref.WeakSet[Any]] = {
             "lane": weakref.WeakSet(),
             "engine": weakref.WeakSet(),
@@ -169,6 +183,23 @@ class ConnectionBudget:
             self._opening[k] + sum(1 for c in self._live[k] if not _closed(c)) for k in kinds
         )
 
+    def owed(self) -> bool:
+        """Whether the caller the budget serves next, urgent, prompt or for a holder with no
+        connection yet, has waited FAIR_WAIT_SECONDS or more: a holder whose connection comes
+        back then gives it up rather than keep it for its own next statement, so busy tenants
+        cannot keep the room from another for long. Only for a fair budget (`ket serve`'s)."""
+        if not self.fair:
+            return False
+        for kind, waiter, ticket, since, holding in self._waiters:
+            if waiter.done():
+                continue
+            if kind == "engine" and self.open_count("engine") >= self.engine_share():
+                return False  # it waits for an engine's share, which a lane's cannot give
+            if ticket.tier == NORMAL and holding:
+                return False  # one more for a holder that has some: it waits its turn
+            return time.monotonic() - since >= FAIR_WAIT_SECONDS
+        return False
+
     def spent(self) -> bool:
         """Whether one more connection would have to wait, or to close an idle one."""
         return bool(self._waiters) or self.open_count() >= self.ceiling()
@@ -183,7 +214,7 @@ class ConnectionBudget:
                 self._look_again_in(KEEP_FOR_OWNER_SECONDS)
             return
         engines_full: bool | None = None
-        for index, (kind, waiter, _, _) in enumerate(self._waiters):
+        for index, (kind, waiter, _, _, _) in enumerate(self._waiters):
             if waiter.done():
                 continue
             if kind == "engine":
@@ -201,8 +232,12 @@ class ConnectionBudget:
 
     # -- taking one -------------------------------------------------------------------------
 
-    async def connect(self, open_one: Callable[[], Awaitable[C]], *, kind: Kind) -> C:
+    async def connect(
+        self, open_one: Callable[[], Awaitable[C]], *, kind: Kind, holding: int = 0
+    ) -> C:
         """`open_one()` once the budget has room for it; waits (never fails) while it has none.
+        `holding`: how many connections the caller's holder has open already (a holder with
+        none waits ahead of the normal ones that have some).
 
         A server that refuses the connection for want of room (its `max_connections`, or the
         role's `CONNECTION LIMIT`, below this budget) is taken as the budget's real size for
@@ -212,7 +247,7 @@ class ConnectionBudget:
         moment, and a caller that failed would only be retried later, or logged per tenant.
         Other errors of `open_one` reach the caller."""
         while True:
-            await self._room(kind)
+            await self._room(kind, holding)
             self._opening[kind] += 1
             try:
                 connection = await open_one()
@@ -315,11 +350,11 @@ class ConnectionBudget:
         others = self.open_count("listener") + self.open_count("other")
         return max(1, self.ceiling() - RESERVED - others)
 
-    async def _room(self, kind: Kind) -> None:
+    async def _room(self, kind: Kind, holding: int = 0) -> None:
         with ExitStack() as paused:  # while it waits, the caller's attempt clock stops
-            await self._wait_for_room(kind, paused)
+            await self._wait_for_room(kind, holding, paused)
 
-    async def _wait_for_room(self, kind: Kind, paused: ExitStack) -> None:
+    async def _wait_for_room(self, kind: Kind, holding: int, paused: ExitStack) -> None:
         waited_since: float | None = None
         woken = False
         while True:
@@ -339,7 +374,7 @@ class ConnectionBudget:
                 paused.enter_context(waiting())
                 self._say_spent(kind)
             waiter = asyncio.get_running_loop().create_future()
-            entry = (kind, waiter, _TICKET.get() or Ticket(NORMAL), waited_since)
+            entry = (kind, waiter, _TICKET.get() or Ticket(NORMAL), waited_since, holding)
             self._enqueue(entry, woken)
             self._look_again_in(RECHECK_SECONDS if ripe_in is None else ripe_in)
             try:
@@ -354,18 +389,24 @@ class ConnectionBudget:
 
     def _enqueue(self, entry: _Entry, woken: bool) -> None:
         """Queue a waiter by its ticket: urgent ones first; then the prompt ones, and the others
-        that waited PROMPT_AHEAD_SECONDS; then the rest in turn. One woken that found no room
+        that waited PROMPT_AHEAD_SECONDS; then the rest in turn, those of a holder with no
+        connection yet before those of a holder that has some. One woken that found no room
         goes first of its kind (it keeps its turn)."""
         tier = entry[2].tier
         if tier == URGENT:
             self._waiters.appendleft(entry)
             return
         if tier == NORMAL and not woken:
+            if self.fair and not entry[4]:  # a holder with none before more for those with some
+                for index, (_, _, ticket, _, held) in enumerate(self._waiters):
+                    if ticket.tier == NORMAL and held:
+                        self._waiters.insert(index, entry)
+                        return
             self._waiters.append(entry)
             return
         aged = time.monotonic() - PROMPT_AHEAD_SECONDS
         index = 0
-        for _, _, ticket, since in self._waiters:
+        for _, _, ticket, since, _ in self._waiters:
             other = ticket.tier
             if other == NORMAL and (tier == NORMAL or since > aged):
                 break
@@ -558,6 +599,7 @@ class Installed:
     def __init__(self) -> None:
         self.shared: ConnectionBudget | None = None
         self.limit: int | None = None
+        self.fair = False
         self.idle_seconds = DEFAULT_IDLE_SECONDS
         self.by_server: dict[str, ConnectionBudget] = {}
 
@@ -570,7 +612,9 @@ class Installed:
             return None
         found = self.by_server.get(server)
         if found is None:
-            found = ConnectionBudget(self.limit, idle_seconds=self.idle_seconds, server=server)
+            found = ConnectionBudget(
+                self.limit, idle_seconds=self.idle_seconds, server=server, fair=self.fair
+            )
             self.by_server[server] = found
         return found
 
@@ -626,13 +670,16 @@ def install(budget: ConnectionBudget | None) -> None:
     installed.shared, installed.limit, installed.by_server = budget, None, {}
 
 
-def install_per_server(limit: int, *, idle_seconds: float = DEFAULT_IDLE_SECONDS) -> None:
+def install_per_server(
+    limit: int, *, idle_seconds: float = DEFAULT_IDLE_SECONDS, fair: bool = False
+) -> None:
     """Give the process a budget of `limit` connections on each PostgreSQL server it reaches
-    (what `ket worker --max-connections` states: a server's max_connections is its own)."""
+    (what `ket worker --max-connections` states: a server's max_connections is its own);
+    `fair` between its holders, as `ket serve` wants (see ConnectionBudget.owed)."""
     ConnectionBudget(limit, idle_seconds=idle_seconds)  # the same refusal of a bad limit, now
     installed = process.current().part(Installed)
     installed.shared, installed.by_server = None, {}
-    installed.limit, installed.idle_seconds = limit, idle_seconds
+    installed.limit, installed.idle_seconds, installed.fair = limit, idle_seconds, fair
 
 
 def current(url: UrlLike) -> ConnectionBudget | None:
@@ -657,10 +704,12 @@ async def held(url: UrlLike, kind: Kind = "other") -> AsyncIterator[None]:
         yield
 
 
-async def connect(open_one: Callable[[], Awaitable[C]], *, kind: Kind, url: UrlLike) -> C:
+async def connect(
+    open_one: Callable[[], Awaitable[C]], *, kind: Kind, url: UrlLike, holding: int = 0
+) -> C:
     """`open_one()` (a connection to `url`'s server) within that server's budget, if there is
-    one."""
+    one; `holding` as for ConnectionBudget.connect."""
     budget = current(url)
     if budget is None:
         return await open_one()
-    return await budget.connect(open_one, kind=kind)
+    return await budget.connect(open_one, kind=kind, holding=holding)

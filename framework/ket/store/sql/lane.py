@@ -25,7 +25,10 @@ rather than opening another: a new connection would cost a server process starte
 tenant's idle connection closed to make room, where the wait costs a statement's few
 milliseconds. After a tick, a tenant's sweep, the claim of its tick job, the question of when
 its next job is due and the settlement would otherwise each open a connection of their own.
-A connection held by a lasting statement (VACUUM, pruning) is not waited for.
+A connection held by a lasting statement (VACUUM, pruning) is not waited for. But once the
+caller the budget serves next has waited FAIR_WAIT_SECONDS (budget.owed), a connection that
+comes back is closed for it rather than handed to this lane's next caller: a tenant that is
+never idle would otherwise keep its connections, and the others' work would wait for good.
 """
 
 from __future__ import annotations
@@ -268,6 +271,14 @@ class Lane:
                 task.add_done_callback(self._closing.remove)
                 self._wake_one()
             return
+        if self._waiters and self._budget is not None and self._budget.owed():
+            # another tenant has waited for room long enough: its turn, not our next caller's
+            # (who asks the budget for room of its own, in line)
+            self._open -= 1
+            task = asyncio.ensure_future(self._give_up(raw))
+            self._closing.append(task)
+            task.add_done_callback(self._closing.remove)
+            return
         while self._waiters:
             waiter = self._waiters.pop(0)
             if not waiter.done():
@@ -276,6 +287,15 @@ class Lane:
         self._idle.append((raw, time.monotonic()))
         if self._budget is not None:
             self._budget.released(self)  # one idle here: a caller short of room may take it
+
+    async def _give_up(self, raw: psycopg.AsyncConnection[Any]) -> None:
+        """Close `raw` for the budget's next caller, then let our own next caller ask."""
+        try:
+            await close_quietly(raw)
+        finally:
+            if self._budget is not None:
+                self._budget.released()
+            self._wake_one()
 
     def _wake_one(self) -> None:
         """A slot came free: let the first waiter open a connection of its own."""
@@ -287,7 +307,8 @@ class Lane:
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         raw = await (
-            self._budget.connect(self._open_one, kind="lane")
+            # the connections it has besides this one: a lane with none waits ahead of more
+            self._budget.connect(self._open_one, kind="lane", holding=self._open - 1)
             if self._budget is not None
             else self._open_one()
         )
