@@ -65,7 +65,7 @@ from ket.runtime.outcome import (
 from ket.runtime.watch import OVERRUN_WARNING_SECONDS, AttemptWatch
 from ket.secret import Redact, Redactor
 from ket.store.types import ClaimedJob, ErrorInfo, Settle
-from ket.store.waiting import timed_by
+from ket.store.waiting import timed_by, untimed
 
 log = logging.getLogger("ket.worker")
 
@@ -267,9 +267,9 @@ class JobRunner:
             raise RuntimeError("JobRunner.run must run in a task of its own")
         watch = self._watch(loop, signal, spec, job, task=task)
         watch.start_clock()
+        timed = timed_by(watch)  # a wait for room for a connection is not the handler's time
         try:
-            with timed_by(watch):  # a wait for room for a connection is not the handler's time
-                value = await spec.handler(ctx, payload)
+            value = await spec.handler(ctx, payload)
         except asyncio.CancelledError:
             if not watch.cut and task.cancelling():  # the worker stopped waiting for it
                 raise
@@ -280,6 +280,7 @@ class JobRunner:
         except BaseException as error:
             return _raised(job, spec, signal, error)
         finally:
+            untimed(timed)
             watch.close()
         return _returned(job, spec, signal, value)
 
@@ -301,8 +302,9 @@ class JobRunner:
 
         # in the attempt's context, as an async handler runs: its context variables (the
         # attempt's span, when traced) are the handler's too
-        with timed_by(watch):  # a wait for room for a connection is not the handler's time
-            attempt = contextvars.copy_context()
+        timed = timed_by(watch)  # a wait for room for a connection is not the handler's time
+        attempt = contextvars.copy_context()
+        untimed(timed)
         work = asyncio.wrap_future(self._executor.submit(attempt.run, in_thread))
         work.add_done_callback(lambda _: resolve(woken))
         try:

@@ -6,8 +6,9 @@ wait is the worker's doing, not the handler's, so an attempt's timeout must not 
 The runner names the attempt's clock for the handler's context; whatever waits for room pauses
 it while it waits.
 
-    with timed_by(watch):           # the runner, around the handler (its threads included)
-        ...
+    token = timed_by(watch)         # the runner, around the handler (its threads included)
+    ...
+    untimed(token)
     with waiting():                 # the connection budget, while a caller waits for room
         await ...
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Protocol
 
 
@@ -31,14 +32,16 @@ class PausableClock(Protocol):
 _CLOCK: ContextVar[PausableClock | None] = ContextVar("ket_attempt_clock", default=None)
 
 
-@contextmanager
-def timed_by(clock: PausableClock) -> Iterator[None]:
-    """Within the block (and the tasks and threads it starts), waits for room pause `clock`."""
-    token = _CLOCK.set(clock)
-    try:
-        yield
-    finally:
-        _CLOCK.reset(token)
+def timed_by(clock: PausableClock | None) -> Token[PausableClock | None]:
+    """From now on in this context (and the tasks and threads it starts), waits for room pause
+    `clock` (None: no clock); `untimed(token)` puts back what was before. Not a context
+    manager: every attempt does this, and a generator's cost would be most of it."""
+    return _CLOCK.set(clock)
+
+
+def untimed(token: Token[PausableClock | None]) -> None:
+    """Undo the `timed_by` that gave `token`."""
+    _CLOCK.reset(token)
 
 
 @contextmanager

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from ket.context.signal import AbortSignal
 from ket.runtime.watch import AttemptWatch
 from ket.store.types import ClaimedJob
-from ket.store.waiting import timed_by, waiting
+from ket.store.waiting import timed_by, untimed, waiting
 
 AT = datetime(2026, 3, 1, tzinfo=UTC)
 JOB = ClaimedJob(
@@ -56,10 +56,12 @@ def test_a_wait_for_room_stops_the_clock_and_it_goes_on_with_what_was_left() -> 
         watch, signal = _watch(0.3)
         watch.start_clock()
         await asyncio.sleep(0.1)
-        with timed_by(watch), waiting():  # 0.5 s waiting for room: more than the timeout
+        token = timed_by(watch)
+        with waiting():  # 0.5 s waiting for room: more than the timeout
             with waiting():  # an overlapping wait of the same attempt
                 await asyncio.sleep(0.2)
             await asyncio.sleep(0.3)
+        untimed(token)
         assert not signal.aborted
         await asyncio.sleep(0.1)  # 0.2 s of its own time now: 0.1 s left
         assert not signal.aborted
@@ -81,8 +83,10 @@ def test_a_wait_outside_the_attempt_or_after_it_ended_starts_no_clock() -> None:
 
         ended, signal = _watch(0.1)
         ended.start_clock()
-        with timed_by(ended), waiting():
+        token = timed_by(ended)
+        with waiting():
             ended.close()  # the attempt ended while its handler waited
+        untimed(token)
         await asyncio.sleep(0.2)
         assert not signal.aborted
 
