@@ -280,7 +280,8 @@ def test_a_session_is_not_the_token_and_signing_out_ends_it_for_every_copy(
     second = browser.new_context()
     second.add_cookies([{**cookie}])
     other = second.new_page()
-    assert other.goto(jobs).status == 200  # type: ignore[union-attr]
+    opened = other.goto(jobs)
+    assert opened is not None and opened.status == 200
     page.click("form[action$=signout] button")  # Sign out
     expect(page.locator("#token")).to_be_visible()
     assert not [c for c in first.cookies() if c["name"] == "ket_dashboard"]
