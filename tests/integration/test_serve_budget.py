@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx2 as httpx
@@ -131,6 +132,38 @@ def tenants(postgres_url: str, tmp_path: Path) -> Iterator[Tenants]:
         made.drop()
 
 
+@contextmanager
+def _serving(tenants: Tenants) -> Iterator[tuple[str, list[str]]]:
+    """`ket serve` on the tenants at --max-connections BUDGET: its address, and the lines it
+    printed (all of them once the block is over and the server stopped)."""
+    process = subprocess.Popen(
+        [*SERVE, "--max-connections", str(BUDGET)],
+        cwd=tenants.root,
+        env=tenants.environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert process.stdout is not None
+        with process.stdout:
+            for line in process.stdout:
+                lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    printed: list[str] = []
+    try:
+        yield _started(process, lines), printed
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        reader.join(timeout=10)
+        printed.extend(lines.queue)
+
+
 def _started(process: subprocess.Popen[str], lines: queue.Queue[str]) -> str:
     seen: list[str] = []
     deadline = time.monotonic() + 30
@@ -163,34 +196,10 @@ async def _call_every_tenant(base: str) -> list[int]:
 
 
 def test_ket_serve_answers_every_tenant_within_its_connection_budget(tenants: Tenants) -> None:
-    process = subprocess.Popen(
-        [*SERVE, "--max-connections", str(BUDGET)],
-        cwd=tenants.root,
-        env=tenants.environment(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-
-    def read() -> None:
-        assert process.stdout is not None
-        with process.stdout:
-            for line in process.stdout:
-                lines.put(line)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        base = _started(process, lines)
-        with Sampler(tenants.held) as sampler:
-            codes = asyncio.run(_call_every_tenant(base))
-            time.sleep(0.5)  # a last sample after the calls
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        reader.join(timeout=10)
-    output = "".join(list(lines.queue))
+    with _serving(tenants) as (base, lines), Sampler(tenants.held) as sampler:
+        codes = asyncio.run(_call_every_tenant(base))
+        time.sleep(0.5)  # a last sample after the calls
+    output = "".join(lines)
     assert codes == [200] * (len(TENANTS) * CALLS), output[-4_000:]
     assert [tenants.jobs(name) for name in TENANTS] == [CALLS] * len(TENANTS)
     most = max(sampler.samples, default=0)
@@ -244,33 +253,9 @@ def test_a_tenant_called_now_and_then_is_answered_while_the_others_are_called_wi
     # came free: the quiet tenant's call waited for the flood to end (its p99 was 15 s in
     # bench/serve_connections.py). Now a connection that comes back while a tenant with none
     # has waited 0.1 s is closed for it.
-    process = subprocess.Popen(
-        [*SERVE, "--max-connections", str(BUDGET)],
-        cwd=tenants.root,
-        env=tenants.environment(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-
-    def read() -> None:
-        assert process.stdout is not None
-        with process.stdout:
-            for line in process.stdout:
-                lines.put(line)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        base = _started(process, lines)
-        with Sampler(tenants.held) as sampler:
-            flooded, times = asyncio.run(_flood_and_call(base))
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        reader.join(timeout=10)
-    output = "".join(list(lines.queue))
+    with _serving(tenants) as (base, lines), Sampler(tenants.held) as sampler:
+        flooded, times = asyncio.run(_flood_and_call(base))
+    output = "".join(lines)
     # the quiet tenant had its turns all along: many calls within the flood, not one at its end
     assert len(times) >= 5, (times, flooded, output[-2_000:])
     assert max(sampler.samples, default=0) <= BUDGET

@@ -47,14 +47,14 @@ import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from ket import process
 from ket.connection.address import server_of
 from ket.errors import StoreError
-from ket.store.waiting import waiting
+from ket.store.waiting import PausableClock, pause_attempt
 
 if TYPE_CHECKING:
     from ket.connection.url import UrlLike
@@ -351,41 +351,42 @@ class ConnectionBudget:
         return max(1, self.ceiling() - RESERVED - others)
 
     async def _room(self, kind: Kind, holding: int = 0) -> None:
-        with ExitStack() as paused:  # while it waits, the caller's attempt clock stops
-            await self._wait_for_room(kind, holding, paused)
-
-    async def _wait_for_room(self, kind: Kind, holding: int, paused: ExitStack) -> None:
         waited_since: float | None = None
+        paused: PausableClock | None = None  # the caller's attempt clock, stopped while it waits
         woken = False
-        while True:
-            ceiling = self.ceiling()
-            cap = self.engine_share() if kind == "engine" else ceiling
-            total = self.open_count()
-            fits = total < ceiling and (kind != "engine" or self.open_count("engine") < cap)
-            if fits:
-                if waited_since is not None:
-                    self._waited(time.monotonic() - waited_since)
-                return
-            closed, ripe_in = await self._shed_one(kind)
-            if closed:
-                continue
-            if waited_since is None:
-                waited_since = time.monotonic()
-                paused.enter_context(waiting())
-                self._say_spent(kind)
-            waiter = asyncio.get_running_loop().create_future()
-            entry = (kind, waiter, _TICKET.get() or Ticket(NORMAL), waited_since, holding)
-            self._enqueue(entry, woken)
-            self._look_again_in(RECHECK_SECONDS if ripe_in is None else ripe_in)
-            try:
-                await waiter  # woken: it looks again above, and waits anew if it finds no room
-                woken = True
-            except BaseException:
-                if entry in self._waiters:
-                    self._waiters.remove(entry)
-                elif waiter.done() and not waiter.cancelled():
-                    self.released()  # woken as it gave up: the next one looks instead
-                raise
+        try:
+            while True:
+                ceiling = self.ceiling()
+                cap = self.engine_share() if kind == "engine" else ceiling
+                total = self.open_count()
+                fits = total < ceiling and (kind != "engine" or self.open_count("engine") < cap)
+                if fits:
+                    if waited_since is not None:
+                        self._waited(time.monotonic() - waited_since)
+                    return
+                closed, ripe_in = await self._shed_one(kind)
+                if closed:
+                    continue
+                if waited_since is None:
+                    waited_since = time.monotonic()
+                    paused = pause_attempt()
+                    self._say_spent(kind)
+                waiter = asyncio.get_running_loop().create_future()
+                entry = (kind, waiter, _TICKET.get() or Ticket(NORMAL), waited_since, holding)
+                self._enqueue(entry, woken)
+                self._look_again_in(RECHECK_SECONDS if ripe_in is None else ripe_in)
+                try:
+                    await waiter  # woken: it looks again above, and waits anew if it finds no room
+                    woken = True
+                except BaseException:
+                    if entry in self._waiters:
+                        self._waiters.remove(entry)
+                    elif waiter.done() and not waiter.cancelled():
+                        self.released()  # woken as it gave up: the next one looks instead
+                    raise
+        finally:
+            if paused is not None:
+                paused.resume()
 
     def _enqueue(self, entry: _Entry, woken: bool) -> None:
         """Queue a waiter by its ticket: urgent ones first; then the prompt ones, and the others
@@ -704,12 +705,10 @@ async def held(url: UrlLike, kind: Kind = "other") -> AsyncIterator[None]:
         yield
 
 
-async def connect(
-    open_one: Callable[[], Awaitable[C]], *, kind: Kind, url: UrlLike, holding: int = 0
-) -> C:
+async def connect(open_one: Callable[[], Awaitable[C]], *, kind: Kind, url: UrlLike) -> C:
     """`open_one()` (a connection to `url`'s server) within that server's budget, if there is
-    one; `holding` as for ConnectionBudget.connect."""
+    one."""
     budget = current(url)
     if budget is None:
         return await open_one()
-    return await budget.connect(open_one, kind=kind, holding=holding)
+    return await budget.connect(open_one, kind=kind)

@@ -302,9 +302,8 @@ class JobRunner:
 
         # in the attempt's context, as an async handler runs: its context variables (the
         # attempt's span, when traced) are the handler's too
-        timed = timed_by(watch)  # a wait for room for a connection is not the handler's time
         attempt = contextvars.copy_context()
-        untimed(timed)
+        attempt.run(timed_by, watch)  # a wait for room for a connection is not the handler's time
         work = asyncio.wrap_future(self._executor.submit(attempt.run, in_thread))
         work.add_done_callback(lambda _: resolve(woken))
         try:

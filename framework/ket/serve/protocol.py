@@ -147,7 +147,6 @@ class GuardedH11Protocol(H11Protocol):
 
     def _close(self, why: str) -> None:
         self._arm(None)
-        self._phase = None
         if self.cycle is not None and not self.cycle.response_complete:
             # the app awaits the body: it sees the client gone
             self.cycle.disconnected = True

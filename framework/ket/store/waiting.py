@@ -9,14 +9,13 @@ it while it waits.
     token = timed_by(watch)         # the runner, around the handler (its threads included)
     ...
     untimed(token)
-    with waiting():                 # the connection budget, while a caller waits for room
-        await ...
+    paused = pause_attempt()        # the connection budget, as a caller begins to wait
+    ...                             # for room, and once it has it:
+    if paused is not None: paused.resume()
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from typing import Protocol
 
@@ -44,15 +43,10 @@ def untimed(token: Token[PausableClock | None]) -> None:
     _CLOCK.reset(token)
 
 
-@contextmanager
-def waiting() -> Iterator[None]:
-    """The block is a wait for room: the clock of the attempt it waits for, if any, stops."""
+def pause_attempt() -> PausableClock | None:
+    """A wait for room begins: the clock of the attempt it waits for, if any, stops; the caller
+    resumes what this returns once the wait is over."""
     clock = _CLOCK.get()
-    if clock is None:
-        yield
-        return
-    clock.pause()
-    try:
-        yield
-    finally:
-        clock.resume()
+    if clock is not None:
+        clock.pause()
+    return clock

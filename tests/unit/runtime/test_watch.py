@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from ket.context.signal import AbortSignal
 from ket.runtime.watch import AttemptWatch
 from ket.store.types import ClaimedJob
-from ket.store.waiting import timed_by, untimed, waiting
+from ket.store.waiting import pause_attempt, timed_by, untimed
 
 AT = datetime(2026, 3, 1, tzinfo=UTC)
 JOB = ClaimedJob(
@@ -57,10 +57,14 @@ def test_a_wait_for_room_stops_the_clock_and_it_goes_on_with_what_was_left() -> 
         watch.start_clock()
         await asyncio.sleep(0.1)
         token = timed_by(watch)
-        with waiting():  # 0.5 s waiting for room: more than the timeout
-            with waiting():  # an overlapping wait of the same attempt
-                await asyncio.sleep(0.2)
-            await asyncio.sleep(0.3)
+        first = pause_attempt()  # 0.5 s waiting for room: more than the timeout
+        second = pause_attempt()  # an overlapping wait of the same attempt
+        await asyncio.sleep(0.2)
+        assert second is watch
+        second.resume()
+        await asyncio.sleep(0.3)
+        assert first is watch
+        first.resume()
         untimed(token)
         assert not signal.aborted
         await asyncio.sleep(0.1)  # 0.2 s of its own time now: 0.1 s left
@@ -76,16 +80,18 @@ def test_a_wait_outside_the_attempt_or_after_it_ended_starts_no_clock() -> None:
     async def body() -> None:
         watch, signal = _watch(0.1)
         watch.start_clock()
-        with waiting():  # nobody's attempt: its clock runs on
-            await asyncio.sleep(0.2)
+        assert pause_attempt() is None  # nobody's attempt: its clock runs on
+        await asyncio.sleep(0.2)
         assert signal.reason == "timeout"
         watch.close()
 
         ended, signal = _watch(0.1)
         ended.start_clock()
         token = timed_by(ended)
-        with waiting():
-            ended.close()  # the attempt ended while its handler waited
+        paused = pause_attempt()
+        ended.close()  # the attempt ended while its handler waited
+        assert paused is ended
+        paused.resume()
         untimed(token)
         await asyncio.sleep(0.2)
         assert not signal.aborted

@@ -80,7 +80,7 @@ class Actions:
         forget the cookie."""
         visit = await self._posted(request, READ)
         if visit.session:
-            await self.d.sessions.close(visit.store, visit.tenant, request.cookies[COOKIE])
+            await self.d.sessions.close(visit.store, visit.session)
         response = RedirectResponse(self.d.path + "/", status_code=303)
         response.delete_cookie(COOKIE, path=self.d.path, httponly=True, samesite="strict")
         return response

@@ -6,8 +6,9 @@ name: `v1.<tenant>.<expires>.<secret>.<mac>`, an HMAC under the dashboard's key
 (`KET_DASHBOARD_KEY`, as the CSRF tokens) over the tenant, the expiry and a random secret.
 
     value = await sessions.open(store, "acme", principal)     # at sign-in: the cookie's value
-    found = await sessions.find(store, "acme", value)         # each request: the session, or None
-    await sessions.close(store, "acme", value)                # sign-out: ended on every server
+    secret = sessions.secret_of("acme", value)                # each request: its MAC, no database
+    found = await sessions.find(store, secret)                # then the session, or None
+    await sessions.close(store, found.key)                    # sign-out: ended on every server
 
 A forged, altered or expired value is refused by its MAC before any database is asked, and a
 value for one tenant admits nobody in another. The store keeps a digest of the secret, never the
@@ -60,10 +61,22 @@ class Sessions:
         await _capable(store).session_open(session, ttl_seconds=SESSION_SECONDS)
         return f"{VERSION}.{tenant}.{expires}.{secret}.{self._mac(tenant, expires, secret)}"
 
-    async def find(self, store: JobStore, tenant: str, value: str) -> Session | None:
-        """The live session `value` names in `tenant`, or None."""
-        secret = self._secret(tenant, value)
-        if secret is None or not isinstance(store, SessionStore):
+    def secret_of(self, tenant: str, value: str) -> str | None:
+        """The secret of the cookie `value` when this server made it for `tenant` and it has
+        not expired; else None (asks no database)."""
+        parts = value.split(".")
+        if len(parts) != 5 or parts[0] != VERSION or parts[1] != tenant:
+            return None
+        _, _, expires, secret, mac = parts
+        if not expires.isdigit() or int(expires) <= time.time():
+            return None
+        if not hmac.compare_digest(mac, self._mac(tenant, int(expires), secret)):
+            return None
+        return secret
+
+    async def find(self, store: JobStore, secret: str) -> Session | None:
+        """The live session of `secret` (from `secret_of`), or None."""
+        if not isinstance(store, SessionStore):
             return None
         found = await store.session_find(_digest(secret))
         if found is None:
@@ -75,28 +88,10 @@ class Sessions:
         )
         return Session(principal=principal, key=found.key)
 
-    async def close(self, store: JobStore, tenant: str, value: str) -> None:
-        """End the session `value` names (nothing for a value this server did not make)."""
-        secret = self._secret(tenant, value)
-        if secret is not None:
-            await _capable(store).session_close(_digest(secret))
-
-    def made_for(self, tenant: str, value: str) -> bool:
-        """Whether `value` is a cookie this server made for `tenant`, not yet expired (asks no
-        database)."""
-        return self._secret(tenant, value) is not None
-
-    def _secret(self, tenant: str, value: str) -> str | None:
-        """The secret of `value` when this server made it for `tenant` and it has not expired."""
-        parts = value.split(".")
-        if len(parts) != 5 or parts[0] != VERSION or parts[1] != tenant:
-            return None
-        _, _, expires, secret, mac = parts
-        if not expires.isdigit() or int(expires) <= time.time():
-            return None
-        if not hmac.compare_digest(mac, self._mac(tenant, int(expires), secret)):
-            return None
-        return secret
+    @staticmethod
+    async def close(store: JobStore, key: str) -> None:
+        """End the session of `key` (a live session's, `Session.key`)."""
+        await _capable(store).session_close(key)
 
     def _mac(self, tenant: str, expires: int, secret: str) -> str:
         text = f"ket-dashboard-session\0{tenant}\0{expires}\0{secret}".encode()

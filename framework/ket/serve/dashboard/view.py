@@ -119,11 +119,12 @@ class Dashboard:
         if not value:
             return None
         name = await self.tenants.name_of(request.headers, tenant)
-        if not self.sessions.made_for(name, value):
+        secret = self.sessions.secret_of(name, value)
+        if secret is None:
             return None
         url = await self.tenants.url_of(name)  # the cookie is proof of an earlier sign-in
         store = await self.stores.store(name, url)
-        found = await self.sessions.find(store, name, value)
+        found = await self.sessions.find(store, secret)
         if found is None:
             return None
         return Caller(tenant=name, url=url, principal=found.principal), store, found.key

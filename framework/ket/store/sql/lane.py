@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -266,18 +266,14 @@ class Lane:
                 stale = [raw]
             self._open -= len(stale)
             for dropped in stale:
-                task = asyncio.ensure_future(close_quietly(dropped))
-                self._closing.append(task)
-                task.add_done_callback(self._closing.remove)
+                self._in_background(close_quietly(dropped))
                 self._wake_one()
             return
         if self._waiters and self._budget is not None and self._budget.owed():
             # another tenant has waited for room long enough: its turn, not our next caller's
             # (who asks the budget for room of its own, in line)
             self._open -= 1
-            task = asyncio.ensure_future(self._give_up(raw))
-            self._closing.append(task)
-            task.add_done_callback(self._closing.remove)
+            self._in_background(self._give_up(raw))
             return
         while self._waiters:
             waiter = self._waiters.pop(0)
@@ -287,6 +283,12 @@ class Lane:
         self._idle.append((raw, time.monotonic()))
         if self._budget is not None:
             self._budget.released(self)  # one idle here: a caller short of room may take it
+
+    def _in_background(self, closing: Coroutine[Any, Any, None]) -> None:
+        """Close a connection without waiting for it (kept until done, so it is not lost)."""
+        task = asyncio.ensure_future(closing)
+        self._closing.append(task)
+        task.add_done_callback(self._closing.remove)
 
     async def _give_up(self, raw: psycopg.AsyncConnection[Any]) -> None:
         """Close `raw` for the budget's next caller, then let our own next caller ask."""
