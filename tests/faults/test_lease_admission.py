@@ -39,7 +39,7 @@ TENANTS = 20
 JOBS = 3  # per tenant, run at once (the queue's concurrency)
 CONNECT_DELAY = 0.5
 BUDGET = 4
-LEASE_MS = 3_000  # a heartbeat every second
+LEASE_MS = 3_000  # a renewal every second
 WORK_SECONDS = 4.0  # each job: longer than a heartbeat interval
 
 APP = f"""

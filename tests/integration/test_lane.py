@@ -17,6 +17,7 @@ from ket.connection import budget
 from ket.connection.address import parse_url
 from ket.errors import StoreError
 from ket.store.sql.lane import OWN_WAIT_SECONDS, Lane
+from ket.store.waiting import Sent, sending, unsent
 
 
 def _lane(postgres_url: str, tag: str, *, size: int, timeout: float = 5.0) -> Lane:
@@ -316,3 +317,45 @@ def test_a_caller_cancelled_as_a_connection_is_handed_to_it_ends_cancelled(
         await lane.close()
 
     _run(body)
+
+
+def test_a_statement_that_waited_for_room_is_sent_when_its_connection_is_in_hand(
+    postgres_url: str, elsewhere: str
+) -> None:
+    """A heartbeat or claim that waits a second for room in a spent budget renews or takes its
+    leases when its connection is in hand, not when it asked: the worker counts them from then
+    (store/waiting.py's Sent), so a wait that was not the database's costs them nothing."""
+    tag = f"ket-lane-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> tuple[float, float, bool]:
+        budget.install(budget.ConnectionBudget(3))
+        holders = [_lane(elsewhere, f"{tag}-holder-{n}", size=1) for n in range(3)]
+        lane = _lane(elsewhere, tag, size=1)
+        try:
+            # three statements of 1 s take the whole budget: the fourth waits for one to end
+            busy = [asyncio.ensure_future(_backend(h, 1.0)) for h in holders]
+            await asyncio.sleep(0.2)
+            asked = time.monotonic()
+            sent = Sent(asked)
+            token = sending(sent)
+            try:
+                await _backend(lane)
+            finally:
+                unsent(token)
+            await asyncio.gather(*busy)
+            after = Sent(time.monotonic())
+            token = sending(after)
+            try:
+                await _backend(lane)  # no wait: in hand at once, moved a moment later
+            finally:
+                unsent(token)
+            return sent.at - asked, after.at - time.monotonic(), after.moved
+        finally:
+            await lane.close()
+            for holder in holders:
+                await holder.close()
+            budget.install(None)
+
+    waited, since_now, moved = asyncio.run(scenario())
+    assert 0.6 <= waited <= 2.0  # the 0.8 s it waited for room is not counted against it
+    assert moved and since_now <= 0

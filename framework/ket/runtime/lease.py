@@ -33,6 +33,7 @@ from ket.runtime.admission import Admission
 from ket.runtime.flag import Flag
 from ket.store.contract import JobStore
 from ket.store.types import ClaimedJob, Heartbeat, JobId, Lease
+from ket.store.waiting import Sent, sending, unsent
 
 log = logging.getLogger("ket.worker")
 
@@ -210,18 +211,21 @@ class HeartbeatService:
         held.extend(attempts.settling.values())
         if not held:
             return
-        sent = attempts.clock()
+        asked = attempts.clock()
+        sent = Sent(asked)  # moved to when its connection was in hand
         leases = [Lease(id=a.job.id, fence=a.job.fence) for a in held]
+        token = sending(sent)
         try:
             result = await self._store.job_heartbeat(
                 Heartbeat(leases=leases, lease_seconds=attempts.lease_seconds)
             )
         finally:  # a failed or abandoned one was late too
-            attempts.renewed(attempts.clock() - sent)
+            unsent(token)
+            attempts.renewed(attempts.clock() - asked)
         extended = set(result.extended)
         for attempt in held:
             if attempt.job.id in extended:
-                attempt.held_until = sent + attempts.lease_seconds
+                attempt.held_until = sent.at + attempts.lease_seconds
         for job_id in result.lost:
             attempts.settled(job_id)  # a settling one's outcome will be refused: keep nothing
             attempts.abort(job_id, "lease lost")

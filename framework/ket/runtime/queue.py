@@ -25,6 +25,7 @@ from ket.runtime.lease import Attempt, Attempts
 from ket.runtime.supervisor import Supervisor, backoff
 from ket.store.contract import JobStore, PacedStore, PushStore
 from ket.store.types import JobClaim
+from ket.store.waiting import Sent, sending, unsent
 from ket.store.watch import JobWatch
 
 if TYPE_CHECKING:
@@ -303,13 +304,17 @@ class QueueLoop:
         The jobs are not kept in the claim loop's frame, which outlives them while the queue
         waits for work (a thousand idle tenants' last jobs, with their inputs)."""
         queue, attempts = self.queue, self._attempts
-        sent = attempts.clock()
+        sent = Sent(attempts.clock())  # moved to when its connection was in hand
         claim = JobClaim(
             queue=queue.name, limit=free, worker_id=self._worker_id, lease_seconds=lease
         )
-        claimed = await self._store.job_claim(claim)
+        token = sending(sent)
+        try:
+            claimed = await self._store.job_claim(claim)
+        finally:
+            unsent(token)  # the attempts launched below must not inherit it
         for job in claimed:
-            queue.ready.append(attempts.add(job, sent))
+            queue.ready.append(attempts.add(job, sent.at))
         self._launch(queue)
         return len(claimed)
 

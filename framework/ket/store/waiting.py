@@ -16,6 +16,7 @@ it while it waits.
 
 from __future__ import annotations
 
+import time
 from contextvars import ContextVar, Token
 from typing import Protocol
 
@@ -50,3 +51,40 @@ def pause_attempt() -> PausableClock | None:
     if clock is not None:
         clock.pause()
     return clock
+
+
+class Sent:
+    """When a statement that sets or renews leases was sent, on the caller's monotonic clock: at
+    first when it was asked for (the earliest it can have been), then moved to when its
+    connection was in hand (`in_hand`, by the SQL store's lane), once. A claim that waited five
+    seconds for a connection within a spent budget took its leases then, not when it asked: its
+    attempts' leases are known to last that much longer, and the lease guard gives none up for
+    a wait that was not the database's."""
+
+    __slots__ = ("at", "moved")
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.moved = False
+
+
+_SENT: ContextVar[Sent | None] = ContextVar("ket_statement_sent", default=None)
+
+
+def sending(sent: Sent) -> Token[Sent | None]:
+    """From now on in this context, the first connection in hand moves `sent`; `unsent(token)`
+    puts back what was before."""
+    return _SENT.set(sent)
+
+
+def unsent(token: Token[Sent | None]) -> None:
+    _SENT.reset(token)
+
+
+def in_hand() -> None:
+    """A connection is in hand for a statement: the `Sent` of this context, if any and not
+    moved yet, moves to now (time.monotonic, the clock of the attempts' leases)."""
+    sent = _SENT.get()
+    if sent is not None and not sent.moved:
+        sent.at = time.monotonic()
+        sent.moved = True

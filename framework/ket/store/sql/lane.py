@@ -50,6 +50,7 @@ from ket.connection.url import DatabaseUrl
 from ket.errors import StoreError
 from ket.store.sql.postgres_text import TEXT
 from ket.store.sql.statement import Compiled, Statement
+from ket.store.waiting import in_hand
 
 T = TypeVar("T")
 # A statement is prepared on a connection once it ran there this many times before (psycopg's
@@ -132,6 +133,7 @@ class Lane:
     async def connection(self) -> AsyncIterator[LaneConnection]:
         """A connection in autocommit mode for the block; returned to the pool afterwards."""
         raw = await self._acquire()
+        in_hand()
         try:
             yield LaneConnection(raw)
         finally:
@@ -149,6 +151,7 @@ class Lane:
         # the connection() block written out: a single enqueue is this and one statement, and
         # an async context manager's generator costs as much as the rest of this method
         raw = await self._acquire()
+        in_hand()
         self._lasting += lasting
         try:
             if single:
