@@ -10,10 +10,6 @@ Modes, switchable at any time:
   serves new connections.
 - `refuse`: new connections are reset at once and existing ones are reset (RST to the client).
 
-`connect_delay` (seconds, any mode that forwards) holds every new connection that long before it
-reaches the server: a server far away, or behind a slow handshake, where each connection a
-client opens costs it that much more.
-
 In tests, as a context manager running its event loop in a background thread:
 
     with Proxy(("127.0.0.1", 5432)) as proxy:
@@ -74,12 +70,9 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 class Proxy:
     """Forwards 127.0.0.1:<port> to `target`, with faults switched by `set_mode`."""
 
-    def __init__(
-        self, target: tuple[str, int], *, listen_port: int = 0, connect_delay: float = 0.0
-    ) -> None:
+    def __init__(self, target: tuple[str, int], *, listen_port: int = 0) -> None:
         self.target = target
         self.port = listen_port
-        self.connect_delay = connect_delay
         self.accepted = 0  # connections accepted so far (in any mode): reconnects show here
         self._mode: Mode = "pass"
         self._links: set[_Link] = set()
@@ -195,8 +188,6 @@ class Proxy:
         link = _Link(client=writer, dropping=self._mode == "blackhole")
         upstream_reader: asyncio.StreamReader | None = None
         if not link.dropping:  # a blackholed newcomer never reaches the server
-            if self.connect_delay:
-                await asyncio.sleep(self.connect_delay)
             try:
                 upstream_reader, link.upstream = await asyncio.open_connection(*self.target)
             except OSError:
@@ -279,14 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", default="127.0.0.1:5432", help="HOST:PORT")
     parser.add_argument("--control", type=Path, help="a file holding the mode to apply")
     parser.add_argument("--mode", choices=MODES, default="pass", help="the starting mode")
-    parser.add_argument(
-        "--connect-delay", type=float, default=0.0, help="seconds each new connection waits"
-    )
     options = parser.parse_args(argv)
     host, _, port = options.target.rpartition(":")
-    proxy = Proxy(
-        (host, int(port)), listen_port=options.listen_port, connect_delay=options.connect_delay
-    )
+    proxy = Proxy((host, int(port)), listen_port=options.listen_port)
     proxy.set_mode(options.mode)
     asyncio.run(_main(proxy, options.control))
     return 0

@@ -31,11 +31,6 @@ After a tick a hundred tenants' sweeps and the claims of their tick jobs each wa
 at once; the job an application enqueued into one tenant meanwhile would otherwise wait behind
 them all, for a second or more.
 
-A worker renews the leases of every tenant with running work each third of a lease, on a
-connection to that tenant's database; as many tenants as the budget has `lanes()` can each keep
-one, and more take turns. The worker admits no more tenants to claim work at once than their
-renewals keep up with (ket.runtime.admission).
-
 Connections held across a handler's own code (an engine's: `ctx.db`, `ctx.tx`) may take at most
 `limit - RESERVED` of the budget, less the connections that are neither an engine's nor the
 worker's statements (the listener, the hint sender, a registry read): the worker's own statements
@@ -342,12 +337,6 @@ class ConnectionBudget:
             self._ceiling = min(self.limit, max(self._ceiling, self.open_count() + 1))
             self._retry_at = float("inf")
         return self._ceiling
-
-    def lanes(self) -> int:
-        """How many connections the worker's own statements have now: the ceiling less the
-        engines', the listener and the others (at least one)."""
-        others = sum(self.open_count(k) for k in ("listener", "other", "engine"))
-        return max(1, self.ceiling() - others)
 
     def engine_share(self) -> int:
         """How many connections engines may hold now: what leaves RESERVED of the ceiling to

@@ -33,9 +33,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ket.catalog import Catalog
-from ket.connection import budget
 from ket.connection.url import is_postgres
-from ket.runtime.admission import Admission
 from ket.runtime.contexts import Contexts, default_blobs, install_models
 from ket.runtime.events import Hooks, process_hooks
 from ket.runtime.flag import Flag
@@ -153,8 +151,6 @@ class Fleet:
         self._gate = asyncio.Semaphore(STARTS_AT_ONCE)
         # the plain handlers' threads, shared by the tenants (runtime/threads.py)
         self._threads = threads or HandlerThreads(handler_threads(catalog))
-        # per PostgreSQL server, the tenants that may hold leases at once (runtime/admission.py)
-        self._admissions: dict[str, Admission] = {}
 
     async def run(self, stop: asyncio.Event, services: Sequence[Service] = ()) -> None:
         """Serve until `stop` is set, then stop every tenant gracefully (concurrently).
@@ -332,24 +328,10 @@ class Fleet:
             together=together,
             burst=self._burst,
             executor=self._threads.for_tenant(name),
-            admission=self._admission(url),
         )
         worker.start()
         self.workers[name] = worker
         log.info("serving tenant %s", name)
-
-    def _admission(self, url: str) -> Admission | None:
-        """The tenants that may hold leases at once on `url`'s server: as many as their
-        renewals keep up with on its connection budget (any number without a budget)."""
-        spent = budget.current(url)
-        if spent is None:
-            return None
-        found = self._admissions.get(spent.server)
-        if found is None:
-            where = f" on {spent.server}" if spent.server else ""
-            found = Admission(floor=spent.lanes, where=where)
-            self._admissions[spent.server] = found
-        return found
 
     def _served(self) -> int:
         """How many tenants this process serves now."""

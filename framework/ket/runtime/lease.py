@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ket.context import AbortSignal
-from ket.runtime.admission import Admission
 from ket.runtime.flag import Flag
 from ket.store.contract import JobStore
 from ket.store.types import ClaimedJob, Heartbeat, JobId, Lease
@@ -68,29 +67,15 @@ class Attempts:
     # guard and the vacuumer tick only then, so that an idle tenant costs no timers at all
     watched: Flag = field(default_factory=Flag)
     started: int = 0  # attempts ever added: claims made here (the vacuumer counts them)
-    # the tenants that may hold leases at once on this tenant's server (runtime/admission.py;
-    # None: any number), when this tenant took its place among them (None: it holds none),
-    # the claims under way, and a flag set while it has neither attempts nor claims
-    admission: Admission | None = None
-    admitted_at: float | None = None
-    claiming: int = 0
-    emptied: Flag = field(default_factory=Flag)
 
     def __post_init__(self) -> None:
         self.reachable.set()
-        self.emptied.set()
-
-    @property
-    def renew_every(self) -> float:
-        """How often the leases are renewed (the heartbeat's interval)."""
-        return self.lease_seconds / 3
 
     def add(self, job: ClaimedJob, sent: float) -> Attempt:
         attempt = Attempt(job=job, signal=AbortSignal(), held_until=sent + self.lease_seconds)
         self.running[job.id] = attempt
         self.started += 1
         self.watched.set()
-        self.emptied.clear()
         return attempt
 
     def remove(self, job_id: JobId) -> None:
@@ -111,63 +96,8 @@ class Attempts:
             self._unwatch()
 
     def _unwatch(self) -> None:
-        if not self.running and not self.settling:
-            if self.reachable.is_set():
-                self.watched.clear()
-            if not self.claiming:
-                self._leave()
-
-    # -- the tenant's place among those holding leases (runtime/admission.py) -----------------
-
-    def may_claim(self) -> bool:
-        """Whether a claim may go now, without waiting for a place: there is no admission, or
-        the tenant holds a place and its turn is not over. If so, the claim is under way
-        (`claimed()` once it returned)."""
-        admission, since = self.admission, self.admitted_at
-        if admission is None or (since is not None and not admission.turn_over(since)):
-            self._claim()
-            return True
-        return False
-
-    async def admit(self) -> None:
-        """Wait for the tenant's place (when its turn is over, for its work to end first); the
-        claim is then under way (`claimed()` once it returned)."""
-        assert self.admission is not None
-        if self.admitted_at is not None:
-            await self.emptied.wait()  # its work is over: it has left its place
-        if self.admitted_at is None:
-            await self.admission.enter()
-            if self.admitted_at is None:
-                self.admitted_at = self.clock()
-            else:  # another queue of this tenant took a place meanwhile: one is enough
-                self.admission.leave()
-        self._claim()
-
-    def claimed(self) -> None:
-        """A claim that `may_claim` or `admit` let go has returned (its jobs added)."""
-        self.claiming -= 1
-        if not self.running and not self.settling and not self.claiming:
-            self._leave()
-
-    def leave(self) -> None:
-        """The tenant stops: its place goes to the next, whatever is left."""
-        self._leave(done=False)
-
-    def renewed(self, took: float) -> None:
-        """A heartbeat renewed the leases in `took` seconds (the admission learns from it)."""
-        if self.admission is not None:
-            self.admission.heard(took, self.renew_every)
-
-    def _claim(self) -> None:
-        self.claiming += 1
-        self.emptied.clear()
-
-    def _leave(self, *, done: bool = True) -> None:
-        self.emptied.set()
-        if self.admitted_at is not None:
-            self.admitted_at = None
-            if self.admission is not None:
-                self.admission.leave(done=done)
+        if not self.running and not self.settling and self.reachable.is_set():
+            self.watched.clear()
 
     def fence_off(self) -> None:
         """Heartbeats failed and attempts were given up: claiming pauses until the database
@@ -199,7 +129,7 @@ class HeartbeatService:
     def __init__(self, store: JobStore, attempts: Attempts) -> None:
         self._store = store
         self._attempts = attempts
-        self.interval = attempts.renew_every
+        self.interval = attempts.lease_seconds / 3
 
     async def tick(self) -> None:
         attempts = self._attempts
@@ -211,17 +141,15 @@ class HeartbeatService:
         held.extend(attempts.settling.values())
         if not held:
             return
-        asked = attempts.clock()
-        sent = Sent(asked)  # moved to when its connection was in hand
+        sent = Sent(attempts.clock())  # moved to when its connection was in hand
         leases = [Lease(id=a.job.id, fence=a.job.fence) for a in held]
         token = sending(sent)
         try:
             result = await self._store.job_heartbeat(
                 Heartbeat(leases=leases, lease_seconds=attempts.lease_seconds)
             )
-        finally:  # a failed or abandoned one was late too
+        finally:
             unsent(token)
-            attempts.renewed(attempts.clock() - asked)
         extended = set(result.extended)
         for attempt in held:
             if attempt.job.id in extended:

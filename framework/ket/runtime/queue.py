@@ -195,8 +195,6 @@ class QueueLoop:
             # When idle, watch before claiming: a job committed while the claim is in flight
             # must wake the wait that follows, not slip between the claim and the wait. While
             # work flows the claim is almost never short, so skip the watch on that path.
-            if not attempts.may_claim() and not await self._admitted():
-                continue  # the worker stops
             watch = None if busy or burst is not None else await self._watch(idle)
             epoch = 0 if burst is None else burst.epoch
             try:
@@ -208,8 +206,6 @@ class QueueLoop:
                 self._failed(error)
                 await self._supervisor.sleep(backoff(poll_max, failures))
                 continue
-            finally:
-                attempts.claimed()
             if failures:
                 failures = 0
                 self._supervisor.repeats.recovered(self._supervisor.where(self.name))
@@ -242,20 +238,6 @@ class QueueLoop:
             if await self._waited(watch):
                 return True
         return False
-
-    async def _admitted(self) -> bool:
-        """Wait for the tenant's place among those that may hold leases (runtime/admission.py):
-        True once it has it, the claim under way; False if the worker stops first."""
-        attempts = self._attempts
-        admitted = asyncio.ensure_future(attempts.admit())
-        await _first(admitted, self._stopping.wait())
-        if not admitted.done() or admitted.cancelled():
-            return False
-        admitted.result()
-        if self._stopping.is_set():
-            attempts.claimed()  # admitted as the worker stops: no claim after all
-            return False
-        return True
 
     async def _waited(self, watch: JobWatch) -> bool:
         """The claim loop waits on `watch`: True when it parked on it (or on a later one), the

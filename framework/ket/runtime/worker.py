@@ -30,7 +30,6 @@ from typing import TypeVar
 
 from ket.catalog import Catalog
 from ket.declare.worker import WorkerConfig
-from ket.runtime.admission import Admission
 from ket.runtime.burst import Burst
 from ket.runtime.contexts import Contexts
 from ket.runtime.events import Hooks
@@ -94,15 +93,12 @@ class TenantWorker:
         fleet: Callable[[], int] | None = None,
         together: float | None = None,
         burst: bool = False,
-        admission: Admission | None = None,
     ) -> None:
         """`served`: how many tenants the process serves now, which paces the safety visits;
         `fleet`: how many the worker processes sharing them serve together (the registry's),
         which spreads the schedule sweeps. None: this one. `together`: how many tenants the
         worker processes start with this one, which spreads their first visits (None: the
-        fleet's). `burst`: run what is due, then say so (`self.burst.done`). `admission`: the
-        tenants that may hold leases at once on this tenant's server (runtime/admission.py;
-        None: any number)."""
+        fleet's). `burst`: run what is due, then say so (`self.burst.done`)."""
         self.store = store
         self.catalog = catalog
         self.tenant = tenant
@@ -123,7 +119,7 @@ class TenantWorker:
         # with a grace longer than what is left of the lease, another worker rescues it and its
         # outcome is refused), and one that does not is still aborted before its lease ends.
         self._leases = Supervisor(tenant=tenant, stopping=Flag(), repeats=repeats)
-        self.attempts = Attempts(lease_seconds=config.lease_ms / 1000, admission=admission)
+        self.attempts = Attempts(lease_seconds=config.lease_ms / 1000)
         self.runner = JobRunner(
             catalog=catalog,
             contexts=contexts,
@@ -138,7 +134,7 @@ class TenantWorker:
             store,
             self._settled(report),
             self.supervisor,
-            timeout=self.attempts.renew_every,
+            timeout=self.attempts.lease_seconds / 3,
         )
         self._queues = {q: QueueSlots(q, n) for q, n in config.queues.items()}
         self._loops: list[QueueLoop] = []
@@ -295,7 +291,6 @@ class TenantWorker:
         await self.settler.close()
         await self.supervisor.stop()
         await self._leases.stop()
-        self.attempts.leave()  # its place among the tenants holding leases, if it had one
         if self._own_executor:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
@@ -311,7 +306,6 @@ class TenantWorker:
         if back:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.store.job_settle(back), timeout)
-        self.attempts.leave()
 
     @property
     def running(self) -> int:

@@ -514,27 +514,3 @@ def test_a_process_has_a_budget_on_each_postgresql_server() -> None:
         assert ket_budget.every() == [one, other]
         ket_budget.install(None)
         assert ket_budget.current("postgresql://root@10.0.0.1:5432/t1") is None
-
-
-def test_the_lanes_are_what_engines_the_listener_and_the_others_leave_of_the_ceiling() -> None:
-    async def scenario() -> list[int]:
-        budget = ConnectionBudget(6)
-        seen = [budget.lanes()]
-
-        async def one() -> Connection:
-            return Connection()
-
-        held = [await budget.connect(one, kind="listener")]
-        seen.append(budget.lanes())
-        held += [await budget.connect(one, kind="engine") for _ in range(3)]
-        seen.append(budget.lanes())
-        held.append(await budget.connect(one, kind="lane"))  # a lane's own: still a lane
-        seen.append(budget.lanes())
-        held.append(await budget.connect(one, kind="other"))
-        seen.append(budget.lanes())  # never fewer than one
-        for connection in held:
-            connection.close()
-        seen.append(budget.lanes())
-        return seen
-
-    assert asyncio.run(scenario()) == [6, 5, 2, 2, 1, 6]
