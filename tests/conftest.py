@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.databases import drop_databases, drop_retired
 from tests.s3_server import CREDENTIALS, S3Server
 
 POSTGRES_URL = os.environ.get("KET_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/postgres")
@@ -33,6 +34,14 @@ def _reachable() -> str | None:
     except psycopg.Error as error:
         return str(error).strip().splitlines()[0]
     return None
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The databases the tests retired (tests/databases.py), dropped at once at the very end:
+    by the one process that runs the session (xdist's controller, after every worker ended)."""
+    if hasattr(session.config, "workerinput") or _reachable() is not None:
+        return
+    drop_retired(POSTGRES_URL)
 
 
 @pytest.fixture(scope="session")
@@ -105,10 +114,7 @@ def migrated_postgres_database(
         asyncio.run(migrate(url))
         yield url
     finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_databases(server, [name])
 
 
 @pytest.fixture(scope="session")

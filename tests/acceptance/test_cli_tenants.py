@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from ..databases import drop_databases
 from .conftest import Project, Result, run_ket
 
 APP = """
@@ -117,10 +118,7 @@ def shop(request: pytest.FixtureRequest, project: Project) -> Iterator[Shop]:
     try:
         yield Shop(root=root, backend="postgresql", template=template, env=env)
     finally:
-        with psycopg.connect(admin, autocommit=True) as connection:
-            for name in names:
-                drop = "DROP DATABASE IF EXISTS {} WITH (FORCE)"
-                connection.execute(sql.SQL(drop).format(sql.Identifier(name)))
+        drop_databases(admin, names)
 
 
 def _wait_for_completed(

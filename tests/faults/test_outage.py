@@ -24,6 +24,7 @@ from psycopg import sql
 
 from ket.store import NewJob
 
+from ..databases import drop_database
 from .fleet import FaultFleet, until
 from .proxy import Mode, Proxy
 
@@ -49,10 +50,7 @@ def fleet(tmp_path: Path, postgres_url: str) -> Iterator[FaultFleet]:
         yield made
     finally:
         made.stop_all()
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(postgres_url, name)
 
 
 def _database_now(fleet: FaultFleet) -> datetime:

@@ -28,6 +28,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.databases import drop_database
 from tests.faults.fleet import until
 from tests.faults.pgbouncer import PgBouncer
 
@@ -172,10 +173,7 @@ def _project(tmp_path: Path, server: str, pool_mode: str) -> Iterator[Project]:
             finally:
                 made.stop()
     finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(server, name)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from psycopg import sql
 
 from ket.store import NewJob
 
+from ..databases import drop_database
 from .fleet import FaultFleet, until
 from .proxy import Proxy
 
@@ -45,13 +46,7 @@ def make_fleet(tmp_path: Path, postgres_url: str) -> Iterator[Make]:
         fleet.stop_all()
         for log in fleet.logs:  # no error may go unreported, nor be reported as a stray task's
             assert "exception was never retrieved" not in log.read_text(), log.read_text()
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(name))
-            )
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(postgres_url, name)
 
 
 def _work(ms: int) -> NewJob:

@@ -14,6 +14,7 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from ket.store.sql import SqlStore
+from tests.databases import drop_database
 
 Seed = Callable[[SqlStore], Awaitable[None]]
 
@@ -37,10 +38,7 @@ def fresh_database(request: pytest.FixtureRequest, tmp_path: Path, seed: Seed) -
         asyncio.run(_migrate_and_seed(url, seed))
         yield url
     finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(server, name)
 
 
 async def _migrate_and_seed(url: str, seed: Seed) -> None:

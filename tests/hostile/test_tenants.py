@@ -43,6 +43,7 @@ from ket.runtime.fleet import Fleet
 from ket.store.sql import SqlStore
 from ket.testing import create_test_deployment
 from ket.transport import CaptureSender
+from tests.databases import drop_databases
 
 APP_SOURCE = """
 from ket import define_deployment, define_job, define_module
@@ -217,11 +218,7 @@ def project(
         yield made
     finally:
         if made.backend == "postgresql":
-            with psycopg.connect(made.admin_url, autocommit=True) as admin_connection:
-                for name in made.databases():
-                    admin_connection.execute(
-                        sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
-                    )
+            drop_databases(made.admin_url, made.databases())
 
 
 def _refused(result: Result, *named: str) -> None:

@@ -26,6 +26,7 @@ from ket.store import JobQuery, NewJob
 from ket.store.sql import SqlStore
 from ket.store.sql.insert import CHANNEL, NUMBERED_FROM
 from ket.wakeup.control_channel import ControlChannel, close_senders
+from tests.databases import drop_database
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -267,10 +268,7 @@ def test_an_async_session_hints_the_control_channel_after_its_commit_and_never_b
     try:
         asyncio.run(scenario())
     finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(postgres_url, name)
     assert sorted(heard) == ["t1:also", "t1:kept"]
     assert asyncio.run(_names(url, args)) == ["app.kept", "app.kept"]
 
@@ -302,10 +300,7 @@ def test_a_store_closed_right_after_an_enqueue_still_sends_its_hint(
                 asyncio.run(produce(queue))
             heard = [n.payload for n in listener.notifies(timeout=2.0, stop_after=3)]
     finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(postgres_url, name)
     assert heard == ["t1:first", "t1:second", "t1:third"]
 
 
@@ -362,9 +357,6 @@ def test_the_hint_connection_closes_when_idle_and_when_its_event_loop_ends(
             left = backends()
             heard = [n.payload for n in listener.notifies(timeout=2.0, stop_after=3)]
     finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(postgres_url, name)
     assert left == 1  # the listener alone: the hint connection closed with its loop
     assert heard == ["t1:first", "t1:second", "t1:third"]

@@ -20,6 +20,7 @@ from psycopg import sql
 
 from ket.store import ErrorInfo, JobClaim, NewJob, Settle
 from ket.store.sql import SqlStore
+from tests.databases import drop_database
 from tests.faults.fleet import FaultFleet, until
 
 Make = Callable[[], FaultFleet]
@@ -43,10 +44,7 @@ def make_fleet(tmp_path: Path, postgres_url: str) -> Iterator[Make]:
     yield make
     for fleet, name in made:
         fleet.stop_all()
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(postgres_url, name)
 
 
 def _runs(fleet: FaultFleet) -> dict[int, list[tuple[int, object, object, str | None]]]:

@@ -35,6 +35,7 @@ from ket.errors import ConnectionRejected
 from ket.store.sql import SqlStore
 from ket.store.sql.insert import CHANNEL
 from tests.conftest import migrated_postgres_database
+from tests.databases import drop_database
 from tests.django_project import settings as project_settings
 from tests.django_project.workspace import main as DEPLOYMENT
 from tests.faults.fleet import until
@@ -68,10 +69,7 @@ def _create(server: str, name: str) -> str:
 
 
 def _drop(server: str, name: str) -> None:
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+    drop_database(server, name)
 
 
 def _use(server: str, name: str, url: str) -> None:

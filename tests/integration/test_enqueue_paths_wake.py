@@ -37,6 +37,7 @@ from ket.client import open_async_client, open_client
 from ket.control.registry import TenantRegistry
 from ket.declare.deployment import DeploymentDecl
 from ket.store.sql import SqlStore
+from tests.databases import drop_databases
 
 HOUR_MS = 3_600_000
 WOKEN_WITHIN = 10.0  # seconds; without a wake-up, the next poll or visit is an hour away
@@ -195,11 +196,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, postgres_url: str) -> Iterat
         if made.worker is not None:
             made.worker.terminate()
             made.worker.wait(timeout=60)
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            for name in made.names:
-                admin.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
+        drop_databases(postgres_url, made.names)
 
 
 async def _migrate(urls: list[str]) -> None:

@@ -18,6 +18,7 @@ from ket.connection.address import parse_url
 from ket.errors import StoreError
 from ket.store.sql.lane import OWN_WAIT_SECONDS, Lane
 from ket.store.waiting import Sent, sending, unsent
+from tests.databases import drop_database
 
 
 def _lane(postgres_url: str, tag: str, *, size: int, timeout: float = 5.0) -> Lane:
@@ -210,10 +211,7 @@ def elsewhere(postgres_url: str) -> Iterator[str]:
     try:
         yield f"{postgres_url.rsplit('/', 1)[0]}/{name}"
     finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(postgres_url, name)
 
 
 async def _while_busy(

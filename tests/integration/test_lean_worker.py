@@ -23,6 +23,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.databases import drop_databases
+
 APP = """
 from datetime import timedelta
 
@@ -175,11 +177,7 @@ def make_project(
         return project
 
     yield make
-    for name in names:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    drop_databases(postgres_url, names)
 
 
 def _imported(log: str) -> set[str]:

@@ -19,8 +19,7 @@ from psycopg import sql
 
 from ket.cli.main import main
 from ket.runtime import tenancy
-
-_DROP = "DROP DATABASE IF EXISTS {} WITH (FORCE)"
+from tests.databases import drop_databases
 
 
 @pytest.fixture
@@ -36,9 +35,7 @@ def server(
     monkeypatch.setattr(tenancy, "REGISTRY_DATABASE", registry)
     dropped = [registry]
     yield postgres_url.rsplit("/", 1)[0], registry, dropped
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
-        for name in dropped:
-            admin.execute(sql.SQL(_DROP).format(sql.Identifier(name)))
+    drop_databases(postgres_url, dropped)
 
 
 def _databases(url: str) -> set[str]:

@@ -13,6 +13,7 @@ from psycopg import sql
 
 from ket.control.tenant_database import schema_installed
 from ket.errors import StoreError
+from tests.databases import drop_database
 
 
 def test_a_migrated_database_has_the_schema(tenant_database: str) -> None:
@@ -37,8 +38,7 @@ def test_a_missing_or_unmigrated_postgresql_database_has_none(postgres_url: str)
     try:
         assert asyncio.run(schema_installed(f"{base}/{name}")) is False
     finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+        drop_database(postgres_url, name)
 
 
 def test_a_database_that_cannot_be_reached_is_an_error_without_its_password() -> None:

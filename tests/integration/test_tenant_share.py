@@ -23,7 +23,6 @@ import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from ket.client import open_async_client
 from ket.control.registry import TenantRegistry
 from ket.store.sql import SqlStore
 
+from ..databases import drop_databases
 from ..processes import stop_processes
 
 LEASE_MS = 3_000  # a report every second; stale after three seconds without one
@@ -105,16 +105,8 @@ class Tenants:
         return self.url(f"{self.prefix}_{{tenant}}", **query)
 
     def drop(self) -> None:
-        """Drop every database made, a few at once (each drop waits for a checkpoint)."""
-
-        def drop(name: str) -> None:
-            with psycopg.connect(self.server, autocommit=True) as admin:
-                admin.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
-
-        with ThreadPoolExecutor(4) as pool:
-            list(pool.map(drop, self.created))
+        """Drop every database made (retired now, dropped at the session's end)."""
+        drop_databases(self.server, self.created)
 
     def holders(self) -> dict[str, set[str]]:
         """Tenant -> the application names of the workers connected to its database."""

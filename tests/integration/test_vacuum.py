@@ -18,6 +18,7 @@ from ket.store.sql import statement as stmt
 from ket.store.sql.lane import text_of
 from ket.store.sql.now import time_params
 from tests.conftest import REQUIRED
+from tests.databases import drop_database
 
 ALWAYS = Vacuum(threshold=0, scale_factor=0)
 
@@ -80,10 +81,7 @@ def alone(postgres_url: str) -> Iterator[str]:
     try:
         yield f"{postgres_url.rsplit('/', 1)[0]}/{name}"
     finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(postgres_url, name)
 
 
 def test_a_vacuum_takes_the_claimed_jobs_index_entries_out_of_the_claims_way(alone: str) -> None:

@@ -22,6 +22,7 @@ from psycopg import sql
 from ket.store import NewJob
 from ket.store.sql import SqlStore
 
+from ..databases import drop_database
 from ..processes import stop_processes
 
 APP = """
@@ -159,10 +160,7 @@ def fleet_factory(tmp_path: Path, postgres_url: str) -> Iterator[Callable[[int],
     yield make
     for fleet, name in created:
         fleet.stop_all()
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(postgres_url, name)
 
 
 def _until(condition: Callable[[], bool], timeout: float, what: str) -> None:

@@ -28,6 +28,7 @@ import pytest
 from psycopg import sql
 
 from ket.control.registry import TenantRegistry
+from tests.databases import drop_databases
 
 # how often the workers report themselves (KET_PRESENCE_INTERVAL_S): stale after three of them
 REPORT_SECONDS = 0.5
@@ -142,11 +143,7 @@ def databases(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[s
     try:
         yield {"KET_DATABASE_URL": tenant, "KET_REGISTRY_URL": registry}
     finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            for name in names:
-                admin.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
+        drop_databases(server, names)
 
 
 def test_two_workers_of_different_manifests_are_listed_warned_about_and_leave_or_go_stale(

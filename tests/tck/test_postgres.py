@@ -17,6 +17,7 @@ from ket.store.clock import Clock, ManualClock
 from ket.store.sql import SqlStore
 from ket.tck import *  # noqa: F403
 from ket.tck import Outage
+from tests.databases import drop_database
 from tests.tck.starved import open_starved
 
 
@@ -60,8 +61,7 @@ def kit_database(postgres_url: str, worker_id: str) -> Iterator[str]:
     try:
         yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
     finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+        drop_database(postgres_url, name)
 
 
 @pytest.fixture
