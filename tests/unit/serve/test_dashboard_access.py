@@ -172,10 +172,10 @@ def test_a_session_cookie_is_no_token_and_admits_only_as_this_server_made_it(
     assert stranger.get(f"{T}/jobs", headers=bearer).status_code == 401
     # altered, or named for another tenant: no session
     version, tenant, expires, secret, mac = value.split(".")
-    other = "B" if secret.endswith("A") else "A"  # its last character changed, whatever it was
+    flipped = "B" if secret.endswith("A") else "A"  # its last character changed, whatever it was
     for forged in (
         f"{version}.{tenant}.{int(expires) + 3600}.{secret}.{mac}",
-        f"{version}.{tenant}.{expires}.{secret[:-1]}{other}.{mac}",
+        f"{version}.{tenant}.{expires}.{secret[:-1]}{flipped}.{mac}",
         f"{version}.acme.{expires}.{secret}.{mac}",
         "reader",
     ):
