@@ -333,15 +333,15 @@ def test_a_statement_that_waited_for_room_is_sent_when_its_connection_is_in_hand
             # three statements of 1 s take the whole budget: the fourth waits for one to end
             busy = [asyncio.ensure_future(_backend(h, 1.0)) for h in holders]
             await asyncio.sleep(0.2)
-            asked = time.monotonic()
-            sent = Sent(asked)
+            sent = Sent(time.monotonic)
+            asked = sent.at
             token = sending(sent)
             try:
                 await _backend(lane)
             finally:
                 unsent(token)
             await asyncio.gather(*busy)
-            after = Sent(time.monotonic())
+            after = Sent(time.monotonic)
             token = sending(after)
             try:
                 await _backend(lane)  # no wait: in hand at once, moved a moment later

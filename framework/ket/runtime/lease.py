@@ -141,7 +141,7 @@ class HeartbeatService:
         held.extend(attempts.settling.values())
         if not held:
             return
-        sent = Sent(attempts.clock())  # moved to when its connection was in hand
+        sent = Sent(attempts.clock)  # moved to when its connection was in hand
         leases = [Lease(id=a.job.id, fence=a.job.fence) for a in held]
         token = sending(sent)
         try:

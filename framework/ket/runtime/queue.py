@@ -286,7 +286,7 @@ class QueueLoop:
         The jobs are not kept in the claim loop's frame, which outlives them while the queue
         waits for work (a thousand idle tenants' last jobs, with their inputs)."""
         queue, attempts = self.queue, self._attempts
-        sent = Sent(attempts.clock())  # moved to when its connection was in hand
+        sent = Sent(attempts.clock)  # moved to when its connection was in hand
         claim = JobClaim(
             queue=queue.name, limit=free, worker_id=self._worker_id, lease_seconds=lease
         )

@@ -16,7 +16,7 @@ it while it waits.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from contextvars import ContextVar, Token
 from typing import Protocol
 
@@ -61,10 +61,11 @@ class Sent:
     attempts' leases are known to last that much longer, and the lease guard gives none up for
     a wait that was not the database's."""
 
-    __slots__ = ("at", "moved")
+    __slots__ = ("at", "clock", "moved")
 
-    def __init__(self, at: float) -> None:
-        self.at = at
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock  # the attempts' clock: `at` is read from it both times
+        self.at = clock()
         self.moved = False
 
 
@@ -83,8 +84,8 @@ def unsent(token: Token[Sent | None]) -> None:
 
 def in_hand() -> None:
     """A connection is in hand for a statement: the `Sent` of this context, if any and not
-    moved yet, moves to now (time.monotonic, the clock of the attempts' leases)."""
+    moved yet, moves to now (on its own clock)."""
     sent = _SENT.get()
     if sent is not None and not sent.moved:
-        sent.at = time.monotonic()
+        sent.at = sent.clock()
         sent.moved = True
