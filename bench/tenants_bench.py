@@ -602,7 +602,8 @@ def _rows(p: PassResult, backlog: int) -> list[tuple[str, str]]:
         rows.append(
             (
                 f"ticks {t.schedule}: once / expected",
-                f"{t.fired_once} / {t.expected}; {t.missing} missing, {t.duplicates} dup, "
+                f"{t.fired_once} / {t.expected - t.caught_up}; {t.missing} missing, "
+                f"{t.duplicates} dup, {t.caught_up} caught up by the next, "
                 f"{t.skipped} skipped ({t.window})",
             )
         )

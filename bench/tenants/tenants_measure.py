@@ -489,6 +489,10 @@ class Ticks:
     expected: int  # tenants x ticks in the window
     fired_once: int
     missing: int
+    # a tenant's first sweep fires only the latest tick due (the state is a day old): when a
+    # tick came due while that sweep went round, the tenants swept after it fired that one and
+    # skipped the one before, which the window expected of them too
+    caught_up: int
     duplicates: int  # extra jobs for a (tenant, tick) already fired
     skipped: int  # sum of ticks_skipped over the fired jobs
     tenants_never_fired: int
@@ -538,7 +542,7 @@ def _ticks(
     interval = window[1] - window[0] if len(window) > 1 else 0
     first, last = (window[0], window[-1]) if window else (0, 0)
     window_set = set(window)
-    fired_once = missing = duplicates = skipped = never = 0
+    fired_once = missing = caught_up = duplicates = skipped = never = 0
     offsets: list[float] = []
     per_tick: dict[float, list[float]] = {}
     for tenant in tenants:
@@ -547,7 +551,15 @@ def _ticks(
         counts = Counter(round(tick) for tick, _, _ in jobs)
         duplicates += sum(n - 1 for n in counts.values() if n > 1)
         fired_once += sum(1 for t in window if counts.get(t) == 1)
-        missing += sum(1 for t in window if t not in counts)
+        # the ticks before this tenant's first one that a catch-up skipped
+        first_fired = min((tick, skip) for tick, _, skip in jobs) if jobs else None
+        for t in window:
+            if t in counts:
+                continue
+            if first_fired is not None and t < first_fired[0] and first_fired[1] > 0:
+                caught_up += 1
+            else:
+                missing += 1
         for tick, enqueued, skip in jobs:
             skipped += skip
             if round(tick) in window_set:
@@ -577,6 +589,7 @@ def _ticks(
         expected=len(window) * len(tenants),
         fired_once=fired_once,
         missing=missing,
+        caught_up=caught_up,
         duplicates=duplicates,
         skipped=skipped,
         tenants_never_fired=never,
