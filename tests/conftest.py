@@ -17,10 +17,17 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import settings
 from psycopg import sql
 
 from tests.databases import drop_databases, drop_retired
 from tests.s3_server import CREDENTIALS, S3Server
+
+# No time limit on a property test's example (hypothesis's default is 200 ms): the suite runs
+# three test processes beside real workers on two cores, where an example that calls an ASGI app
+# and a store now and then takes longer, and timing goals live in bench/, not in tests.
+settings.register_profile("ket", deadline=None)
+settings.load_profile("ket")
 
 POSTGRES_URL = os.environ.get("KET_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/postgres")
 REQUIRED = os.environ.get("KET_REQUIRE_POSTGRES") == "1"

@@ -10,6 +10,7 @@
     ├── ManifestError         a manifest file that is not YAML, not a mapping, or of unknown format
     ├── StoreError            the job store failed
     │   ├── StoreUnavailable  the database cannot be reached now (refused, lost, shutting down)
+    │   │   └── NoRoom        the server has no room for another connection (max_connections)
     │   ├── JobRejected       a job or a store call was refused before anything was written
     │   │   └── ConnectionRejected  `connection=` given something ket cannot write on, or a
     │   │                           connection on another database than the tenant's (a TypeError)
@@ -88,6 +89,12 @@ class StoreError(KetError):
 class StoreUnavailable(StoreError):
     """The database cannot be reached now: the connection was refused or lost, or the server
     is shutting down or starting. Worth trying again later."""
+
+
+class NoRoom(StoreUnavailable):
+    """The database server refused a connection for want of room: its `max_connections` are
+    taken (by ket's processes or by other clients). Nothing is wrong with ket or the database;
+    worth trying again once connections are let go. Logged as a warning, not an error."""
 
 
 class JobRejected(StoreError):

@@ -14,7 +14,7 @@ from ket.connection import budget
 from ket.connection.engine import create_engine
 from ket.store.record import checked_models
 from ket.store.sql import SqlStore
-from ket.store.sql import store as store_module
+from ket.store.sql.capabilities import session as store_module
 from ket.store.types import ModelTable
 
 

@@ -254,7 +254,7 @@ class ConnectionBudget:
             except Exception as error:
                 self._opening[kind] -= 1
                 self.released()
-                if not _no_room(error):
+                if not no_room(error):
                     raise
                 self._refused(error)
                 continue
@@ -281,7 +281,7 @@ class ConnectionBudget:
         try:
             yield
         except Exception as error:
-            if _no_room(error):  # the server refused the block's connection: counted, said
+            if no_room(error):  # the server refused the block's connection: counted, said
                 self._refused(error)
             raise
         finally:
@@ -571,7 +571,8 @@ _NO_ROOM = (
 )
 
 
-def _no_room(error: Exception) -> bool:
+def no_room(error: BaseException) -> bool:
+    """Whether `error` is the server refusing a connection for want of room."""
     text = str(error)
     return any(words in text for words in _NO_ROOM)
 

@@ -27,6 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
+from ket.connection.budget import no_room
 from ket.connection.database_url import (
     PLACEHOLDER,
     Identity,
@@ -36,7 +37,7 @@ from ket.connection.database_url import (
     shown_url,
 )
 from ket.connection.engine import create_sync_engine, sync_url
-from ket.errors import StoreError
+from ket.errors import NoRoom, StoreError
 from ket.store.failure import translated
 from ket.store.sql.column import Instant
 from ket.store.sql.failure import database_error, hide_password
@@ -78,7 +79,8 @@ class TenantRegistry:
             _metadata.create_all(self._engine)
         except Exception as error:
             reason = database_error(error, self._engine).message
-            raise StoreError(
+            kind = NoRoom if no_room(error) else StoreError  # a full server: a warning
+            raise kind(
                 hide_password(f"cannot open the tenant registry at {shown!r}: {reason}", target)
             ) from error
 

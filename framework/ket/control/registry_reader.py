@@ -20,9 +20,10 @@ from ket.connection.address import (
     parse_url,
     psycopg_params,
 )
+from ket.connection.budget import no_room
 from ket.connection.database_file import sqlite_path
 from ket.connection.database_url import shown_url
-from ket.errors import StoreError
+from ket.errors import NoRoom, StoreError
 from ket.store.failure import describe
 from ket.store.sql.failure import hide_password
 
@@ -79,7 +80,9 @@ class RegistryReader:
     def _unreadable(self, error: Exception) -> StoreError:
         shown = shown_url(self.url)
         message = f"cannot open the tenant registry at {shown!r}: {describe(error)}"
-        return StoreError(hide_password(message, parse_url(self.url)))
+        # a full server is no fault of the registry's: said as a warning (NoRoom)
+        kind = NoRoom if no_room(error) else StoreError
+        return kind(hide_password(message, parse_url(self.url)))
 
     def _rows(self, query: str) -> list[tuple[Any, ...]] | None:
         """The rows of `query`; None when the registry does not exist."""

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from ket.errors import KetError
+from ket.errors import KetError, NoRoom
 from ket.runtime.flag import Flag
 
 log = logging.getLogger("ket.worker")
@@ -85,6 +85,8 @@ class Repeats:
         it was logged."""
         if not self.due(where, _signature(error)):
             return False
+        if isinstance(error, NoRoom):  # the server is full: nothing of ket's failed
+            level = min(level, logging.WARNING)
         trace = error if _unexpected(error) else None  # the error's own, wherever we are called
         self._log.log(level, "%s failed: %s", where, _text(error), exc_info=trace)
         return True

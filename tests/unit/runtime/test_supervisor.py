@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from ket.errors import StoreError
+from ket.errors import NoRoom, StoreError
 from ket.runtime import supervisor
 from ket.runtime.flag import Flag
 from ket.runtime.supervisor import MAX_BACKOFF_SECONDS, Repeats, Supervisor, backoff
@@ -55,6 +55,24 @@ def test_the_first_failure_is_logged_with_the_service_name(
     assert fail(repeats, "heartbeat (tenant acme)", StoreError("database away")) is True
     assert lines(logs) == ["heartbeat (tenant acme) failed: database away"]
     assert logs.records[0].levelno == logging.ERROR
+
+
+def test_a_server_without_room_for_a_connection_is_a_warning_not_an_error(
+    logs: pytest.LogCaptureFixture,
+) -> None:
+    # the registry refused by a full server (another client took max_connections): nothing of
+    # ket's failed, and the operator's ERROR alerts should not fire for it
+    repeats = Repeats(clock=ManualClock())
+    refused = NoRoom(
+        "cannot open the tenant registry at 'postgresql://ket@db/ket_registry': FATAL:  "
+        "remaining connection slots are reserved for non-replication superuser connections"
+    )
+    assert fail(repeats, "worker presence", refused) is True
+    assert fail(repeats, "tenant refresh", StoreError("database away")) is True
+    assert [(r.levelno, r.getMessage()[:31]) for r in logs.records] == [
+        (logging.WARNING, "worker presence failed: cannot "),
+        (logging.ERROR, "tenant refresh failed: database"),
+    ]
 
 
 def test_the_same_failure_again_within_the_window_is_not_logged(
