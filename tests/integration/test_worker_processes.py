@@ -261,6 +261,67 @@ def test_three_replicas_fire_each_schedule_tick_once_and_all_honour_a_pause(
     assert last_fired.timestamp() > boundary + 1.0  # fired once resumed, not on time
 
 
+def test_three_workers_draining_a_queue_all_stop_claiming_within_a_second_of_its_pause(
+    fleet_factory: Callable[..., Fleet],
+) -> None:
+    fleet = fleet_factory()
+    for _ in range(3):
+        fleet.start(log_level="INFO")
+    _until(
+        lambda: all("serving deployment" in fleet.log_of(n) for n in range(3)),
+        60,
+        "three serving workers",
+    )
+    # 100 ms each at 8 slots a worker: a backlog that lasts well past the pause
+    ids = fleet.enqueue(
+        [NewJob(name="app.work", payload={"n": n, "ms": 100}) for n in range(2_000)]
+    )
+    claimed = "SELECT count(DISTINCT worker_id) FROM ket_jobs WHERE attempted_at IS NOT NULL"
+    try:
+        _until(lambda: fleet.query(claimed) == [(3,)], 30, "every worker claiming")
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{fleet.report()}") from None
+    paused = fleet.ket("queues", "pause", "default")
+    assert paused.returncode == 0, paused.stderr
+    time.sleep(2.0)  # the attempts running at the pause end (100 ms each); no new one starts
+    # when each worker last claimed, against when the pause committed (the database's clock)
+    [(paused_at,)] = fleet.query("SELECT paused_at FROM ket_queue_pauses WHERE queue = 'default'")
+    last = fleet.query(
+        "SELECT worker_id, max(attempted_at) FROM ket_jobs WHERE worker_id IS NOT NULL "
+        "GROUP BY worker_id ORDER BY 1"
+    )
+    assert isinstance(paused_at, datetime)
+    late: dict[str, float] = {}
+    for worker, at in last:
+        assert isinstance(at, datetime)
+        if at > paused_at:
+            late[str(worker)] = (at - paused_at).total_seconds()
+    assert all(seconds < 1.0 for seconds in late.values()), late
+    print(f"the last claims after the pause committed, by worker (s): {late}")
+    rows = fleet.query("SELECT state, count(*) FROM ket_jobs GROUP BY state ORDER BY state")
+    waiting = {str(state): int(str(count)) for state, count in rows}
+    assert waiting.get("executing", 0) == 0, waiting  # a pause lets running jobs end
+    left = waiting.get("available", 0)
+    assert left > 500, waiting  # the backlog waits
+    time.sleep(1.0)
+    assert fleet.query("SELECT count(*) FROM ket_jobs WHERE state = 'available'") == [(left,)]
+
+    resumed = fleet.ket("queues", "resume", "default")
+    assert resumed.returncode == 0, resumed.stderr
+    done = "SELECT count(*) FROM ket_jobs WHERE state = 'completed' AND name = 'app.work'"
+    try:
+        _until(lambda: fleet.query(done) == [(2_000,)], 120, "the backlog after the resume")
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{fleet.report()}") from None
+    fleet.stop_all()
+    assert [p.returncode for p in fleet.processes] == [0, 0, 0]
+    runs = [name for name in fleet.runs_of() if not name.startswith("tick.")]
+    assert sorted(int(name.split(".")[0]) for name in runs) == sorted(ids)  # each once
+    assert fleet.query("SELECT max(attempt) FROM ket_jobs WHERE name = 'app.work'") == [(1,)]
+    for number in range(3):
+        assert " ERROR " not in fleet.log_of(number), fleet.log_of(number)[-3_000:]
+
+
 def test_a_worker_vacuums_the_jobs_table_while_it_drains_a_backlog(
     fleet_factory: Callable[..., Fleet],
 ) -> None:

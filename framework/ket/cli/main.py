@@ -30,7 +30,15 @@ from ket.errors import CheckFailed, KetError
 # ket.cli of the same name adds its parser (`add_parser(commands, parents)`)
 STARTING = ["init"]  # no shared options
 DECLARING = ["manifest", "check", "diff"]  # workspace options
-RUNNING = ["worker", "serve", "dev", "migrate", "call", "schedules"]  # workspace, database
+RUNNING = [
+    "worker",
+    "serve",
+    "dev",
+    "migrate",
+    "call",
+    "schedules",
+    "queues",
+]  # workspace, database
 OPERATING = ["tenants", "workers", "jobs", "uninstall"]  # database options
 # a value that argparse takes for an option: a dash, then a digit (`-1d`, `-5`)
 _NEGATIVE_LOOKING = re.compile(r"-[0-9]\S*")

@@ -2,26 +2,40 @@
 
 Retry and cancel, of one job or of every job a filter selects, a rerun of a finished job and an
 operator's enqueue, each written to the tenant's audit log (and logged under `ket.audit`) with
-who did it; and the schedules as an operator sees them. The CLI and the dashboard are thin
-adapters over these functions, so a retry from either changes a job the same way and leaves the
-same trace.
+who did it; the schedules as an operator sees them; and the queues, with their pause. The CLI
+and the dashboard are thin adapters over these functions, so a retry from either changes a job
+the same way and leaves the same trace.
 """
 
 from ket.operate.action import Actor, cancel_job, enqueue_traced, retry_job
 from ket.operate.bulk import BulkOutcome, apply_bulk, count_bulk, selection_of
+from ket.operate.queue import (
+    QueueRow,
+    declared_queue,
+    declared_queues,
+    pause_queue,
+    queue_rows,
+    resume_queue,
+)
 from ket.operate.rerun import rerun_job, rerun_text
 from ket.operate.schedule import ScheduleRow, schedule_rows
 
 __all__ = [
     "Actor",
     "BulkOutcome",
+    "QueueRow",
     "ScheduleRow",
     "apply_bulk",
     "cancel_job",
     "count_bulk",
+    "declared_queue",
+    "declared_queues",
     "enqueue_traced",
+    "pause_queue",
+    "queue_rows",
     "rerun_job",
     "rerun_text",
+    "resume_queue",
     "retry_job",
     "schedule_rows",
     "selection_of",

@@ -43,6 +43,8 @@ def describe(entry: AuditEntry, *, tenant: str) -> str:
     who = f"{entry.subject!r} ({entry.source})"
     if entry.job_id is not None:
         what = f"{entry.action} job {entry.job_id}"
+    elif entry.action in ("pause", "resume"):
+        what = f"{entry.action} queue {entry.selection.get('queue')}"
     else:
         what = f"{entry.action} by filter {json.dumps(dict(entry.selection), sort_keys=True)}"
         what += f": {entry.changed} of {entry.matched} {_DONE[entry.action]}"

@@ -47,6 +47,7 @@ from ket.store.types import (
     ModelTable,
     NewJob,
     Prune,
+    QueuePause,
     Reran,
     Rerun,
     Rescued,
@@ -267,6 +268,25 @@ class RerunStore(Protocol):
 
     async def job_reruns(self, job_id: JobId) -> list[JobId]:
         """The ids of the jobs that rerun `job_id`, oldest first."""
+        ...
+
+
+@runtime_checkable
+class QueueControl(Protocol):
+    """Capability: an operator pauses and resumes a queue of the tenant. No worker claims a
+    paused queue's jobs (attempts running when it was paused finish); enqueues go on, and
+    their jobs wait. Resuming wakes the queue's waiters."""
+
+    async def queue_pause(self, queue: str, *, paused_by: str) -> bool:
+        """Pause `queue` (declared or not: the caller checks); True when it was not paused."""
+        ...
+
+    async def queue_resume(self, queue: str) -> bool:
+        """Resume `queue` and wake its waiters; True when it was paused."""
+        ...
+
+    async def queue_pauses(self) -> dict[str, QueuePause]:
+        """The paused queues, by name."""
         ...
 
 

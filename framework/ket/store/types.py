@@ -252,6 +252,16 @@ class ScheduleState:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class QueuePause:
+    """A paused queue of one tenant: no worker claims its jobs until it is resumed. Who paused
+    it (`paused_by`: the operator, as the audit log names them) and when (the store's time)."""
+
+    queue: str
+    paused_at: datetime
+    paused_by: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class TickClaim:
     """Move a schedule's state row from `expected` to (`fingerprint`, `tick`) by compare-and-set.
 
@@ -461,8 +471,8 @@ Where = Mapping[str, Any]
 """Equality filters on a model's fields, all of which must hold (`{"status": "pending"}`)."""
 
 
-AuditAction = Literal["retry", "cancel", "enqueue", "rerun"]
-AUDIT_ACTIONS: tuple[AuditAction, ...] = ("retry", "cancel", "enqueue", "rerun")
+AuditAction = Literal["retry", "cancel", "enqueue", "rerun", "pause", "resume"]
+AUDIT_ACTIONS: tuple[AuditAction, ...] = ("retry", "cancel", "enqueue", "rerun", "pause", "resume")
 MAX_AUDIT_TEXT = 2_000  # characters of an audit entry's subject or detail
 
 

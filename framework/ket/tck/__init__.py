@@ -11,8 +11,8 @@ A store joins by defining one pytest fixture, `ket_store_factory`, and importing
 
 One area of docs/stores.md per module. A capability the store lacks (PushStore, QueryableStore,
 BulkStore, TransactionalStore, SentLedger, RecordStore, VacuumStore, AuditLog, SessionStore,
-RerunStore, PacedStore) skips the tests that need it, with the reason shown; so does a factory
-that cannot make a handle fail on demand (FaultyStoreFactory, see harness).
+RerunStore, PacedStore, QueueControl) skips the tests that need it, with the reason shown; so
+does a factory that cannot make a handle fail on demand (FaultyStoreFactory, see harness).
 """
 
 # ruff: noqa: E402, F403
@@ -42,6 +42,7 @@ AREAS = (
     "audit",
     "session",
     "rerun",
+    "queues",
     "errors",
 )
 
@@ -63,6 +64,7 @@ from ket.tck import (
     prune,
     push,
     query,
+    queues,
     records,
     rerun,
     rescue,
@@ -87,6 +89,7 @@ from ket.tck.paced import *
 from ket.tck.prune import *
 from ket.tck.push import *
 from ket.tck.query import *
+from ket.tck.queues import *
 from ket.tck.records import *
 from ket.tck.rerun import *
 from ket.tck.rescue import *
@@ -123,5 +126,6 @@ __all__ = [
     *audit.__all__,
     *session.__all__,
     *rerun.__all__,
+    *queues.__all__,
     *errors.__all__,
 ]

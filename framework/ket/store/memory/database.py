@@ -20,6 +20,7 @@ from ket.store.types import (
     JobId,
     JobState,
     NewJob,
+    QueuePause,
     ScheduleState,
 )
 from ket.wakeup.local import Wakeups
@@ -42,6 +43,7 @@ class MemoryDatabase:
         self.records = RecordTables()  # model rows (RecordStore)
         self.audit: list[AuditRecord] = []  # operators' retries and cancels, oldest first
         self.sessions: dict[str, DashboardSession] = {}  # the dashboard's, by key
+        self.queue_pauses: dict[str, QueuePause] = {}  # paused queues, by name
         self._last_id: JobId = 0
         # The partial unique index: (name, unique_key) -> the one active job holding it.
         self._unique: dict[tuple[str, str], JobId] = {}

@@ -46,6 +46,7 @@ from ket.store.types import (
     NewJob,
     Prune,
     QueueAges,
+    QueuePause,
     Reran,
     Rerun,
     Rescued,
@@ -105,6 +106,8 @@ class MemoryStore:
         """Claim due jobs in priority, run-at, id order; each gets a lease and a new fence."""
         check_claim(claim)
         with self._locked():
+            if claim.queue in self.database.queue_pauses:  # its jobs wait for the resume
+                return []
             now = self._now()
             lease_until = _later(now, claim.lease_seconds, "lease_seconds")
             rows = self.database.take_due(claim.queue, now, claim.limit)
@@ -263,6 +266,31 @@ class MemoryStore:
         if not inserted.coalesced and _due(job, now):
             self.database.wakeups.notify([job.queue])
         return TickResult(won=True, job=inserted)
+
+    async def queue_pause(self, queue: str, *, paused_by: str) -> bool:
+        """Pause `queue`; True when it was not paused (the first pause's row is kept)."""
+        validate.check_queue_pause(queue, paused_by)
+        with self._locked():
+            if queue in self.database.queue_pauses:
+                return False
+            self.database.queue_pauses[queue] = QueuePause(
+                queue=queue, paused_at=self._now(), paused_by=paused_by
+            )
+            return True
+
+    async def queue_resume(self, queue: str) -> bool:
+        """Resume `queue` and wake its waiters; True when it was paused."""
+        validate.check_queue_pause(queue, "resume")
+        with self._locked():
+            resumed = self.database.queue_pauses.pop(queue, None) is not None
+        if resumed:
+            self.database.wakeups.notify([queue])
+        return resumed
+
+    async def queue_pauses(self) -> dict[str, QueuePause]:
+        """The paused queues, by name."""
+        with self._locked():
+            return dict(sorted(self.database.queue_pauses.items()))
 
     async def schedule_pause(self, schedule_id: str, paused: bool) -> bool:
         """Pause or resume a schedule for every handle; True when that changed its row."""

@@ -275,6 +275,47 @@ MIGRATIONS += (
         },
     ),
 )
+# Queues an operator paused, and the audit log records pauses and resumes (SQLite rebuilds its
+# audit table again, as in version 6).
+_V8_ACTIONS = (*_V6_ACTIONS, "pause", "resume")
+
+
+def _v8_pauses(instant: str) -> str:
+    return f"""CREATE TABLE ket_queue_pauses (
+            queue TEXT NOT NULL PRIMARY KEY,
+            paused_at {instant} NOT NULL,
+            paused_by TEXT NOT NULL
+        )"""
+
+
+MIGRATIONS += (
+    Migration(
+        version=8,
+        name="paused queues; the audit log records pauses and resumes",
+        statements={
+            "postgresql": (
+                _v8_pauses("TIMESTAMP WITH TIME ZONE"),
+                "ALTER TABLE ket_audit DROP CONSTRAINT ket_audit_action",
+                "ALTER TABLE ket_audit ADD CONSTRAINT ket_audit_action "
+                f"CHECK (action IN ({_quoted(_V8_ACTIONS)}))",
+            ),
+            "sqlite": (
+                _v8_pauses("BIGINT"),
+                _audit(
+                    "ket_audit_v8",
+                    "INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT",
+                    "BIGINT",
+                    "JSON",
+                    _V8_ACTIONS,
+                ),
+                f"INSERT INTO ket_audit_v8 ({_AUDIT_COLUMNS}) "
+                f"SELECT {_AUDIT_COLUMNS} FROM ket_audit",
+                "DROP TABLE ket_audit",
+                "ALTER TABLE ket_audit_v8 RENAME TO ket_audit",
+            ),
+        },
+    ),
+)
 LATEST = MIGRATIONS[-1].version
 
 _LEDGER = {
@@ -326,6 +367,7 @@ def schema_version(connection: Connection) -> int:
 # Everything the migrations create, dropped by `ket uninstall` (the app's model tables are its
 # data and stay). On PostgreSQL the NOTIFY trigger goes with its table, and its function after.
 KET_TABLES = (
+    "ket_queue_pauses",
     "ket_sessions",
     "ket_audit",
     "ket_job_errors",

@@ -196,7 +196,9 @@ TEXT: dict[str, Compiled] = {
             'WITH claimable AS \n'
             '(SELECT ket_jobs.id AS id \n'
             'FROM ket_jobs \n'
-            "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.run_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) ORDER BY ket_jobs.priority, ket_jobs.run_at, ket_jobs.id \n"
+            "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.run_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AND NOT (EXISTS (SELECT ket_queue_pauses.queue \n"
+            'FROM ket_queue_pauses \n'
+            'WHERE ket_queue_pauses.queue = %(p_queue)s::VARCHAR)) ORDER BY ket_jobs.priority, ket_jobs.run_at, ket_jobs.id \n'
             ' LIMIT %(limit)s FOR UPDATE SKIP LOCKED)\n'
             " UPDATE ket_jobs SET state=%(state)s::VARCHAR, attempt=(ket_jobs.attempt + %(attempt_1)s::INTEGER), attempted_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), worker_id=%(p_worker_id)s::VARCHAR, lease_until=coalesce(%(lease_at)s::TIMESTAMP WITH TIME ZONE, now() + %(lease_s)s * interval '1 second'), fence=(ket_jobs.fence + %(fence_1)s::BIGINT), cancel_requested=%(cancel_requested)s FROM claimable WHERE ket_jobs.id = claimable.id RETURNING ket_jobs.id, ket_jobs.name, ket_jobs.queue, ket_jobs.payload, ket_jobs.payload_version, ket_jobs.priority, ket_jobs.attempt, ket_jobs.max_attempts, ket_jobs.unique_key, ket_jobs.company, ket_jobs.run_at, ket_jobs.enqueued_at, ket_jobs.lease_until, ket_jobs.fence, ket_jobs.tick, ket_jobs.ticks_skipped, ket_jobs.trace_context"
         ),
@@ -276,7 +278,9 @@ TEXT: dict[str, Compiled] = {
     ),
     'query.look': Compiled(
         text=(
-            'SELECT looked.queue, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS now, CASE WHEN ((SELECT ket_jobs.id \n'
+            'SELECT looked.queue, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS now, CASE WHEN (EXISTS (SELECT ket_queue_pauses.queue \n'
+            'FROM ket_queue_pauses \n'
+            'WHERE ket_queue_pauses.queue = looked.queue)) THEN NULL WHEN ((SELECT ket_jobs.id \n'
             'FROM ket_jobs \n'
             "WHERE ket_jobs.queue = looked.queue AND ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.run_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) ORDER BY ket_jobs.priority, ket_jobs.run_at, ket_jobs.id \n"
             ' LIMIT %(param_1)s::INTEGER) IS NOT NULL) THEN coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) ELSE (SELECT min(ket_jobs.run_at) AS min_1 \n'
@@ -307,7 +311,9 @@ TEXT: dict[str, Compiled] = {
         text=(
             'SELECT coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS now, (SELECT min(ket_jobs.run_at) AS min_1 \n'
             'FROM ket_jobs \n'
-            "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.state IN ('available', 'scheduled', 'retryable')) AS due"
+            "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.state IN ('available', 'scheduled', 'retryable') AND NOT (EXISTS (SELECT ket_queue_pauses.queue \n"
+            'FROM ket_queue_pauses \n'
+            'WHERE ket_queue_pauses.queue = %(p_queue)s::VARCHAR))) AS due'
         ),
         constants={
         },

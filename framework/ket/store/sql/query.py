@@ -43,6 +43,7 @@ from ket.store.sql.schema import (
     TERMINAL,
     job_errors,
     jobs,
+    queue_pauses,
     schedule_fires,
     schedules,
 )
@@ -252,10 +253,11 @@ def statements(dialect: str) -> Statements:
         .group_by(jobs.c.queue),
         clock=select(now.label("now")),
         notify=_notify() if dialect == "postgresql" else None,
+        # a paused queue has nothing due: its loop waits for the resume's wake-up
         next_due=select(
             now.label("now"),
             select(func.min(jobs.c.run_at))
-            .where(jobs.c.queue == bindparam("p_queue"), RUNNABLE)
+            .where(jobs.c.queue == bindparam("p_queue"), RUNNABLE, ~_paused(bindparam("p_queue")))
             .scalar_subquery()
             .label("due"),
         ),
@@ -310,6 +312,11 @@ def _notify() -> Any:
     return select(func.pg_notify(CHANNEL, woken.c.queue)).select_from(woken)
 
 
+def _paused(queue: Any) -> Any:
+    """Whether `queue` (a parameter or a column) is paused: a row in ket_queue_pauses."""
+    return select(queue_pauses.c.queue).where(queue_pauses.c.queue == queue).exists()
+
+
 def _look(time: TimeSql) -> Any:
     """The safety visit's one statement: a row per queue of `p_queues` with `at`, when its next
     runnable job is due (now if one is due already: that question stops at a backlog's first
@@ -328,7 +335,8 @@ def _look(time: TimeSql) -> Any:
         .scalar_subquery()
     )
     next_due = select(func.min(jobs.c.run_at)).where(of_queue).scalar_subquery()
-    at = case((first_due.is_not(None), now), else_=next_due)
+    # a paused queue has nothing due (the visit does not wake it to claim in vain)
+    at = case((_paused(looked.c.queue), null()), (first_due.is_not(None), now), else_=next_due)
     per_queue = select(looked.c.queue, now.label("now"), at.label("at")).select_from(looked)
     lease = select(
         null().label("queue"),
@@ -342,7 +350,12 @@ def _claim(time: TimeSql) -> Any:
     """UPDATE the first due runnable rows of a queue (SKIP LOCKED on PostgreSQL) to executing."""
     claimable = (
         select(jobs.c.id)
-        .where(jobs.c.queue == bindparam("p_queue"), RUNNABLE, jobs.c.run_at <= time.now())
+        .where(
+            jobs.c.queue == bindparam("p_queue"),
+            RUNNABLE,
+            jobs.c.run_at <= time.now(),
+            ~_paused(bindparam("p_queue")),  # a paused queue's jobs wait (ket queues pause)
+        )
         .order_by(jobs.c.priority, jobs.c.run_at, jobs.c.id)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True)

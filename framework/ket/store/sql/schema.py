@@ -199,6 +199,15 @@ sessions = Table(
     Index("ket_sessions_expires", "expires_at"),
 )
 
+# The paused queues: no claim takes a job of a queue with a row here (ket queues pause)
+queue_pauses = Table(
+    "ket_queue_pauses",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("paused_at", Instant, nullable=False),
+    Column("paused_by", Text, nullable=False),
+)
+
 migrations = Table(
     "ket_migrations",
     metadata,

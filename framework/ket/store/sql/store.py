@@ -20,6 +20,7 @@ its own under capabilities/:
 | transactions.py         | SqlTransactions        | TransactionalStore                          |
 | push.py                 | SqlPush                | PushStore                                   |
 | paced.py                | SqlPacing              | PacedStore                                  |
+| queues.py               | SqlQueueControl        | QueueControl (paused queues)                |
 
 The statements themselves live beside them in ket.store.sql (statement.py, insert.py, bulk.py,
 ...). On PostgreSQL every operation a worker runs goes through the lane (lane.py: plain psycopg
@@ -39,6 +40,7 @@ from ket.store.sql.capabilities.ledger import SqlSentLedger
 from ket.store.sql.capabilities.paced import SqlPacing
 from ket.store.sql.capabilities.push import SqlPush
 from ket.store.sql.capabilities.queries import SqlQueries
+from ket.store.sql.capabilities.queues import SqlQueueControl
 from ket.store.sql.capabilities.reruns import SqlReruns
 from ket.store.sql.capabilities.schedules import SqlSchedules
 from ket.store.sql.capabilities.session import wakeups_of
@@ -49,6 +51,7 @@ from ket.store.sql.capabilities.vacuum import SqlVacuum
 class SqlStore(
     SqlJobs,
     SqlSchedules,
+    SqlQueueControl,
     SqlQueries,
     SqlBulk,
     SqlReruns,

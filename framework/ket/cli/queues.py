@@ -1,0 +1,153 @@
+"""`ket queues list/pause/resume`: the deployment's queues in one tenant, and an operator's
+pause of one. A paused queue's jobs wait: no worker claims them until it is resumed, the
+attempts running when it was paused finish, and enqueues go on.
+
+Exit codes: 0 done, 2 bad input (a queue the deployment does not declare, an unknown tenant, a
+bad option).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ket.catalog import Catalog
+from ket.cli.bulk import cli_actor
+from ket.cli.options import deployment_of
+from ket.cli.output import escape, json_text
+from ket.cli.runtime import open_tenant_store, single_tenant
+from ket.operate import QueueRow, declared_queue, pause_queue, queue_rows, resume_queue
+
+if TYPE_CHECKING:
+    from ket.store.sql import SqlStore
+
+T = TypeVar("T")
+
+
+def add_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
+) -> None:
+    parser = commands.add_parser("queues", help="see, pause and resume queues", description=__doc__)
+    actions = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
+    listing = actions.add_parser(
+        "list", parents=parents, help="each queue: paused or not, its jobs by state"
+    )
+    listing.add_argument("--format", choices=["text", "json"], default="text")
+    listing.set_defaults(run=_list)
+    for name, helptext, run in (
+        ("pause", "stop every worker from claiming a queue's jobs (running ones finish)", _pause),
+        ("resume", "let the workers claim a paused queue's jobs again", _resume),
+    ):
+        action = actions.add_parser(name, parents=parents, help=helptext)
+        action.add_argument("queue", metavar="QUEUE", help="a queue of the deployment, e.g. mail")
+        action.add_argument("--format", choices=["text", "json"], default="text")
+        action.set_defaults(run=run)
+
+
+def _with_store(
+    args: argparse.Namespace, action: Callable[[SqlStore, Catalog, str], Awaitable[T]]
+) -> T:
+    catalog = Catalog.build(deployment_of(args))
+    tenant, url = single_tenant(args)
+
+    async def run() -> T:
+        # with the tenant's control channel: a resume wakes the workers at once
+        store = await open_tenant_store(args.database_url, tenant, url)
+        try:
+            return await action(store, catalog, tenant)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+def row_json(row: QueueRow) -> dict[str, Any]:
+    """One queue as `ket queues list --format json` shows it."""
+    pause = row.pause
+    return {
+        "queue": row.queue,
+        "paused": pause is not None,
+        "paused_at": None if pause is None else pause.paused_at.isoformat(),
+        "paused_by": None if pause is None else pause.paused_by,
+        "available": row.available,
+        "scheduled": row.scheduled,
+        "executing": row.executing,
+        "retryable": row.retryable,
+        "oldest_available_seconds": row.oldest_available_age,
+    }
+
+
+def _list(args: argparse.Namespace) -> int:
+    async def rows(store: SqlStore, catalog: Catalog, tenant: str) -> list[QueueRow]:
+        return await queue_rows(store, catalog)
+
+    found = [row_json(row) for row in _with_store(args, rows)]
+    if args.format == "json":
+        _print_json({"queues": found})
+        return 0
+    header = ("QUEUE", "STATE", "AVAILABLE", "SCHEDULED", "EXECUTING", "RETRYABLE", "OLDEST")
+    table = [header]
+    for row in found:
+        oldest = row["oldest_available_seconds"]
+        table.append(
+            (
+                escape(row["queue"]),
+                "paused" if row["paused"] else "active",
+                str(row["available"]),
+                str(row["scheduled"]),
+                str(row["executing"]),
+                str(row["retryable"]),
+                "-" if oldest is None else f"{oldest:.1f}s",
+            )
+        )
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for line in table:
+        sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+        sys.stdout.write("\n")
+    for row in found:
+        if row["paused"]:
+            sys.stdout.write(
+                f"{escape(row['queue'])} paused by {escape(row['paused_by'])} "
+                f"at {row['paused_at']}\n"
+            )
+    return 0
+
+
+def _pause(args: argparse.Namespace) -> int:
+    return _set_paused(args, paused=True)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    return _set_paused(args, paused=False)
+
+
+def _set_paused(args: argparse.Namespace, *, paused: bool) -> int:
+    async def act(store: SqlStore, catalog: Catalog, tenant: str) -> bool:
+        queue = declared_queue(catalog, args.queue)
+        act = pause_queue if paused else resume_queue
+        return await act(store, queue, cli_actor(), tenant=tenant)
+
+    changed = _with_store(args, act)
+    word = "paused" if paused else "resumed"
+    if args.format == "json":
+        _print_json({"queue": args.queue, "paused": paused, "changed": changed})
+        return 0
+    shown = escape(args.queue)
+    if not changed:
+        sys.stdout.write(f"queue {shown} was already {word}\n")
+    elif paused:
+        sys.stdout.write(
+            f"queue {shown} paused: no worker claims its jobs until it is resumed "
+            "(running jobs finish)\n"
+        )
+    else:
+        sys.stdout.write(f"queue {shown} resumed\n")
+    return 0
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json_text(value) + "\n")
