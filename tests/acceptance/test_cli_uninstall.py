@@ -22,6 +22,7 @@ KET_TABLES = {
     "ket_job_errors",
     "ket_jobs",
     "ket_migrations",
+    "ket_queue_pauses",
     "ket_schedule_fires",
     "ket_schedules",
     "ket_sent_messages",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ket.cli import selection
-from ket.cli.output import escape, json_text
+from ket.cli.output import escape, print_json
 from ket.cli.runtime import open_store, open_tenant_store, single_tenant
 from ket.connection.database_url import shown_url
 from ket.errors import KetError
@@ -131,7 +131,7 @@ class Target:
 
     def preview(self, counted: BulkCount) -> None:
         if self.json:
-            sys.stdout.write(json_text({**self._head(counted), "dry_run": True}) + "\n")
+            print_json({**self._head(counted), "dry_run": True})
             return
         done = _DONE[self.action]
         sys.stdout.write(f"{_jobs(counted.count)} would be {done} in {self.where()}\n")
@@ -146,7 +146,7 @@ class Target:
                 "skipped": len(skipped),
                 "skipped_sample": [_skip(change) for change in skipped[:SAMPLE]],
             }
-            sys.stdout.write(json_text(body) + "\n")
+            print_json(body)
             return
         if counted.count == 0:
             sys.stdout.write(f"no jobs match in {self.where()}: none {_DONE[self.action]}\n")

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from ket.catalog import Catalog, validate_input
 from ket.cli.options import deployment_of
-from ket.cli.output import clip, escape, json_text
+from ket.cli.output import clip, escape, print_json
 from ket.cli.runtime import open_store, open_tenant_store, single_tenant
 from ket.errors import KetError
 from ket.runtime.call import (
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
             f"ket: {escape(args.name)} raised {escape(raised + _left_queued(enqueued))}\n"
         )
         return 1
-    sys.stdout.write(json_text(result) + "\n")
+    print_json(result)
     return 0
 
 

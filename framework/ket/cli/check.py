@@ -7,7 +7,7 @@ import sys
 
 from ket.check import Level, run_checks, summary, tags
 from ket.cli.options import deployment_of
-from ket.cli.output import escape, json_text
+from ket.cli.output import escape, print_json
 from ket.declare.resolve import default_timezone
 
 LEVELS = [level.label for level in Level]
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             "ok": not failed,
             "messages": [m.to_json() for m in messages],
         }
-        sys.stdout.write(json_text(document) + "\n")
+        print_json(document)
     else:
         for message in messages:
             sys.stdout.write(escape(message.render(), keep_newlines=True) + "\n")

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from ket.cli.call import invalid_input, parse_input
 from ket.cli.options import deployment_of, workspace_parent
-from ket.cli.output import clip, escape, json_text
+from ket.cli.output import clip, escape, print_json
 from ket.cli.runtime import open_store, single_tenant
 from ket.store.types import Inserted
 
@@ -96,7 +96,7 @@ def _report(args: argparse.Namespace, inserted: Inserted) -> None:
     name = escape(args.job)
     if args.format == "json":
         value = {"id": inserted.id, "job": args.job, "coalesced": inserted.coalesced}
-        sys.stdout.write(json_text(value) + "\n")
+        print_json(value)
     elif inserted.coalesced:
         key = escape(repr(args.unique_key))
         sys.stdout.write(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ket.cli import bulk, enqueue, rerun, selection, workers
 from ket.cli.options import deployment_of, workspace_parent
-from ket.cli.output import clip, escape, json_text
+from ket.cli.output import clip, escape, print_json
 from ket.cli.runtime import open_tenant_store, single_tenant
 from ket.declare.resolve import worker_config
 from ket.errors import KetError
@@ -149,7 +149,7 @@ def _list(args: argparse.Namespace) -> int:
 
     records = _with_store(args, listing)
     if args.format == "json":
-        _print_json([_summary(r) for r in records])
+        print_json([_summary(r) for r in records])
         return 0
     if not records:
         sys.stdout.write("no jobs\n")
@@ -182,7 +182,7 @@ def _show(args: argparse.Namespace) -> int:
         return 1
     if args.format == "json":  # secret input fields, sealed or not, show as ***
         payload = redact_payload(record.payload)
-        _print_json({**_jsonable(asdict(record)), "payload": payload, "reruns": reruns})
+        print_json({**_jsonable(asdict(record)), "payload": payload, "reruns": reruns})
         return 0
     fields = _summary(record)
     for key in (
@@ -279,7 +279,7 @@ def _stats(args: argparse.Namespace) -> int:
     stats = _with_store(args, lambda store: store.job_stats())
     manifests = _manifests(args)
     if args.format == "json":
-        _print_json(
+        print_json(
             {
                 "counts": [
                     {"state": state, "queue": queue, "count": count}
@@ -351,10 +351,6 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     return value
-
-
-def _print_json(value: Any) -> None:
-    sys.stdout.write(json_text(value) + "\n")
 
 
 def _age(seconds: float | None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import traceback
 from types import TracebackType
 from typing import Any
@@ -35,6 +36,11 @@ def clip(text: str, limit: int = CLIP) -> str:
 def json_text(value: Any) -> str:
     """`value` as indented JSON with sorted keys, every non-ASCII character escaped."""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True, default=str)
+
+
+def print_json(value: Any) -> None:
+    """`value` on standard output as `json_text`, a line of its own."""
+    sys.stdout.write(json_text(value) + "\n")
 
 
 class EscapingFormatter(logging.Formatter):

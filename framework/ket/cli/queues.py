@@ -9,16 +9,13 @@ bad option).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ket.catalog import Catalog
 from ket.cli.bulk import cli_actor
-from ket.cli.options import deployment_of
-from ket.cli.output import escape, json_text
-from ket.cli.runtime import open_tenant_store, single_tenant
+from ket.cli.output import escape, print_json
+from ket.cli.runtime import on_tenant_store
 from ket.operate import QueueRow, declared_queue, pause_queue, queue_rows, resume_queue
 
 if TYPE_CHECKING:
@@ -48,23 +45,6 @@ def add_parser(
         action.set_defaults(run=run)
 
 
-def _with_store(
-    args: argparse.Namespace, action: Callable[[SqlStore, Catalog, str], Awaitable[T]]
-) -> T:
-    catalog = Catalog.build(deployment_of(args))
-    tenant, url = single_tenant(args)
-
-    async def run() -> T:
-        # with the tenant's control channel: a resume wakes the workers at once
-        store = await open_tenant_store(args.database_url, tenant, url)
-        try:
-            return await action(store, catalog, tenant)
-        finally:
-            await store.close()
-
-    return asyncio.run(run())
-
-
 def row_json(row: QueueRow) -> dict[str, Any]:
     """One queue as `ket queues list --format json` shows it."""
     pause = row.pause
@@ -85,9 +65,9 @@ def _list(args: argparse.Namespace) -> int:
     async def rows(store: SqlStore, catalog: Catalog, tenant: str) -> list[QueueRow]:
         return await queue_rows(store, catalog)
 
-    found = [row_json(row) for row in _with_store(args, rows)]
+    found = [row_json(row) for row in on_tenant_store(args, rows)]
     if args.format == "json":
-        _print_json({"queues": found})
+        print_json({"queues": found})
         return 0
     header = ("QUEUE", "STATE", "AVAILABLE", "SCHEDULED", "EXECUTING", "RETRYABLE", "OLDEST")
     table = [header]
@@ -131,10 +111,10 @@ def _set_paused(args: argparse.Namespace, *, paused: bool) -> int:
         act = pause_queue if paused else resume_queue
         return await act(store, queue, cli_actor(), tenant=tenant)
 
-    changed = _with_store(args, act)
+    changed = on_tenant_store(args, act)
     word = "paused" if paused else "resumed"
     if args.format == "json":
-        _print_json({"queue": args.queue, "paused": paused, "changed": changed})
+        print_json({"queue": args.queue, "paused": paused, "changed": changed})
         return 0
     shown = escape(args.queue)
     if not changed:
@@ -147,7 +127,3 @@ def _set_paused(args: argparse.Namespace, *, paused: bool) -> int:
     else:
         sys.stdout.write(f"queue {shown} resumed\n")
     return 0
-
-
-def _print_json(value: Any) -> None:
-    sys.stdout.write(json_text(value) + "\n")

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ket.cli.options import deployment_of, workspace_parent
-from ket.cli.output import escape, json_text
+from ket.cli.output import escape, print_json
 from ket.cli.runtime import open_tenant_store, single_tenant
 from ket.store.contract import QueryableStore, RerunStore
 from ket.store.types import TERMINAL_STATES, JobId, JobRecord, Reran
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"ket: job {args.id}: {escape(_refusal(reran))}\n")
         return 1
     if args.format == "json":
-        sys.stdout.write(json_text({"id": reran.inserted.id, "rerun_of": args.id}) + "\n")
+        print_json({"id": reran.inserted.id, "rerun_of": args.id})
     else:
         sys.stdout.write(f"job {args.id} rerun as job {reran.inserted.id}\n")
     return 0

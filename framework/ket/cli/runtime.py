@@ -14,7 +14,7 @@ import os
 import socket
 import sys
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ket.connection.url import is_postgres
@@ -24,6 +24,7 @@ from ket.store.tenant import check_tenant_name
 T = TypeVar("T")
 
 if TYPE_CHECKING:
+    from ket.catalog import Catalog
     from ket.control.registry import TenantRegistry
     from ket.control.registry_reader import RegistryReader
     from ket.runtime.tenancy import Tenancy
@@ -197,6 +198,28 @@ def control_channels(registry: str) -> ControlChannels | None:
     from ket.wakeup.control_channel import ControlChannels
 
     return ControlChannels(libpq_dsn(parse_url(registry)))
+
+
+def on_tenant_store(
+    args: argparse.Namespace, action: Callable[[SqlStore, Catalog, str], Awaitable[T]]
+) -> T:
+    """Run `action(store, catalog, tenant)` on the one tenant the command acts on (--tenant,
+    or the app's only one), with the deployment's catalog; the store has the tenant's part in
+    the control channel, so what the action makes runnable wakes the workers at once."""
+    from ket.catalog import Catalog
+    from ket.cli.options import deployment_of
+
+    catalog = Catalog.build(deployment_of(args))
+    tenant, url = single_tenant(args)
+
+    async def run() -> T:
+        store = await open_tenant_store(args.database_url, tenant, url)
+        try:
+            return await action(store, catalog, tenant)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
 
 
 async def creating_store(url: str, **options: Any) -> SqlStore:

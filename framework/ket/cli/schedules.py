@@ -6,16 +6,13 @@ Exit codes: 0 done, 2 bad input (an unknown schedule, unknown tenant, bad option
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ket.catalog import Catalog, JobSpec
-from ket.cli.options import deployment_of
-from ket.cli.output import escape, json_text
-from ket.cli.runtime import open_tenant_store, single_tenant
+from ket.cli.output import escape, print_json
+from ket.cli.runtime import on_tenant_store
 from ket.errors import KetError
 from ket.operate import ScheduleRow, schedule_rows
 from ket.store.contract import QueryableStore, ScheduleControl
@@ -50,21 +47,6 @@ def add_parser(
         action.set_defaults(run=run)
 
 
-def _with_store(args: argparse.Namespace, action: Callable[[SqlStore, Catalog], Awaitable[T]]) -> T:
-    catalog = Catalog.build(deployment_of(args))
-    tenant, url = single_tenant(args)
-
-    async def run() -> T:
-        # with the tenant's control channel: a run-now wakes the workers at once
-        store = await open_tenant_store(args.database_url, tenant, url)
-        try:
-            return await action(store, catalog)
-        finally:
-            await store.close()
-
-    return asyncio.run(run())
-
-
 def _scheduled(catalog: Catalog, name: str) -> JobSpec:
     spec = catalog.jobs.get(name)
     if spec is None or spec.schedule is None:
@@ -95,10 +77,14 @@ def row_json(row: ScheduleRow) -> dict[str, Any]:
     }
 
 
+async def _rows(store: SqlStore, catalog: Catalog, tenant: str) -> list[ScheduleRow]:
+    return await schedule_rows(store, catalog)
+
+
 def _list(args: argparse.Namespace) -> int:
-    found = [row_json(row) for row in _with_store(args, schedule_rows)]
+    found = [row_json(row) for row in on_tenant_store(args, _rows)]
     if args.format == "json":
-        _print_json(found)
+        print_json(found)
         return 0
     if not found:
         sys.stdout.write("no schedules\n")
@@ -133,14 +119,14 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _set_paused(args: argparse.Namespace, *, paused: bool) -> int:
-    async def act(store: SqlStore, catalog: Catalog) -> bool:
+    async def act(store: SqlStore, catalog: Catalog, tenant: str) -> bool:
         spec = _scheduled(catalog, args.name)
         return await _control(store).schedule_pause(spec.name, paused)
 
-    changed = _with_store(args, act)
+    changed = on_tenant_store(args, act)
     word = "paused" if paused else "resumed"
     if args.format == "json":
-        _print_json({"job": args.name, "paused": paused, "changed": changed})
+        print_json({"job": args.name, "paused": paused, "changed": changed})
         return 0
     if changed:
         sys.stdout.write(f"schedule {escape(args.name)} {word}\n")
@@ -152,20 +138,16 @@ def _set_paused(args: argparse.Namespace, *, paused: bool) -> int:
 def _run_now(args: argparse.Namespace) -> int:
     from ket.runtime.sweep import run_now
 
-    async def act(store: SqlStore, catalog: Catalog) -> int:
+    async def act(store: SqlStore, catalog: Catalog, tenant: str) -> int:
         spec = _scheduled(catalog, args.name)
         return (await run_now(store, catalog, spec.name)).id
 
-    job_id = _with_store(args, act)
+    job_id = on_tenant_store(args, act)
     if args.format == "json":
-        _print_json({"job": args.name, "job_id": job_id})
+        print_json({"job": args.name, "job_id": job_id})
         return 0
     sys.stdout.write(f"schedule {escape(args.name)} fired now: job {job_id}\n")
     return 0
-
-
-def _print_json(value: Any) -> None:
-    sys.stdout.write(json_text(value) + "\n")
 
 
 def _control(store: object) -> ScheduleControl:

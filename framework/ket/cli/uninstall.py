@@ -15,7 +15,7 @@ import argparse
 import asyncio
 import sys
 
-from ket.cli.output import escape, json_text
+from ket.cli.output import escape, print_json
 from ket.cli.runtime import open_store, registry_reader, single_tenant
 from ket.connection.database_file import sqlite_file_missing
 from ket.connection.database_url import database_identity, shown_url
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     dropped = asyncio.run(_uninstall(url, control=not _is_registry(args.database_url, url)))
     if args.format == "json":
         shown = {"tenant": tenant, "database": shown_url(url), "removed": dropped}
-        sys.stdout.write(json_text(shown) + "\n")
+        print_json(shown)
         return 0
     if dropped:
         sys.stdout.write(f"{escape(where)}: removed {', '.join(dropped)}\n")

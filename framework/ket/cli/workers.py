@@ -14,7 +14,7 @@ import asyncio
 import sys
 from typing import Any
 
-from ket.cli.output import escape, json_text
+from ket.cli.output import escape, print_json
 from ket.cli.runtime import control_url, registry_parent
 from ket.connection.database_url import shown_url
 from ket.store.roster import SHORT_HASH, SeenWorker, manifest_counts
@@ -82,7 +82,7 @@ def _list(args: argparse.Namespace) -> int:
             "workers": [worker_json(w) for w in workers],
             "manifests": manifest_counts(workers),
         }
-        sys.stdout.write(json_text(document) + "\n")
+        print_json(document)
         return 0
     if not workers:
         sys.stdout.write(f"no workers recorded in {escape(shown_url(url))}\n")
