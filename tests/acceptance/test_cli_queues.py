@@ -181,3 +181,25 @@ def test_an_undeclared_queue_is_refused_naming_the_declared_ones(project: Projec
     )
     not_paused = run_ket("queues", "resume", "mail", cwd=root)
     assert (not_paused.code, not_paused.out) == (0, "queue mail was already resumed\n")
+
+
+def test_a_database_of_an_older_ket_says_to_migrate_and_is_upgraded_in_place(
+    project: Project,
+) -> None:
+    # a tenant database migrated by the ket before queue pauses (version 7), jobs in it
+    root = project({"app/workspace.py": APP})
+    assert run_ket("migrate", cwd=root).code == 0
+    _enqueue(root, [NewJob(name="app.ping")])
+    with sqlite3.connect(_database(root)) as connection:
+        connection.execute("DROP TABLE ket_queue_pauses")
+        connection.execute("DELETE FROM ket_migrations WHERE version = 8")
+    older = run_ket("queues", "pause", "mail", cwd=root)
+    assert older.code == 2
+    assert older.err.endswith(
+        "no such table: ket_queue_pauses: this database's ket tables are older than this "
+        "version of ket; run `ket migrate`\n"
+    ), older.err
+    migrated = run_ket("migrate", cwd=root)
+    assert migrated.out == "tenant default: applied migrations [8]\n", migrated.err
+    assert run_ket("queues", "pause", "mail", cwd=root).code == 0
+    assert _states(root) == {("app.ping", "available"): 1}  # the jobs are still there

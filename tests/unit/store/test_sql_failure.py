@@ -172,7 +172,24 @@ def test_a_driver_error_on_the_lane_says_what_the_engine_would_without_the_passw
         'database error: UndefinedTable: relation "ket_schedules" does not exist: '
         "this database has no ket tables yet; run `ket migrate`"
     )
+    # a table of a later migration: the database is older than this ket, not empty
+    newer = psycopg.errors.UndefinedTable('relation "ket_queue_pauses" does not exist')
+    assert driver_error(newer, url).message == (
+        'database error: UndefinedTable: relation "ket_queue_pauses" does not exist: '
+        "this database's ket tables are older than this version of ket; run `ket migrate`"
+    )
     lost = OSError("connection to app:s3cret@db lost")
     assert driver_error(lost, url).message == (
         "database connection failed: OSError: connection to app:***@db lost"
     )
+
+
+def test_the_first_migration_s_tables_are_the_ones_whose_absence_means_no_ket_tables() -> None:
+    import re
+
+    from ket.store.sql.failure import FIRST_TABLES
+    from ket.store.sql.migration import MIGRATIONS
+
+    for dialect in ("postgresql", "sqlite"):
+        created = re.findall(r"CREATE TABLE (ket_\w+)", " ".join(MIGRATIONS[0].statements[dialect]))
+        assert set(created) == FIRST_TABLES

@@ -8,6 +8,7 @@ ket's tables says to run `ket migrate`, and anything else gives the driver's fir
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,13 @@ if TYPE_CHECKING:
 # so that this module does not import a driver a deployment may not use.
 _DRIVERS = frozenset({"psycopg", "psycopg_pool", "sqlite3", "aiosqlite"})
 _MISSING_TABLE = ("no such table: ket_", 'relation "ket_')
+_MISSING_NAME = re.compile(r'(?:no such table: |relation ")(ket_\w+)')
+# the tables of ket's first migration: one of them missing means none is there yet; a table of a
+# later migration missing means the database is at an older version than this ket
+# (tests/unit/store/test_sql_failure.py keeps this list equal to migration 1's)
+FIRST_TABLES = frozenset(
+    {"ket_jobs", "ket_job_errors", "ket_schedules", "ket_schedule_fires", "ket_sent_messages"}
+)
 # SQLSTATEs of a server that cannot be reached now: connection exceptions (class 08), and an
 # administrator's or a crash's shutdown, or a server that is starting or stopping (57P01-57P03)
 _AWAY_STATES = ("57P01", "57P02", "57P03")
@@ -115,6 +123,12 @@ def _cured(text: str) -> str:
     if any(m in text for m in _MISSING_TABLE) and (
         "no such table" in text or "does not exist" in text
     ):
+        found = _MISSING_NAME.search(text)
+        if found is not None and found[1] not in FIRST_TABLES:
+            return (
+                f"{text}: this database's ket tables are older than this version of ket; "
+                "run `ket migrate`"
+            )
         return f"{text}: this database has no ket tables yet; run `ket migrate`"
     return text
 
