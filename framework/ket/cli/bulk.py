@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ket.cli import selection
-from ket.cli.output import escape, print_json
+from ket.cli.output import escape, print_json, write_table
 from ket.cli.runtime import open_store, open_tenant_store, single_tenant
 from ket.connection.database_url import shown_url
 from ket.errors import KetError
@@ -283,9 +283,7 @@ def _table(sample: tuple[JobRecord, ...], *, stream: Any = None) -> None:
     for r in sample:
         cells = (str(r.id), r.name, r.state, r.queue, r.enqueued_at.isoformat(timespec="seconds"))
         rows.append(tuple(escape(cell) for cell in cells))  # type: ignore[arg-type]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    for row in rows:
-        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+    write_table(rows, out)
 
 
 def _sampled(record: JobRecord) -> dict[str, Any]:

@@ -13,8 +13,9 @@ import json
 import logging
 import sys
 import traceback
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
 from ket.display import escape
 from ket.observe.logs import JsonFormatter, quiet_third_party
@@ -36,6 +37,15 @@ def clip(text: str, limit: int = CLIP) -> str:
 def json_text(value: Any) -> str:
     """`value` as indented JSON with sorted keys, every non-ASCII character escaped."""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True, default=str)
+
+
+def write_table(rows: Sequence[Sequence[str]], stream: TextIO | None = None) -> None:
+    """Rows of cells (escaped already) as columns two spaces apart, each as wide as its widest
+    cell, without trailing spaces."""
+    out = stream or sys.stdout
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))] if rows else []
+    for row in rows:
+        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
 
 
 def print_json(value: Any) -> None:

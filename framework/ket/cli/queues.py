@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ket.catalog import Catalog
 from ket.cli.bulk import cli_actor
-from ket.cli.output import escape, print_json
+from ket.cli.output import escape, print_json, write_table
 from ket.cli.runtime import on_tenant_store
 from ket.operate import QueueRow, declared_queue, pause_queue, queue_rows, resume_queue
 
@@ -84,10 +84,7 @@ def _list(args: argparse.Namespace) -> int:
                 "-" if oldest is None else f"{oldest:.1f}s",
             )
         )
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    for line in table:
-        sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
-        sys.stdout.write("\n")
+    write_table(table)
     for row in found:
         if row["paused"]:
             sys.stdout.write(

@@ -14,7 +14,7 @@ import asyncio
 import sys
 from typing import Any
 
-from ket.cli.output import escape, print_json
+from ket.cli.output import escape, print_json, write_table
 from ket.cli.runtime import control_url, registry_parent
 from ket.connection.database_url import shown_url
 from ket.store.roster import SHORT_HASH, SeenWorker, manifest_counts
@@ -91,10 +91,7 @@ def _list(args: argparse.Namespace) -> int:
     rows: list[tuple[str, ...]] = [(*header, "MANIFEST", "STATUS")]
     for worker in workers:
         rows.append(tuple(escape(cell) for cell in _cells(worker)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        line = "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
-        sys.stdout.write(line.rstrip() + "\n")
+    write_table(rows)
     counts = manifest_counts(workers)
     if len(counts) > 1:
         sys.stdout.write(mismatch_line(counts) + "\n")

@@ -27,7 +27,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from ket.connection.budget import no_room
 from ket.connection.database_url import (
     PLACEHOLDER,
     Identity,
@@ -37,7 +36,7 @@ from ket.connection.database_url import (
     shown_url,
 )
 from ket.connection.engine import create_sync_engine, sync_url
-from ket.errors import NoRoom, StoreError
+from ket.errors import StoreError
 from ket.store.failure import translated
 from ket.store.sql.column import Instant
 from ket.store.sql.failure import database_error, hide_password
@@ -78,10 +77,11 @@ class TenantRegistry:
         try:
             _metadata.create_all(self._engine)
         except Exception as error:
-            reason = database_error(error, self._engine).message
-            kind = NoRoom if no_room(error) else StoreError  # a full server: a warning
-            raise kind(
-                hide_password(f"cannot open the tenant registry at {shown!r}: {reason}", target)
+            failure = database_error(error, self._engine)
+            raise type(failure)(
+                hide_password(
+                    f"cannot open the tenant registry at {shown!r}: {failure.message}", target
+                )
             ) from error
 
     def list(self) -> list[Tenant]:

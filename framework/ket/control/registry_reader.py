@@ -20,12 +20,11 @@ from ket.connection.address import (
     parse_url,
     psycopg_params,
 )
-from ket.connection.budget import no_room
 from ket.connection.database_file import sqlite_path
 from ket.connection.database_url import shown_url
-from ket.errors import NoRoom, StoreError
+from ket.errors import StoreError
 from ket.store.failure import describe
-from ket.store.sql.failure import hide_password
+from ket.store.sql.failure import error_kind, hide_password
 
 _LIST = "SELECT name, database_url FROM ket_tenants ORDER BY name"
 _EXISTS = "SELECT 1 FROM ket_tenants WHERE false"
@@ -80,9 +79,7 @@ class RegistryReader:
     def _unreadable(self, error: Exception) -> StoreError:
         shown = shown_url(self.url)
         message = f"cannot open the tenant registry at {shown!r}: {describe(error)}"
-        # a full server is no fault of the registry's: said as a warning (NoRoom)
-        kind = NoRoom if no_room(error) else StoreError
-        return kind(hide_password(message, parse_url(self.url)))
+        return error_kind(error)(hide_password(message, parse_url(self.url)))
 
     def _rows(self, query: str) -> list[tuple[Any, ...]] | None:
         """The rows of `query`; None when the registry does not exist."""

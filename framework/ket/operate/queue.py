@@ -11,7 +11,7 @@ from ket.errors import KetError
 from ket.operate.action import Actor
 from ket.operate.audit import record
 from ket.store.contract import JobStore, QueryableStore, QueueControl
-from ket.store.types import AuditEntry, QueuePause
+from ket.store.types import AuditAction, AuditEntry, QueuePause
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,7 +77,7 @@ async def pause_queue(store: JobStore, queue: str, actor: Actor, *, tenant: str)
     """Pause `queue` in the tenant (no worker claims its jobs until it is resumed; running
     attempts finish); True when it was not paused. Recorded as `actor`'s."""
     changed = await _control(store).queue_pause(queue, paused_by=actor.subject)
-    await _trace(store, "pause", queue, changed, actor, tenant)
+    await _trace(store, "pause", "paused", queue, changed, actor, tenant)
     return changed
 
 
@@ -85,7 +85,7 @@ async def resume_queue(store: JobStore, queue: str, actor: Actor, *, tenant: str
     """Resume `queue` in the tenant and wake its workers; True when it was paused. Recorded as
     `actor`'s."""
     changed = await _control(store).queue_resume(queue)
-    await _trace(store, "resume", queue, changed, actor, tenant)
+    await _trace(store, "resume", "resumed", queue, changed, actor, tenant)
     return changed
 
 
@@ -96,13 +96,18 @@ def _control(store: JobStore) -> QueueControl:
 
 
 async def _trace(
-    store: JobStore, action: str, queue: str, changed: bool, actor: Actor, tenant: str
+    store: JobStore,
+    action: AuditAction,
+    word: str,
+    queue: str,
+    changed: bool,
+    actor: Actor,
+    tenant: str,
 ) -> None:
-    word = "paused" if action == "pause" else "resumed"
     entry = AuditEntry(
         subject=actor.subject,
         source=actor.source,
-        action="pause" if action == "pause" else "resume",
+        action=action,
         selection={"queue": queue},
         matched=1,
         changed=int(changed),

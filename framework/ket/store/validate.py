@@ -374,11 +374,16 @@ def check_bulk_batch(batch: BulkBatch) -> tuple[JobState, ...]:
     return states
 
 
-def check_queue_pause(queue: object, paused_by: object) -> None:
-    """Refuse a queue name or an operator's name that is not 1 to MAX_KEY_LENGTH (the queue) or
-    MAX_AUDIT_TEXT (the operator) characters without NUL."""
+def check_queue(queue: object) -> None:
+    """Refuse a queue name that is not 1 to MAX_KEY_LENGTH characters without NUL."""
     if not _clean_text(queue, MAX_KEY_LENGTH):
         raise JobRejected(f"a queue must be 1 to {MAX_KEY_LENGTH} characters{_TEXT}, got {queue!r}")
+
+
+def check_queue_pause(queue: object, paused_by: object) -> None:
+    """Refuse a bad queue name (`check_queue`), or an operator's name that is not 1 to
+    MAX_AUDIT_TEXT characters without NUL."""
+    check_queue(queue)
     if not _clean_text(paused_by, MAX_AUDIT_TEXT):
         raise JobRejected(
             f"who pauses a queue must be 1 to {MAX_AUDIT_TEXT} characters{_TEXT}, got {paused_by!r}"

@@ -193,3 +193,20 @@ def test_the_first_migration_s_tables_are_the_ones_whose_absence_means_no_ket_ta
     for dialect in ("postgresql", "sqlite"):
         created = re.findall(r"CREATE TABLE (ket_\w+)", " ".join(MIGRATIONS[0].statements[dialect]))
         assert set(created) == FIRST_TABLES
+
+
+def test_a_server_without_room_is_no_room_wherever_ket_meets_it() -> None:
+    import psycopg
+
+    from ket.connection.url import make_url
+    from ket.errors import NoRoom, StoreUnavailable
+    from ket.store.sql.failure import driver_error
+
+    url = make_url("postgresql://app:s3cret@db/erp")
+    full = psycopg.OperationalError(
+        "connection failed: FATAL:  remaining connection slots are reserved for "
+        "non-replication superuser connections"
+    )
+    assert type(driver_error(full, url)) is NoRoom
+    lost = psycopg.OperationalError("connection failed: server closed the connection")
+    assert type(driver_error(lost, url)) is StoreUnavailable

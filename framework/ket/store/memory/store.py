@@ -280,7 +280,7 @@ class MemoryStore:
 
     async def queue_resume(self, queue: str) -> bool:
         """Resume `queue` and wake its waiters; True when it was paused."""
-        validate.check_queue_pause(queue, "resume")
+        validate.check_queue(queue)
         with self._locked():
             resumed = self.database.queue_pauses.pop(queue, None) is not None
         if resumed:

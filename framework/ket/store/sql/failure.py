@@ -12,7 +12,8 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ket.errors import StoreError, StoreUnavailable
+from ket.connection.budget import no_room
+from ket.errors import NoRoom, StoreError, StoreUnavailable
 from ket.store.failure import describe
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def database_error(error: Exception, engine: AsyncEngine | Engine) -> StoreError
     elif isinstance(error, DBAPIError):
         message = f"database error: {reason(error)}"
         if unreachable(error):
-            return StoreUnavailable(hide_password(message, engine.url))
+            return error_kind(error)(hide_password(message, engine.url))
     elif isinstance(error, SQLAlchemyError):
         message = f"database error: {_first_line(str(error))}"
     else:
@@ -67,8 +68,16 @@ def driver_error(error: Exception, url: Any) -> StoreError:
         message = f"database error: {_cured(describe(error))}"
     else:
         message = f"the store failed: {describe(error)}"
-    kind = StoreUnavailable if unreachable(error) else StoreError
-    return kind(hide_password(message, url))
+    return error_kind(error)(hide_password(message, url))
+
+
+def error_kind(error: BaseException) -> type[StoreError]:
+    """The StoreError class a caller sees for `error`: NoRoom when the server refused the
+    connection for want of room (a warning, not a failure of ket's), StoreUnavailable when the
+    database cannot be reached now, else StoreError."""
+    if no_room(error):
+        return NoRoom
+    return StoreUnavailable if unreachable(error) else StoreError
 
 
 def unreachable(error: BaseException) -> bool:

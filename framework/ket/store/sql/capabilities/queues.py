@@ -30,7 +30,7 @@ class SqlQueueControl(SqlSession):
     async def queue_resume(self, queue: str) -> bool:
         """Resume `queue` and wake its waiters, here and in the other processes; True when it
         was paused."""
-        validate.check_queue_pause(queue, "resume")
+        validate.check_queue(queue)
         from ket.store.sql import queue as queues
 
         async def body(conn: AsyncConnection) -> bool:
