@@ -26,7 +26,7 @@ from ket.declare.job import JobDecl, Upgrade, default_backoff_seconds
 from ket.declare.operation import Handler, OperationDecl
 from ket.declare.serve import ServeConfig
 from ket.declare.worker import WorkerConfig
-from ket.due import RunAt, RunIn, due
+from ket.due import RunAt, RunIn, delay_seconds, due
 from ket.errors import CheckFailed, DeclarationError, JobRejected, PayloadVersionError
 from ket.schedule import Schedule
 from ket.secret import (
@@ -48,7 +48,8 @@ class EnqueueOptions:
     to `Catalog.new_job` (the clients, ctx.jobs, the test deployment, `ket jobs enqueue`, the
     third member of an `enqueue_many` item); None keeps the declaration's default. `run_at` (an
     aware datetime or ISO-8601 text) and `run_in` (a delay from the store's now) exclude each
-    other (ket.due); `tags` given replace the declared ones."""
+    other (ket.due); `tags` given replace the declared ones; `expires_in` (a duration, as
+    `run_in`) replaces the declared expiry, counted from the job's run time."""
 
     run_at: RunAt | None = None
     run_in: RunIn | None = None
@@ -56,6 +57,7 @@ class EnqueueOptions:
     unique_key: str | None = None
     company: str | None = None
     tags: list[str] | tuple[str, ...] | None = None
+    expires_in: RunIn | None = None
 
     @classmethod
     def given(
@@ -67,6 +69,7 @@ class EnqueueOptions:
         unique_key: str | None = None,
         company: str | None = None,
         tags: list[str] | tuple[str, ...] | None = None,
+        expires_in: RunIn | None = None,
     ) -> EnqueueOptions:
         """The options of an enqueue call's keywords: NO_OPTIONS when none is given (the plain
         enqueue new_job builds fastest)."""
@@ -77,6 +80,7 @@ class EnqueueOptions:
             and unique_key is None
             and company is None
             and tags is None
+            and expires_in is None
         ):
             return NO_OPTIONS
         return cls(
@@ -86,6 +90,7 @@ class EnqueueOptions:
             unique_key=unique_key,
             company=company,
             tags=tags,
+            expires_in=expires_in,
         )
 
     @classmethod
@@ -151,6 +156,8 @@ class JobSpec(OperationSpec):
     tags: tuple[str, ...] = ()
     # declared with no input (shorthand): nothing to validate, and its payload is always {}
     no_input: bool = False
+    # not started within this many seconds of its run time: discarded as expired (None: never)
+    expires_in_seconds: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,6 +253,12 @@ class Catalog:
                 tags = resolve.tags(tags)
             except DeclarationError as error:
                 raise JobRejected(f"job {name!r}: {error}") from None
+        expires_in = spec.expires_in_seconds
+        if options.expires_in is not None:
+            try:
+                expires_in = delay_seconds(options.expires_in, name="expires_in", positive=True)
+            except ValueError as error:
+                raise JobRejected(f"job {name!r}: {error}") from None
         job = NewJob(
             name=name,
             queue=spec.queue,
@@ -261,6 +274,7 @@ class Catalog:
             ticks_skipped=ticks_skipped,
             tags=spec.tags if tags is None else tags,
             trace_context=trace.enqueue_context(name, spec.queue) if self.tracing else None,
+            expires_in_seconds=expires_in,
         )
         if bare and spec.no_input and not self.tracing:  # a traced enqueue is a span of its own
             self._plain[name] = job

@@ -193,6 +193,7 @@ class Client:
         unique_key: str | None = None,
         company: str | None = None,
         tags: list[str] | tuple[str, ...] | None = None,
+        expires_in: RunIn | None = None,
         connection: object | None = None,
     ) -> Inserted:
         """Enqueue one job; returns its id and whether it coalesced with an active one.
@@ -209,6 +210,7 @@ class Client:
                 unique_key=unique_key,
                 company=company,
                 tags=tags,
+                expires_in=expires_in,
             ),
         )
         [inserted] = self._insert([job], connection)
@@ -327,6 +329,7 @@ class AsyncClient:
         unique_key: str | None = None,
         company: str | None = None,
         tags: list[str] | tuple[str, ...] | None = None,
+        expires_in: RunIn | None = None,
         connection: object | None = None,
     ) -> Inserted:
         """Enqueue one job; returns its id and whether it coalesced with an active one.
@@ -343,6 +346,7 @@ class AsyncClient:
                 unique_key=unique_key,
                 company=company,
                 tags=tags,
+                expires_in=expires_in,
             ),
         )
         [inserted] = await self._insert([job], connection)

@@ -49,9 +49,9 @@ def instant(value: object) -> datetime:
     return value
 
 
-def delay_seconds(value: object) -> float:
-    """`value` (a timedelta, a number of seconds, or a duration text) in seconds, from 0 to a
-    century."""
+def delay_seconds(value: object, *, name: str = "run_in", positive: bool = False) -> float:
+    """`value` (a timedelta, a number of seconds, or a duration text) in seconds, from 0 (above
+    0 if `positive`) to a century; ValueError naming the option `name` and the value."""
     seconds: float | None
     if isinstance(value, str):
         parsed = duration_seconds(value)
@@ -65,13 +65,14 @@ def delay_seconds(value: object) -> float:
         seconds, shown = None, repr(value)
     if seconds is None or not math.isfinite(seconds):
         raise ValueError(
-            "run_in must be a duration such as '90s', '5m', '2h' or '1d', a number of seconds "
+            f"{name} must be a duration such as '90s', '5m', '2h' or '1d', a number of seconds "
             f"or a timedelta, got {shown}"
         )
-    if seconds < 0:
-        raise ValueError(f"run_in must not be negative, got {shown}")
+    if seconds < 0 or (positive and seconds == 0):
+        rule = "must be more than 0 seconds" if positive else "must not be negative"
+        raise ValueError(f"{name} {rule}, got {shown}")
     if seconds > MAX_SECONDS:
-        raise ValueError(f"run_in must be at most {MAX_SECONDS} seconds (a century), got {shown}")
+        raise ValueError(f"{name} must be at most {MAX_SECONDS} seconds (a century), got {shown}")
     return seconds
 
 

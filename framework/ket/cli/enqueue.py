@@ -44,6 +44,11 @@ def add_parser(
     command.add_argument(
         "--run-at", metavar="TIME", help="due at this ISO-8601 time with an offset (or Z)"
     )
+    command.add_argument(
+        "--expires-in",
+        metavar="DURATION",
+        help="discard it unstarted if not started this long after it is due, e.g. 10m",
+    )
     command.add_argument("--tag", action="append", metavar="TAG", help="a tag; repeatable")
     command.add_argument("--priority", type=_priority, metavar="N", help="lower runs first")
     command.add_argument("--unique-key", metavar="KEY", help="coalesce with an active job")
@@ -70,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         "priority": args.priority,
         "unique_key": args.unique_key,
         "tags": args.tag,
+        "expires_in": args.expires_in,
     }
     with open_client(deployment, tenant=tenant, database_url=args.database_url) as client:
         try:

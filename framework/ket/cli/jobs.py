@@ -285,6 +285,10 @@ def _stats(args: argparse.Namespace) -> int:
                     {"state": state, "queue": queue, "count": count}
                     for (state, queue), count in sorted(stats.counts.items())
                 ],
+                # of the discarded jobs, those that expired unstarted (expires_in)
+                "expired": [
+                    {"queue": queue, "count": count} for queue, count in stats.expired.items()
+                ],
                 "oldest_lease_age_seconds": stats.oldest_lease_age,
                 "oldest_available_age_seconds": stats.oldest_available_age,
                 "dead_rows": stats.dead_rows,
@@ -304,9 +308,14 @@ def _stats(args: argparse.Namespace) -> int:
         sys.stdout.write("no jobs\n")
     else:
         width = max(len(q) for q in [*shown.values(), "QUEUE"])
-        sys.stdout.write("QUEUE".ljust(width) + "".join(f"  {s:>10}" for s in states) + "\n")
+        # of the discarded, those that expired unstarted: a column only where some did
+        expired = ["expired"] if stats.expired else []
+        columns = "".join(f"  {s:>10}" for s in [*states, *expired])
+        sys.stdout.write("QUEUE".ljust(width) + columns + "\n")
         for queue in queues:
             counts = "".join(f"  {stats.counts.get((s, queue), 0):>10}" for s in states)
+            if expired:
+                counts += f"  {stats.expired.get(queue, 0):>10}"
             sys.stdout.write(shown[queue].ljust(width) + counts + "\n")
     sys.stdout.write(f"oldest lease age: {_age(stats.oldest_lease_age)}\n")
     sys.stdout.write(f"oldest available age: {_age(stats.oldest_available_age)}\n")

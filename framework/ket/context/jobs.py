@@ -52,6 +52,7 @@ class Jobs(Part):
         unique_key: str | None = None,
         company: str | None = None,
         tags: list[str] | tuple[str, ...] | None = None,
+        expires_in: RunIn | None = None,
     ) -> Inserted:
         """Enqueue one job; returns its id and whether it coalesced with an active one.
 
@@ -64,6 +65,7 @@ class Jobs(Part):
             unique_key=unique_key,
             company=self.__company if company is None else company,  # the attempt's by default
             tags=tags,
+            expires_in=expires_in,
         )
         job = self.__build(name, input, options)
         [inserted] = await self.__insert([job])

@@ -54,6 +54,11 @@ class JobGauges(Collector):
             "Time since the queue's oldest running attempt started (0: none running).",
             labels=labels.names("queue"),
         )
+        expired = GaugeMetricFamily(
+            "ket_jobs_expired",
+            "Discarded jobs still kept that expired unstarted (expires_in), by queue.",
+            labels=labels.names("queue"),
+        )
         dead = GaugeMetricFamily(
             "ket_jobs_dead_rows",
             "Dead row versions in the jobs table, where the database counts them (PostgreSQL).",
@@ -62,7 +67,8 @@ class JobGauges(Collector):
         if include_samples:
             for tenant, group in self._groups().items():
                 self._add(tenant, group, jobs, available, lease, dead)
-        yield from (jobs, available, lease, dead)
+                self._expired(tenant, group, expired)
+        yield from (jobs, available, lease, expired, dead)
 
     def _groups(self) -> dict[tuple[str, ...], list[JobStats]]:
         """The stats to report under each tenant label (one group of all, without labels)."""
@@ -70,6 +76,18 @@ class JobGauges(Collector):
         if self._labels.tenants:
             return {(tenant,): [stats] for tenant, stats in sorted(snapshot.items())}
         return {(): list(snapshot.values())} if snapshot else {}
+
+    def _expired(
+        self, tenant: tuple[str, ...], group: list[JobStats], expired: GaugeMetricFamily
+    ) -> None:
+        labels = self._labels
+        counts = dict.fromkeys(labels.queues, 0)
+        for stats in group:
+            for queue, count in stats.expired.items():
+                bounded = labels.queue(queue)
+                counts[bounded] = counts.get(bounded, 0) + count
+        for queue, count in counts.items():
+            expired.add_metric([*tenant, queue], count)
 
     def _add(
         self,

@@ -42,6 +42,8 @@ CANCEL_STATES: tuple[JobState, ...] = ACTIVE_STATES  # what an operator cancel t
 
 PRIORITY_MIN, PRIORITY_MAX = -1_000, 1_000
 PAYLOAD_VERSION = 1
+# The error recorded for a job discarded because it was not started by its expiry (`expires_in`)
+EXPIRED = "expired"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,6 +66,8 @@ class NewJob:
     tags: tuple[str, ...] = ()  # labels to find it by (`ket jobs list --tag`), in their order
     # the W3C trace context of its enqueue (`traceparent`, `tracestate`), when traced
     trace_context: Mapping[str, str] | None = None
+    # not started within this many seconds of its run time: discarded as EXPIRED, never run
+    expires_in_seconds: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -326,6 +330,7 @@ class JobRecord:
     tags: tuple[str, ...] = ()
     trace_context: dict[str, str] | None = None
     rerun_of: JobId | None = None  # the finished job this one reruns (`ket jobs rerun`)
+    expires_at: datetime | None = None  # discarded as EXPIRED if not started by then
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -434,6 +439,8 @@ class JobStats:
     long_transactions: tuple[OpenTransaction, ...] = ()
     # the two ages per queue, for the queues that have a due or an executing job
     queue_ages: Mapping[str, QueueAges] = field(default_factory=dict)
+    # per queue, the discarded jobs still kept that expired unstarted (`expires_in`)
+    expired: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -135,6 +135,8 @@ def _check_own(job: NewJob) -> None:
             raise JobRejected(
                 f"job {job.name!r}: {field} must be a timezone-aware datetime, got {value!r}"
             )
+    if job.expires_in_seconds is not None:
+        check_seconds(f"job {job.name!r}: expires_in", job.expires_in_seconds, positive=True)
     if job.delay_seconds:  # 0.0 for almost every job: nothing to check
         check_seconds(f"job {job.name!r}: delay_seconds", job.delay_seconds, positive=False)
         if job.run_at is not None:

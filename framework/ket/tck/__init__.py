@@ -43,6 +43,7 @@ AREAS = (
     "session",
     "rerun",
     "queues",
+    "expiry",
     "errors",
 )
 
@@ -57,6 +58,7 @@ from ket.tck import (
     clock_seam,
     concurrency,
     errors,
+    expiry,
     heartbeat,
     insert,
     ledger,
@@ -81,6 +83,7 @@ from ket.tck.claim import *
 from ket.tck.clock_seam import *
 from ket.tck.concurrency import *
 from ket.tck.errors import *
+from ket.tck.expiry import *
 from ket.tck.harness import FaultyStoreFactory, Outage, StoreFactory, Tck, tck_test
 from ket.tck.heartbeat import *
 from ket.tck.insert import *
@@ -127,5 +130,6 @@ __all__ = [
     *session.__all__,
     *rerun.__all__,
     *queues.__all__,
+    *expiry.__all__,
     *errors.__all__,
 ]

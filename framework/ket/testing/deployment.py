@@ -189,6 +189,7 @@ class TestDeployment:
         unique_key: str | None = None,
         company: str | None = None,
         tags: list[str] | tuple[str, ...] | None = None,
+        expires_in: RunIn | None = None,
     ) -> Inserted:
         """Enqueue a job directly, as a test's producer; `run_in` counts from `clock.now()`."""
         job = self.catalog.new_job(
@@ -201,6 +202,7 @@ class TestDeployment:
                 unique_key=unique_key,
                 company=company,
                 tags=tags,
+                expires_in=expires_in,
             ),
         )
         [inserted] = self._loop.run(self._insert([job]))

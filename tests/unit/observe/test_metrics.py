@@ -165,6 +165,7 @@ def stats(
     ages: dict[str, tuple[float | None, float | None]],
     *,
     dead: int | None = None,
+    expired: dict[str, int] | None = None,
 ) -> JobStats:
     """Stats with `ages`: queue -> (oldest available age, oldest lease age)."""
     return JobStats(
@@ -175,6 +176,7 @@ def stats(
             q: QueueAges(oldest_available_age=a, oldest_lease_age=b) for q, (a, b) in ages.items()
         },
         dead_rows=dead,
+        expired=expired or {},
     )
 
 
@@ -187,8 +189,11 @@ def test_gauges_add_up_tenants_and_take_each_queue_s_oldest_age() -> None:
                 {("available", "default"): 5, ("executing", "mail"): 1, ("available", "old"): 2},
                 {"default": (12.5, None), "mail": (None, 7.0), "old": (99.0, None)},
                 dead=10,
+                expired={"mail": 2, "old": 1},
             ),
-            "globex": stats({("available", "default"): 3}, {"default": (40.0, 2.0)}, dead=5),
+            "globex": stats(
+                {("available", "default"): 3}, {"default": (40.0, 2.0)}, dead=5, expired={"mail": 4}
+            ),
         }
     )
     found = samples(metrics)
@@ -207,6 +212,11 @@ def test_gauges_add_up_tenants_and_take_each_queue_s_oldest_age() -> None:
         labels(queue="default"): 2.0,
         labels(queue="mail"): 7.0,
         labels(queue="other"): 0.0,
+    }
+    assert of(found, "ket_jobs_expired") == {
+        labels(queue="default"): 0,  # every declared queue has a series
+        labels(queue="mail"): 6,
+        labels(queue="other"): 1,
     }
     assert of(found, "ket_jobs_dead_rows") == {labels(): 15}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from ket.store.memory.ledger import SentMessages
 from ket.store.memory.ready import ReadyQueue
@@ -49,6 +49,7 @@ class MemoryDatabase:
         self._unique: dict[tuple[str, str], JobId] = {}
         self._executing: set[JobId] = set()
         self._ready: dict[str, ReadyQueue] = {}
+        self._expiring: set[JobId] = set()  # runnable rows that have an expiry
 
     def insert(
         self, job: NewJob, payload: str, now: datetime, *, rerun_of: JobId | None = None
@@ -78,6 +79,7 @@ class MemoryDatabase:
             tags=tuple(job.tags),
             trace_context=dict(job.trace_context) if job.trace_context else None,
             rerun_of=rerun_of,
+            expires_at=_expiry(run_at, job.expires_in_seconds),
         )
         self.rows[row.id] = row
         self.move(row, row.state)
@@ -101,6 +103,10 @@ class MemoryDatabase:
             self._executing.discard(row.id)
         if state in RUNNABLE_STATES:
             self._ready.setdefault(row.queue, ReadyQueue()).push(row)
+            if row.expires_at is not None:
+                self._expiring.add(row.id)
+        else:
+            self._expiring.discard(row.id)
 
     def delete(self, job_ids: Sequence[JobId]) -> None:
         """Remove rows (pruned, or inserted by a transaction that rolled back)."""
@@ -112,6 +118,7 @@ class MemoryDatabase:
             if key is not None and self._unique.get(key) == job_id:
                 del self._unique[key]
             self._executing.discard(job_id)
+            self._expiring.discard(job_id)
 
     def holder(self, key: tuple[str, str]) -> JobId | None:
         """The active job holding a unique key, if any."""
@@ -122,6 +129,20 @@ class MemoryDatabase:
         ready = self._ready.get(queue)
         return [] if ready is None else ready.take(now, limit, self.rows)
 
+    def expired(self, queue: str, now: datetime, limit: int) -> list[JobRow]:
+        """Up to `limit` runnable rows of `queue` whose expiry has passed, soonest first."""
+        found = [
+            row
+            for row in (self.rows[job_id] for job_id in self._expiring)
+            if row.queue == queue and row.expires_at is not None and row.expires_at <= now
+        ]
+        return sorted(found, key=lambda row: (row.expires_at, row.id))[:limit]
+
     def executing(self) -> list[JobRow]:
         """The rows currently executing, in no particular order."""
         return [self.rows[job_id] for job_id in self._executing]
+
+
+def _expiry(run_at: datetime, seconds: float | None) -> datetime | None:
+    """When a job due at `run_at` expires unstarted (None: never)."""
+    return None if seconds is None else run_at + timedelta(seconds=seconds)

@@ -35,6 +35,7 @@ class JobRow:
     tags: tuple[str, ...] = ()
     trace_context: dict[str, str] | None = None
     rerun_of: JobId | None = None
+    expires_at: datetime | None = None
     attempt: int = 0
     fence: int = 0
     attempted_at: datetime | None = None
@@ -126,6 +127,7 @@ class JobRow:
             tags=self.tags,
             trace_context=_copy(self.trace_context),
             rerun_of=self.rerun_of,
+            expires_at=self.expires_at,
         )
 
 

@@ -22,6 +22,7 @@ from ket.store.memory.records import MemoryRecords
 from ket.store.memory.row import JobRow
 from ket.store.memory.transaction import MemoryTransaction
 from ket.store.types import (
+    EXPIRED,
     RUNNABLE_STATES,
     TERMINAL_STATES,
     AuditEntry,
@@ -106,9 +107,11 @@ class MemoryStore:
         """Claim due jobs in priority, run-at, id order; each gets a lease and a new fence."""
         check_claim(claim)
         with self._locked():
+            now = self._now()
+            for row in self.database.expired(claim.queue, now, claim.limit):
+                transition.expire(self.database, row, now)  # paused or not: never to start
             if claim.queue in self.database.queue_pauses:  # its jobs wait for the resume
                 return []
-            now = self._now()
             lease_until = _later(now, claim.lease_seconds, "lease_seconds")
             rows = self.database.take_due(claim.queue, now, claim.limit)
             for row in rows:
@@ -384,6 +387,11 @@ class MemoryStore:
             counts = Counter((row.state, row.queue) for row in rows)
             leased = [row for row in self.database.executing() if row.attempted_at]
             waiting = [r for r in rows if r.state in RUNNABLE_STATES and r.run_at <= now]
+            expired = Counter(
+                row.queue
+                for row in rows
+                if row.state == "discarded" and any(e.error == EXPIRED for e in row.errors)
+            )
         lease_starts = _oldest(leased, lambda row: row.attempted_at)
         due_since = _oldest(waiting, lambda row: row.run_at)
 
@@ -392,6 +400,7 @@ class MemoryStore:
             return None if found is None else (now - found).total_seconds()
 
         return JobStats(
+            expired=dict(sorted(expired.items())),
             counts=dict(counts),
             oldest_lease_age=age(lease_starts),
             oldest_available_age=age(due_since),

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from ket.store.memory.database import MemoryDatabase
 from ket.store.memory.row import JobRow
-from ket.store.types import RUNNABLE_STATES, JobState, Rescued, Settle, StateChange
+from ket.store.types import EXPIRED, RUNNABLE_STATES, JobState, Rescued, Settle, StateChange
 
 
 def claim(
@@ -22,6 +22,13 @@ def claim(
     row.attempted_at = now
     row.lease_until = lease_until
     database.move(row, "executing")
+
+
+def expire(database: MemoryDatabase, row: JobRow, now: datetime) -> None:
+    """A runnable job past its expiry is discarded unstarted, and says why."""
+    row.record_error(EXPIRED, None, now)
+    row.finished_at = now
+    database.move(row, "discarded")
 
 
 def settle(
@@ -93,6 +100,7 @@ def retry(database: MemoryDatabase, row: JobRow, now: datetime) -> StateChange:
         return _unchanged(row, f"unique key {row.unique_key!r} is held by active job {holder}")
     row.run_at = now
     row.finished_at = None
+    row.expires_at = None  # the operator asked for it: it runs whatever its expiry
     row.cancel_requested = False
     row.max_attempts = max(row.max_attempts, row.attempt + 1)
     database.move(row, "available")

@@ -44,6 +44,7 @@ _ARRAYS: tuple[tuple[str, str], ...] = (
     ("ticks_skipped", "integer"),
     ("tags", "text"),
     ("trace_context", "text"),
+    ("expires_s", "float"),
 )
 
 
@@ -77,6 +78,7 @@ def insert_sql(dialect: str) -> InsertSql:
     """The cached insert statements for `dialect` (SQLAlchemy Core: the lane runs their
     generated text, see statement.py)."""
     from sqlalchemy import (
+        Float,
         Text,
         bindparam,
         case,
@@ -126,6 +128,7 @@ def insert_sql(dialect: str) -> InsertSql:
         "ticks_skipped": bindparam("p_ticks_skipped"),
         "tags": tags,
         "trace_context": trace,
+        "expires_at": time.after(run_at, bindparam("p_expires_s", type_=Float)),
     }
     dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return InsertSql(
@@ -166,6 +169,7 @@ def _unnested(now: Any) -> Any:
     """
     from sqlalchemy import (
         DateTime,
+        Float,
         Integer,
         Text,
         bindparam,
@@ -185,6 +189,7 @@ def _unnested(now: Any) -> Any:
         "text": Text(),
         "integer": Integer(),
         "instant": DateTime(timezone=True),
+        "float": Float(),
     }
     arrays = [bindparam(f"a_{n}", type_=postgresql.ARRAY(types[t])) for n, t in _ARRAYS]
     rows = func.array_fill(literal_column("0"), postgresql.array([bindparam("n", type_=Integer())]))
@@ -227,6 +232,7 @@ def _unnested(now: Any) -> Any:
         "ticks_skipped": numbered.c.ticks_skipped,
         "tags": cast(numbered.c.tags, postgresql.JSONB),
         "trace_context": cast(numbered.c.trace_context, postgresql.JSONB),
+        "expires_at": TimeSql("postgresql").after(run_at, numbered.c.expires_s),
     }
     inserted = insert(jobs).from_select(list(values), select(*values.values())).cte("inserted")
     ids = func.array_agg(postgresql.aggregate_order_by(numbered.c.id, numbered.c.ord))
@@ -392,6 +398,7 @@ def _arrays(
         "ticks_skipped": [job.ticks_skipped for job in batch],
         "tags": [encode_tags(job.tags) for job in batch],
         "trace_context": [encode_trace_context(job.trace_context) for job in batch],
+        "expires_s": [job.expires_in_seconds for job in batch],
     }
     parameters: dict[str, Any] = {"now": now, "n": len(batch)}
     for name, values in columns.items():
@@ -421,6 +428,7 @@ def job_parameters(job: NewJob, payload: str, now: datetime | None) -> dict[str,
         "p_ticks_skipped": job.ticks_skipped,
         "p_tags": encode_tags(job.tags),
         "p_trace_context": encode_trace_context(job.trace_context),
+        "p_expires_s": job.expires_in_seconds,
     }
 
 

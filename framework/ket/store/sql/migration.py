@@ -316,6 +316,24 @@ MIGRATIONS += (
         },
     ),
 )
+
+
+def _v9(instant: str) -> tuple[str, ...]:
+    return (
+        f"ALTER TABLE ket_jobs ADD COLUMN expires_at {instant}",
+        "CREATE INDEX ket_jobs_expiring ON ket_jobs (queue, expires_at) "
+        f"WHERE expires_at IS NOT NULL AND {_RUNNABLE}",
+        "CREATE INDEX ket_job_errors_expired ON ket_job_errors (job_id) WHERE error = 'expired'",
+    )
+
+
+MIGRATIONS += (
+    Migration(
+        version=9,
+        name="jobs that expire unstarted (expires_in)",
+        statements={"postgresql": _v9("TIMESTAMP WITH TIME ZONE"), "sqlite": _v9("BIGINT")},
+    ),
+)
 LATEST = MIGRATIONS[-1].version
 
 _LEDGER = {

@@ -54,6 +54,17 @@ class TimeSql:
             return given
         return type_coerce(func.coalesce(given, func.now()), Instant)
 
+    def after(self, instant: Any, seconds: Any) -> ColumnElement[Any]:
+        """`instant` plus `seconds` (a float expression); NULL when either is."""
+        from sqlalchemy import BigInteger, cast, literal_column, type_coerce
+
+        from ket.store.sql.column import Instant
+
+        if self.database_time:
+            return type_coerce(instant + seconds * literal_column("interval '1 second'"), Instant)
+        # SQLite's instants are integer microseconds
+        return type_coerce(instant + cast(seconds * 1_000_000, BigInteger), Instant)
+
     def at(self, name: str) -> ColumnElement[Any]:
         """Now + `<name>_s` seconds (parameters `<name>_at` and `<name>_s`)."""
         from sqlalchemy import Float, bindparam, func, literal_column, type_coerce

@@ -39,6 +39,8 @@ from ket.store.sql.now import TimeSql
 from ket.store.sql.schema import (
     ACTIVE,
     EXECUTING,
+    EXPIRED_ERROR,
+    EXPIRING,
     RUNNABLE,
     TERMINAL,
     job_errors,
@@ -47,7 +49,7 @@ from ket.store.sql.schema import (
     schedule_fires,
     schedules,
 )
-from ket.store.types import RETRY_STATES, ErrorRecord, JobQuery, JobRecord
+from ket.store.types import EXPIRED, RETRY_STATES, ErrorRecord, JobQuery, JobRecord
 
 # what an operator's retry takes (literal SQL, as schema.py's predicates)
 _RETRYABLE = jobs.c.state.in_([literal_column(f"'{s}'") for s in RETRY_STATES])
@@ -77,7 +79,9 @@ _CLAIMED = (  # the order statement.claimed_job reads
 class Statements:
     """Every fixed statement of the SQL store in one dialect."""
 
-    claim: Any
+    claim: Any  # PostgreSQL: also discards the queue's expired jobs (`expire`, in one statement)
+    expire: Any  # SQLite: a queue's expired jobs discarded, before its claim, in its transaction
+    expired_errors: Any  # SQLite: their records (EXPIRED), from `expire`'s rows
     complete_many: Any
     settle: dict[str, Any]
     append_errors: Any
@@ -100,6 +104,7 @@ class Statements:
     record_fire: Any
     schedule_fires: Any  # the ledger of one schedule, newest first
     counts: Any
+    expired: Any  # per queue: the discarded jobs kept that expired unstarted
     oldest: Any
     queue_ages: Any  # per queue: its oldest lease start and its oldest due run_at
     clock: Any  # the database's now (or the test clock's, passed as `now`)
@@ -119,7 +124,11 @@ def statements(dialect: str) -> Statements:
     due = and_(RUNNABLE, jobs.c.run_at <= now)
     dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return Statements(
-        claim=_claim(time),
+        claim=_claim(time, expiring=dialect == "postgresql"),
+        expire=_expire(time),
+        expired_errors=insert(job_errors).values(
+            job_id=bindparam("p_job_id"), attempt=bindparam("p_attempt"), at=now, error=EXPIRED
+        ),
         complete_many=update(jobs)
         .where(held)
         .values(state="completed", finished_at=now, lease_until=None, cancel_requested=False)
@@ -166,6 +175,7 @@ def statements(dialect: str) -> Statements:
                 else_=jobs.c.max_attempts,
             ),
             cancel_requested=False,
+            expires_at=None,  # the operator asked for it: it runs whatever its expiry
         ),
         active_holders=select(jobs.c.id, jobs.c.name, jobs.c.unique_key).where(
             among(dialect, jobs.c.unique_key, "keys", Text), ACTIVE
@@ -236,6 +246,10 @@ def statements(dialect: str) -> Statements:
         counts=select(jobs.c.state, jobs.c.queue, func.count()).group_by(
             jobs.c.state, jobs.c.queue
         ),
+        expired=select(jobs.c.queue, func.count())
+        .select_from(job_errors.join(jobs, jobs.c.id == job_errors.c.job_id))
+        .where(EXPIRED_ERROR)
+        .group_by(jobs.c.queue),
         oldest=select(
             now.label("now"),
             select(func.min(jobs.c.attempted_at)).where(EXECUTING).scalar_subquery().label("lease"),
@@ -346,34 +360,69 @@ def _look(time: TimeSql) -> Any:
     return union_all(per_queue, lease)
 
 
-def _claim(time: TimeSql) -> Any:
-    """UPDATE the first due runnable rows of a queue (SKIP LOCKED on PostgreSQL) to executing."""
+def _claim(time: TimeSql, *, expiring: bool) -> Any:
+    """UPDATE the first due runnable rows of a queue (SKIP LOCKED on PostgreSQL) to executing.
+
+    A job past its expiry is never claimed: with `expiring` (PostgreSQL) the same statement
+    discards up to `limit` of the queue's expired jobs and records why (`_expire`), in data-
+    modifying CTEs; SQLite runs `expire` before the claim, in its transaction."""
+    now = time.now()
     claimable = (
         select(jobs.c.id)
         .where(
             jobs.c.queue == bindparam("p_queue"),
             RUNNABLE,
-            jobs.c.run_at <= time.now(),
+            jobs.c.run_at <= now,
             ~_paused(bindparam("p_queue")),  # a paused queue's jobs wait (ket queues pause)
+            or_(jobs.c.expires_at.is_(None), jobs.c.expires_at > now),
         )
         .order_by(jobs.c.priority, jobs.c.run_at, jobs.c.id)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True)
         .cte("claimable")
     )
-    return (
+    claim = (
         update(jobs)
         .where(jobs.c.id == claimable.c.id)
         .values(
             state="executing",
             attempt=jobs.c.attempt + 1,
             worker_id=bindparam("p_worker_id"),
-            attempted_at=time.now(),
+            attempted_at=now,
             lease_until=time.at("lease"),
             fence=jobs.c.fence + 1,
             cancel_requested=False,
         )
         .returning(*_CLAIMED)
+    )
+    if not expiring:
+        return claim
+    expired = _expire(time).cte("expired")
+    noted = insert(job_errors).from_select(
+        ["job_id", "attempt", "at", "error"],
+        select(expired.c.id, expired.c.attempt, now, literal_column(f"'{EXPIRED}'")),
+    )
+    # a data-modifying CTE runs whether or not the outer statement reads it
+    return claim.add_cte(expired).add_cte(noted.cte("noted"))
+
+
+def _expire(time: TimeSql) -> Any:
+    """Discard up to `limit` of a queue's runnable jobs whose expiry has passed (their index
+    holds only jobs that can expire: nothing to read for the others); their ids and attempts."""
+    now = time.now()
+    expiring = (
+        select(jobs.c.id)
+        .where(jobs.c.queue == bindparam("p_queue"), EXPIRING, jobs.c.expires_at <= now)
+        .order_by(jobs.c.expires_at, jobs.c.id)
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True)
+        .cte("expiring")
+    )
+    return (
+        update(jobs)
+        .where(jobs.c.id == expiring.c.id)
+        .values(state="discarded", finished_at=now, lease_until=None, cancel_requested=False)
+        .returning(jobs.c.id, jobs.c.attempt)
     )
 
 
@@ -511,6 +560,7 @@ def job_records(rows: Sequence[Any], history: Sequence[Any]) -> list[JobRecord]:
             tags=tuple(row.tags or ()),
             trace_context=row.trace_context,
             rerun_of=row.rerun_of,
+            expires_at=row.expires_at,
         )
         for row in rows
     ]

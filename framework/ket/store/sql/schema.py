@@ -25,6 +25,7 @@ from ket.store.sql.column import Id, Instant, Json
 from ket.store.types import (
     ACTIVE_STATES,
     AUDIT_ACTIONS,
+    EXPIRED,
     JOB_STATES,
     RUNNABLE_STATES,
     TERMINAL_STATES,
@@ -64,6 +65,7 @@ jobs = Table(
     Column("tags", Json),  # a JSON array of strings; NULL when the job has none
     Column("trace_context", Json),  # the W3C trace context of its enqueue, when traced
     Column("rerun_of", BigInteger),  # the finished job this one reruns (`ket jobs rerun`)
+    Column("expires_at", Instant),  # not started by then: discarded as expired (`expires_in`)
     CheckConstraint(f"state IN ({_states(JOB_STATES)})", name="ket_jobs_state"),
     sqlite_autoincrement=True,
 )
@@ -103,6 +105,17 @@ Index(
     sqlite_where=TERMINAL,
 )
 
+# Runnable jobs that can expire, for the claim that discards the expired ones of its queue;
+# jobs with no expiry stay out of the index.
+EXPIRING = and_(jobs.c.expires_at.is_not(None), RUNNABLE)
+Index(
+    "ket_jobs_expiring",
+    jobs.c.queue,
+    jobs.c.expires_at,
+    postgresql_where=EXPIRING,
+    sqlite_where=EXPIRING,
+)
+
 # A job's reruns (`ket jobs show`); the few rows that rerun another are all it holds.
 RERUN = jobs.c.rerun_of.is_not(None)
 Index("ket_jobs_rerun_of", jobs.c.rerun_of, postgresql_where=RERUN, sqlite_where=RERUN)
@@ -129,6 +142,14 @@ job_errors = Table(
     sqlite_autoincrement=True,
 )
 Index("ket_job_errors_job", job_errors.c.job_id, job_errors.c.id)
+# The expired jobs' records, which stats count (an expiry records one per job)
+EXPIRED_ERROR = job_errors.c.error == literal_column(f"'{EXPIRED}'")
+Index(
+    "ket_job_errors_expired",
+    job_errors.c.job_id,
+    postgresql_where=EXPIRED_ERROR,
+    sqlite_where=EXPIRED_ERROR,
+)
 
 schedules = Table(
     "ket_schedules",

@@ -71,6 +71,8 @@ def _query(name: str, *, postgres: bool = True) -> Statement:
 SETTLE_OUTCOMES = ("completed", "retryable", "discarded", "snoozed", "cancelled")
 
 CLAIM = _query("claim")
+EXPIRE = _query("expire", postgres=False)  # SQLite: the claim discards expired jobs itself
+EXPIRED_ERRORS = _query("expired_errors", postgres=False)
 COMPLETE_MANY = _query("complete_many")
 SETTLE = {outcome: _query(f"settle.{outcome}") for outcome in SETTLE_OUTCOMES}
 APPEND_ERRORS = _query("append_errors")
@@ -92,6 +94,7 @@ SCHEDULE_PAUSE = _query("schedule_pause")
 SCHEDULE_FIRES = _query("schedule_fires")
 RECORD_FIRE = _query("record_fire")
 COUNTS = _query("counts")
+EXPIRED = _query("expired")
 OLDEST = _query("oldest")
 QUEUE_AGES = _query("queue_ages")  # parameter `now`: the instant OLDEST answered
 CLOCK = _query("clock")  # the database's now (or the test clock's, passed as `now`)

@@ -24,6 +24,7 @@ async def job_stats(rows: Rows, now: datetime | None, long_after: float) -> JobS
     counts = await rows.rows(stmt.COUNTS)
     [oldest] = await rows.rows(stmt.OLDEST, {"now": now})
     per_queue = await rows.rows(stmt.QUEUE_AGES, {"now": oldest.now})
+    expired = await rows.rows(stmt.EXPIRED)
     at = _instant(oldest.now)
 
     def age(value: Any) -> float | None:
@@ -37,6 +38,7 @@ async def job_stats(rows: Rows, now: datetime | None, long_after: float) -> JobS
             row.queue: QueueAges(oldest_lease_age=age(row.lease), oldest_available_age=age(row.due))
             for row in sorted(per_queue, key=lambda row: row.queue)
         },
+        expired={row[0]: row[1] for row in sorted(expired)},
     )
     if rows.dialect != "postgresql":  # SQLite rewrites rows in place: nothing to tell
         return stats

@@ -111,7 +111,20 @@ class SqlJobs(SqlSession):
             began[0] = time.monotonic()  # the claim sees every job committed before this
             return await rows.tuples(stmt.CLAIM, params)
 
-        if self._channel is None:  # one tenant: its connections are its own
+        async def expiring(rows: Rows) -> list[Any]:
+            """SQLite: the queue's expired jobs discarded, and why, then the claim (on
+            PostgreSQL the claim's one statement does all three)."""
+            expired = await rows.tuples(stmt.EXPIRE, params)
+            if expired:
+                await rows.many(
+                    stmt.EXPIRED_ERRORS,
+                    [{"now": params["now"], "p_job_id": i, "p_attempt": a} for i, a in expired],
+                )
+            return await statement(rows)
+
+        if self.dialect == "sqlite":
+            rows = await self._hot(expiring)
+        elif self._channel is None:  # one tenant: its connections are its own
             rows = await self._hot(statement, single=True)
         else:
             rows = await self._claim_hinted(claim.queue, statement)
