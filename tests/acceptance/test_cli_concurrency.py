@@ -54,13 +54,13 @@ MALFORMED = [
     ("=5", "--concurrency '=5': expected QUEUE=N, such as default=50"),
     (
         "default=x",
-        "--concurrency 'default=x': a queue's concurrency must be a whole number "
-        "from 1 to 1000, got 'x'",
+        "--concurrency 'default=x': N must be a whole number from 1 to 1000, or 0 for a queue "
+        "this host does not serve; got 'x'",
     ),
     (
-        "default=0",
-        "--concurrency 'default=0': a queue's concurrency must be a whole number "
-        "from 1 to 1000, got 0 (0 is refused: every worker serves every queue of its deployment)",
+        "default=1001",
+        "--concurrency 'default=1001': N must be a whole number from 1 to 1000, or 0 for a queue "
+        "this host does not serve; got 1001",
     ),
     (
         "reports=3",
@@ -208,8 +208,8 @@ def test_a_bad_variable_exits_2_with_one_line_naming_it(project: Project) -> Non
     result = run_ket("worker", cwd=root, env={"KET_WORKER_CONCURRENCY": "default=5,mail=many"})
     assert (result.code, result.err) == (
         2,
-        "ket: error: KET_WORKER_CONCURRENCY 'mail=many': a queue's concurrency must be a whole "
-        "number from 1 to 1000, got 'many'\n",
+        "ket: error: KET_WORKER_CONCURRENCY 'mail=many': N must be a whole number from 1 to "
+        "1000, or 0 for a queue this host does not serve; got 'many'\n",
     )
 
 

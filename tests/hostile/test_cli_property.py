@@ -347,6 +347,7 @@ def test_running_commands_outside_a_project(place: Place, data: st.DataObject) -
         flags["--concurrency"] = _choice(
             "default=5", "default=0", "a=1,a=2", "default=1,", "default=" + "9" * 5_000
         )
+        flags["--queues"] = _choice("mail", "", "default,", "mail=1", "a" * 5_000)
     argv = data.draw(argv_for([command], flags, []))
     result = run(argv, place.empty, place.empty)
     check(result, argv)

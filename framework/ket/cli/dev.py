@@ -4,8 +4,9 @@ Migrates the tenant databases (an embedded SQLite file under `.ket/` unless KET_
 otherwise), then runs the worker with readable logs until Ctrl-C. `--all` runs the HTTP server of
 `ket serve` beside it, in the same process (--host, --port): if either stops unexpectedly, the
 other is stopped and `ket dev` exits 1. `--call NAME JSON` calls a function once the worker is
-running, e.g. to place a first order and watch its jobs run. --concurrency QUEUE=N (or
-KET_WORKER_CONCURRENCY) changes a queue's concurrency as for `ket worker`.
+running, e.g. to place a first order and watch its jobs run. --queues QUEUE,... (or
+KET_WORKER_QUEUES) and --concurrency QUEUE=N (or KET_WORKER_CONCURRENCY) choose the queues the
+worker serves and their concurrency as for `ket worker`.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def add_parser(
         metavar=("NAME", "JSON"),
         help="call a function once the worker runs (repeatable)",
     )
-    concurrency.add_option(parser)
+    concurrency.add_options(parser)
     add_log_options(parser)
     add_http_options(parser)
     add_budget_option(parser)
@@ -82,9 +83,10 @@ def run(args: argparse.Namespace) -> int:
         third_party=log_third_party(os.environ),
     )
     logging.getLogger("ket.jobs").setLevel(min(logging.DEBUG, logging.getLevelName(args.log_level)))
-    settings = concurrency.read(args.concurrency, os.environ)
+    settings = concurrency.read(args.concurrency, os.environ, queues=args.queues)
     deployment = deployment_of(args)
-    catalog = settings.apply(Catalog.build(deployment))
+    catalog = Catalog.build(deployment)  # the server and the dashboard see every queue
+    settings.apply(catalog)  # an unknown queue, or none left, is refused before migrating
     calls = [(name, parse_input(text)) for name, text in args.call]
     for name, payload in calls:  # an unknown name or refused input stops the start (2)
         try:

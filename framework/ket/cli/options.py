@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ket.declare.deployment import DeploymentDecl
 from ket.errors import KetError
-from ket.workspace import load_deployment
+from ket.workspace import find_settings, load_deployment
 
 
 def workspace_parent() -> argparse.ArgumentParser:
@@ -69,6 +69,13 @@ def environ_flag(environ: Mapping[str, str], name: str) -> bool:
 def deployment_of(args: argparse.Namespace) -> DeploymentDecl:
     """Load the deployment the command line points at."""
     return load_deployment(args.workspace, args.deployment)
+
+
+def workspace_named(args: argparse.Namespace) -> bool:
+    """Whether there is a workspace to load, given (`--workspace`, `--deployment`) or configured
+    (`[tool.ket]`), for the commands whose workspace is optional."""
+    given = args.workspace is not None or args.deployment is not None
+    return given or find_settings(Path.cwd()).workspace is not None
 
 
 def _mode_for(target: Path) -> int:

@@ -15,15 +15,13 @@ import argparse
 import difflib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from ket.cli.options import deployment_of
+from ket.cli.options import deployment_of, workspace_named
 from ket.cli.output import clip
 from ket.declare.resolve import worker_config
 from ket.errors import KetError
 from ket.store.contract import QueryableStore
 from ket.store.types import JobQuery
-from ket.workspace import find_settings
 
 SHOWN = 20  # the known values an error lists at most
 
@@ -40,10 +38,7 @@ class Declared:
 def declared(args: argparse.Namespace) -> Declared | None:
     """What the command line's deployment declares, when `--queue` or `--job` is given and a
     workspace is named (options or `[tool.ket]`); None when there is nothing to check."""
-    if not (args.queue or args.job):
-        return None
-    given = args.workspace is not None or args.deployment is not None
-    if not given and find_settings(Path.cwd()).workspace is None:
+    if not (args.queue or args.job) or not workspace_named(args):
         return None
     deployment = deployment_of(args)
     queues = set(worker_config(deployment).queues)

@@ -1,7 +1,10 @@
 """`ket worker`: run the deployment's jobs for every tenant (or one) until told to stop.
 
-Each queue runs up to its declared concurrency of jobs at once per tenant, unless this host says
-otherwise with --concurrency QUEUE=N or KET_WORKER_CONCURRENCY="QUEUE=N,..." (the flag wins).
+It serves every queue the deployment declares, or those --queues mail,default (or
+KET_WORKER_QUEUES) names, leaving the others to other workers. Each queue runs up to its declared
+concurrency of jobs at once per tenant, unless this host says otherwise with --concurrency
+QUEUE=N or KET_WORKER_CONCURRENCY="QUEUE=N,..." (the flag wins); QUEUE=0 leaves QUEUE to
+other workers, as --queues does.
 
 SIGTERM or SIGINT stops claiming, lets running jobs finish within `shutdown_grace_ms`, aborts
 the rest (reason `shutdown`) and hands them back, then exits 0. A second signal hands back what
@@ -75,7 +78,7 @@ def add_parser(
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    concurrency.add_option(parser)
+    concurrency.add_options(parser)
     parser.add_argument(
         "--burst",
         action="store_true",
@@ -128,14 +131,15 @@ def run(args: argparse.Namespace) -> int:
         log_format=log_format(args, os.environ),
         third_party=log_third_party(os.environ),
     )
-    settings = concurrency.read(args.concurrency, os.environ)
+    settings = concurrency.read(args.concurrency, os.environ, queues=args.queues)
     chosen = metrics.settings(args, os.environ)
     if chosen is not None:
         metrics.require()  # say what to install before anything starts
     deployment = deployment_of(args)
-    catalog = settings.apply(Catalog.build(deployment))
-    pool_settings(catalog, os.environ)  # refuse a pool too small before serving anything
-    handler_threads_setting(catalog, os.environ)  # and too few handler threads
+    catalog = Catalog.build(deployment)
+    served = settings.apply(catalog)  # an unknown queue, or none left, is refused now
+    pool_settings(served, os.environ)  # and a pool too small, before serving anything
+    handler_threads_setting(served, os.environ)  # and too few handler threads
     limit = connection_budget(args.max_connections, os.environ)
     report_interval(catalog, os.environ)  # and a bad KET_PRESENCE_INTERVAL_S
     urls = tenant_urls(args)  # an unknown --tenant is an error now, not a silent idle worker
@@ -283,14 +287,17 @@ async def serve(
     burst: bool = False,
 ) -> int:
     """Serve until a signal (or until `stopping.event` is set, when the caller handles the
-    signals); returns the exit code. `catalog` carries the concurrency to run, `settings`
-    says which of it this host set (for the start-up line); with the `deployment`, the worker
+    signals); returns the exit code. `catalog` is the deployment's, `settings` which of its
+    queues this host serves and at what concurrency (None: every queue, at the declared
+    concurrency); metrics are labelled by every declared queue. With the `deployment`, the worker
     records itself in the control database (`ket workers list`); `blobs` is where ctx.storage
     keeps blobs (None: what KET_STORAGE_URL names); with `metrics_settings`, metrics are
     served too. `burst`: until every tenant ran what is due (`--burst`)."""
     if stopping is None:
         stopping = Stopping()
         stopping.install()
+    host = settings or HostConcurrency(settings={})
+    declared, catalog = catalog, host.apply(catalog)
     registry = registry_reader(database_url)
 
     async def list_tenants() -> dict[str, str | None]:
@@ -361,7 +368,7 @@ async def serve(
         "worker %s serving deployment %s with queues %s; %s",
         identity,
         catalog.deployment,
-        (settings or HostConcurrency(settings={})).describe(catalog.worker),
+        host.describe(catalog.worker, declared.worker.queues),
         _connections(database_template(database_url), registry.url, max_connections, pool),
     )
     log.info("ctx.storage keeps blobs in %r", blobs)
@@ -381,7 +388,7 @@ async def serve(
     code = 0
     try:
         if metrics_settings is not None:
-            served = metrics.start(metrics_settings, catalog, fleet.hooks, fleet.stores)
+            served = metrics.start(metrics_settings, declared, fleet.hooks, fleet.stores)
         services = [served.service] if served is not None else []
         if burst:
             code = burst_code(await fleet.drain(stopping.event, services))

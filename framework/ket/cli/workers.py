@@ -5,6 +5,10 @@ own database. Each running `ket worker` records itself there at start, refreshes
 third of a lease (at least every second, at most every minute) and removes it when it stops
 cleanly; a row not refreshed for three of its intervals is marked stale (the worker was killed,
 or is cut off from that database), and one not refreshed for a day is deleted.
+
+With a workspace (--workspace, or [tool.ket] in pyproject.toml) it warns of each queue the
+deployment declares that no live worker serves (ket worker --queues leaves queues out): its
+jobs wait until a worker serves it.
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ import asyncio
 import sys
 from typing import Any
 
+from ket.cli.options import deployment_of, workspace_named, workspace_parent
 from ket.cli.output import escape, print_json, write_table
 from ket.cli.runtime import control_url, registry_parent
 from ket.connection.database_url import shown_url
-from ket.store.roster import SHORT_HASH, SeenWorker, manifest_counts
+from ket.declare.resolve import worker_config
+from ket.store.roster import SHORT_HASH, SeenWorker, manifest_counts, unserved_queues
 
 
 def add_parser(
@@ -32,7 +38,9 @@ def add_parser(
     )
     actions = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
     listing = actions.add_parser(
-        "list", parents=[registry_parent()], help="the workers, oldest first, stale ones marked"
+        "list",
+        parents=[registry_parent(), workspace_parent()],
+        help="the workers, oldest first, stale ones marked",
     )
     listing.add_argument("--format", choices=["text", "json"], default="text")
     listing.set_defaults(run=_list)
@@ -75,12 +83,15 @@ def worker_json(worker: SeenWorker) -> dict[str, Any]:
 
 
 def _list(args: argparse.Namespace) -> int:
+    declared = _declared_queues(args)  # a broken workspace is refused before reading
     url, workers = read_workers(args.database_url)
+    unserved = None if declared is None else unserved_queues(declared, workers)
     if args.format == "json":
         document = {
             "control_database": shown_url(url),
             "workers": [worker_json(w) for w in workers],
             "manifests": manifest_counts(workers),
+            "unserved_queues": unserved,
         }
         print_json(document)
         return 0
@@ -95,7 +106,22 @@ def _list(args: argparse.Namespace) -> int:
     counts = manifest_counts(workers)
     if len(counts) > 1:
         sys.stdout.write(mismatch_line(counts) + "\n")
+    sys.stdout.flush()  # the warnings come after the table, on a terminal or in one file
+    for queue in unserved or ():
+        sys.stderr.write(f"ket: warning: {escape(unserved_line(queue))}\n")
     return 0
+
+
+def unserved_line(queue: str) -> str:
+    """The warning that no live worker serves `queue`."""
+    return f"queue {queue!r} is served by no live worker; its jobs wait until one serves it"
+
+
+def _declared_queues(args: argparse.Namespace) -> list[str] | None:
+    """The queues of the command line's deployment; None without a workspace to load."""
+    if not workspace_named(args):
+        return None
+    return sorted(worker_config(deployment_of(args)).queues)
 
 
 def mismatch_line(counts: dict[str, int]) -> str:

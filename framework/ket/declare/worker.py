@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -70,6 +70,14 @@ class WorkerConfig(BaseModel):
             raise ValueError("queues must name at least one queue")
         return self
 
+    def require_queue(self, queue: str) -> str:
+        """`queue` if this configuration declares it, else ValueError naming it and those it
+        declares."""
+        if queue not in self.queues:
+            declared = ", ".join(sorted(self.queues))
+            raise ValueError(f"queue {queue!r} is not declared (declared: {declared})")
+        return queue
+
     def with_concurrency(self, concurrency: Mapping[str, int]) -> WorkerConfig:
         """This configuration with the concurrency of some of its queues replaced (an operator's
         per-host setting), held to the rule of a declared one; ValueError naming a queue the
@@ -79,13 +87,23 @@ class WorkerConfig(BaseModel):
         {'default': 50}
         """
         for queue, value in concurrency.items():
-            if queue not in self.queues:
-                declared = ", ".join(sorted(self.queues))
-                raise ValueError(f"queue {queue!r} is not declared (declared: {declared})")
+            self.require_queue(queue)
             check_concurrency(value)
         return WorkerConfig.model_validate(
             {**self.model_dump(), "queues": {**self.queues, **concurrency}}
         )
+
+    def serving(self, queues: Collection[str]) -> WorkerConfig:
+        """This configuration with only `queues` (the ones a host serves), each at its
+        concurrency here; ValueError naming a queue the configuration lacks, or no queue.
+
+        >>> WorkerConfig(queues={"default": 2, "mail": 4}).serving(["mail"]).queues
+        {'mail': 4}
+        """
+        for queue in queues:
+            self.require_queue(queue)
+        kept = {queue: n for queue, n in self.queues.items() if queue in queues}
+        return WorkerConfig.model_validate({**self.model_dump(), "queues": kept})
 
 
 def check_concurrency(value: object) -> int:

@@ -10,7 +10,7 @@ control database's clock, so hosts whose clocks disagree still agree on who is s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -27,8 +27,9 @@ class WorkerInfo:
     """What one worker process reports about itself.
 
     `tenants` None means every registered tenant; `queues` is the concurrency this host runs
-    per queue; `manifest_hash` the sha256 of the canonical manifest YAML (`ket manifest`);
-    `interval_seconds` how often it reports.
+    per queue it serves (`ket worker --queues` leaves the others out); `manifest_hash` the
+    sha256 of the canonical manifest YAML (`ket manifest`); `interval_seconds` how often it
+    reports.
     """
 
     id: str
@@ -86,3 +87,19 @@ def manifest_counts(workers: list[SeenWorker]) -> dict[str, int]:
         if not worker.stale:
             counts[worker.info.manifest_hash] = counts.get(worker.info.manifest_hash, 0) + 1
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def unserved_queues(
+    declared: Iterable[str], workers: Iterable[SeenWorker], *, tenant: str | None = None
+) -> list[str]:
+    """The `declared` queues, sorted, that no live worker serves (for `tenant` when given: no
+    live worker that serves that tenant). A stopping worker, which has given its tenants up,
+    serves none."""
+    served: set[str] = set()
+    for worker in workers:
+        tenants = worker.info.tenants
+        if worker.stale or tenants == ():
+            continue
+        if tenant is None or tenants is None or tenant in tenants:
+            served.update(queue for queue, n in worker.info.queues.items() if n > 0)
+    return sorted(set(declared) - served)

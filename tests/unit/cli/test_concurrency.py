@@ -1,5 +1,6 @@
-"""`--concurrency QUEUE=N` and KET_WORKER_CONCURRENCY: parsed, checked against the deployment,
-and carried into the worker configuration and the connection pool it needs."""
+"""`--queues QUEUE,...`, `--concurrency QUEUE=N`, KET_WORKER_QUEUES and KET_WORKER_CONCURRENCY:
+parsed, checked against the deployment, and carried into the worker configuration and the
+connection pool it needs."""
 
 from __future__ import annotations
 
@@ -31,14 +32,28 @@ CATALOG = Catalog.build(
 )
 
 
-def queues(flags: list[str], variable: str | None = None) -> dict[str, int]:
+def queues(
+    flags: list[str],
+    variable: str | None = None,
+    *,
+    selected: tuple[str, ...] = (),
+    selected_variable: str | None = None,
+) -> dict[str, int]:
     environ = {} if variable is None else {"KET_WORKER_CONCURRENCY": variable}
-    return dict(read(flags, environ).apply(CATALOG).worker.queues)
+    if selected_variable is not None:
+        environ["KET_WORKER_QUEUES"] = selected_variable
+    return dict(read(flags, environ, queues=selected).apply(CATALOG).worker.queues)
 
 
-def refusal(flags: list[str], variable: str | None = None) -> str:
+def refusal(
+    flags: list[str],
+    variable: str | None = None,
+    *,
+    selected: tuple[str, ...] = (),
+    selected_variable: str | None = None,
+) -> str:
     with pytest.raises(KetError) as raised:
-        queues(flags, variable)
+        queues(flags, variable, selected=selected, selected_variable=selected_variable)
     return raised.value.message
 
 
@@ -71,6 +86,116 @@ def test_the_catalog_it_was_given_is_left_alone() -> None:
     assert CATALOG.worker.queues == {"default": 2, "mail": 4}
 
 
+def test_queues_serves_only_the_queues_it_names() -> None:
+    assert queues([], selected=("mail",)) == {"mail": 4}
+    assert queues([], selected=("mail,default",)) == {"default": 2, "mail": 4}
+    assert queues([], selected=("mail", "default")) == {"default": 2, "mail": 4}  # repeated
+    assert queues([], selected=(" mail , mail ",)) == {"mail": 4}  # twice is still once
+
+
+def test_the_queues_variable_selects_and_the_flag_replaces_it_whole() -> None:
+    assert queues([], selected_variable="mail") == {"mail": 4}
+    assert queues([], selected_variable="") == {"default": 2, "mail": 4}  # empty is unset
+    assert queues([], selected=("default",), selected_variable="mail") == {"default": 2}
+
+
+def test_a_concurrency_of_0_leaves_the_queue_out_as_queues_does() -> None:
+    assert queues(["default=0"]) == {"mail": 4}
+    assert queues([], "default=0,mail=6") == {"mail": 6}
+    assert queues(["default=3"], "default=0") == {"default": 3, "mail": 4}  # the flag wins
+    assert queues(["default=0"], selected=("mail",)) == {"mail": 4}  # says the same
+
+
+def test_concurrency_sets_the_number_of_a_selected_queue() -> None:
+    assert queues(["mail=8"], selected=("mail",)) == {"mail": 8}
+    assert queues(["mail=8"], selected_variable="mail") == {"mail": 8}
+
+
+def test_the_concurrency_variable_may_name_queues_this_worker_leaves_out() -> None:
+    # the variable speaks for every worker of the host, each serving queues of its own
+    assert queues([], "default=50,mail=5", selected=("mail",)) == {"mail": 5}
+
+
+@pytest.mark.parametrize(
+    ("flags", "selected", "selected_variable", "message"),
+    [
+        (
+            [],
+            ("mail,reports",),
+            None,
+            "--queues 'mail,reports': queue 'reports' is not declared (declared: default, mail)",
+        ),
+        (
+            [],
+            ("mail", "reports"),
+            None,
+            "--queues 'mail,reports': queue 'reports' is not declared (declared: default, mail)",
+        ),
+        (
+            [],
+            (),
+            "reports",
+            "KET_WORKER_QUEUES 'reports': queue 'reports' is not declared "
+            "(declared: default, mail)",
+        ),
+        ([], ("",), None, "--queues '' names no queue; expected QUEUE,... such as mail"),
+        ([], ("mail,",), None, "--queues 'mail,' has an empty item; expected QUEUE,..."),
+        (
+            [],
+            ("mail=4",),
+            None,
+            "--queues 'mail=4': 'mail=4' is not a queue name; --queues takes names "
+            "(mail,default), --concurrency takes QUEUE=N",
+        ),
+        (
+            [],
+            ("default",),
+            "mail,",  # checked though the flag wins: it is meant for every worker of the host
+            "KET_WORKER_QUEUES 'mail,' has an empty item; expected QUEUE,...",
+        ),
+        (
+            ["default=5"],
+            ("mail",),
+            None,
+            "--concurrency 'default=5' sets queue 'default', which --queues 'mail' leaves out; "
+            "add the queue there or drop the setting",
+        ),
+        (
+            ["default=5"],
+            (),
+            "mail",
+            "--concurrency 'default=5' sets queue 'default', which KET_WORKER_QUEUES 'mail' "
+            "leaves out; add the queue there or drop the setting",
+        ),
+        (
+            ["default=0", "mail=0"],
+            (),
+            None,
+            "this worker would serve no queue: --concurrency 'default=0', --concurrency "
+            "'mail=0' leave out every declared queue; let it serve one at least",
+        ),
+        (
+            ["mail=0"],
+            ("mail",),
+            None,
+            "this worker would serve no queue: --concurrency 'mail=0' leaves out every queue of "
+            "--queues 'mail'; let it serve one at least",
+        ),
+    ],
+)
+def test_a_bad_selection_is_refused_naming_it(
+    flags: list[str], selected: tuple[str, ...], selected_variable: str | None, message: str
+) -> None:
+    assert refusal(flags, selected=selected, selected_variable=selected_variable) == message
+
+
+def test_every_queue_at_0_in_the_variable_is_refused_too() -> None:
+    assert refusal([], "default=0,mail=0") == (
+        "this worker would serve no queue: KET_WORKER_CONCURRENCY 'default=0', "
+        "KET_WORKER_CONCURRENCY 'mail=0' leave out every declared queue; let it serve one at least"
+    )
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -79,29 +204,28 @@ def test_the_catalog_it_was_given_is_left_alone() -> None:
         (["default=5 0"], "--concurrency 'default=5 0': expected QUEUE=N, such as default=50"),
         (
             ["default=x"],
-            "--concurrency 'default=x': a queue's concurrency must be a whole number "
-            "from 1 to 1000, got 'x'",
+            "--concurrency 'default=x': N must be a whole number from 1 to 1000, or 0 for a "
+            "queue this host does not serve; got 'x'",
         ),
         (
             ["default="],
-            "--concurrency 'default=': a queue's concurrency must be a whole number "
-            "from 1 to 1000, got ''",
+            "--concurrency 'default=': N must be a whole number from 1 to 1000, or 0 for a "
+            "queue this host does not serve; got ''",
         ),
         (
             ["default=+5"],
-            "--concurrency 'default=+5': a queue's concurrency must be a whole number "
-            "from 1 to 1000, got '+5'",
+            "--concurrency 'default=+5': N must be a whole number from 1 to 1000, or 0 for a "
+            "queue this host does not serve; got '+5'",
         ),
         (
-            ["default=0"],
-            "--concurrency 'default=0': a queue's concurrency must be a whole number "
-            "from 1 to 1000, got 0 (0 is refused: every worker serves every queue of its "
-            "deployment)",
+            ["default=-1"],
+            "--concurrency 'default=-1': N must be a whole number from 1 to 1000, or 0 for a "
+            "queue this host does not serve; got '-1'",
         ),
         (
             ["default=1001"],
-            "--concurrency 'default=1001': a queue's concurrency must be a whole number "
-            "from 1 to 1000, got 1001",
+            "--concurrency 'default=1001': N must be a whole number from 1 to 1000, or 0 for "
+            "a queue this host does not serve; got 1001",
         ),
         (
             ["default=5", "default=6"],
@@ -110,8 +234,8 @@ def test_the_catalog_it_was_given_is_left_alone() -> None:
         ),
         (
             ["default=" + "9" * 5_000],  # past int()'s digit limit: refused all the same
-            "--concurrency 'default=" + "9" * 5_000 + "': a queue's concurrency must be a whole "
-            "number from 1 to 1000, got '" + "9" * 5_000 + "'",
+            "--concurrency 'default=" + "9" * 5_000 + "': N must be a whole number from 1 to "
+            "1000, or 0 for a queue this host does not serve; got '" + "9" * 5_000 + "'",
         ),
         (["default=5,"], "--concurrency 'default=5,' has an empty item; expected QUEUE=N,..."),
         ([""], "--concurrency '' has an empty item; expected QUEUE=N,..."),
@@ -132,10 +256,9 @@ def test_a_malformed_or_unknown_setting_is_refused_naming_it(
     [
         ("default", "KET_WORKER_CONCURRENCY 'default': expected QUEUE=N, such as default=50"),
         (
-            "default=5,mail=0",
-            "KET_WORKER_CONCURRENCY 'mail=0': a queue's concurrency must be a whole number "
-            "from 1 to 1000, got 0 (0 is refused: every worker serves every queue of its "
-            "deployment)",
+            "default=5,mail=x",
+            "KET_WORKER_CONCURRENCY 'mail=x': N must be a whole number from 1 to 1000, or 0 "
+            "for a queue this host does not serve; got 'x'",
         ),
         (
             "mail=1,mail=2",
@@ -168,6 +291,17 @@ def test_the_start_up_line_says_where_each_concurrency_came_from() -> None:
     )
 
 
+def test_the_start_up_line_says_which_queues_are_left_to_other_workers_and_why() -> None:
+    settings = read(["default=0"], {"KET_WORKER_QUEUES": "default,mail"})
+    assert settings.describe(settings.apply(CATALOG).worker, CATALOG.worker.queues) == (
+        "mail=4 (declared), leaving default (--concurrency default=0) to other workers"
+    )
+    settings = read(["mail=6"], {}, queues=["mail"])
+    assert settings.describe(settings.apply(CATALOG).worker, CATALOG.worker.queues) == (
+        "mail=6 (--concurrency), leaving default (--queues) to other workers"
+    )
+
+
 def test_the_connection_pool_follows_the_concurrency_this_host_runs() -> None:
     # one connection per job slot, one per queue's claim loop, and six for the services
     assert pool_settings(CATALOG, {}) == (2 + 4 + 2 + 6, 30.0)
@@ -175,6 +309,12 @@ def test_the_connection_pool_follows_the_concurrency_this_host_runs() -> None:
     assert pool_settings(raised, {}) == (50 + 4 + 2 + 6, 30.0)
     lowered = read([], {"KET_WORKER_CONCURRENCY": "default=1,mail=1"}).apply(CATALOG)
     assert pool_settings(lowered, {}) == (1 + 1 + 2 + 6, 30.0)
+
+
+def test_the_connection_pool_and_threads_count_the_served_queues_alone() -> None:
+    mail = read([], {}, queues=["mail"]).apply(CATALOG)
+    assert pool_settings(mail, {}) == (4 + 1 + 6, 30.0)
+    assert handler_threads_setting(mail, {"KET_HANDLER_THREADS": "4"}) == 4
 
 
 def test_a_pool_size_too_small_for_the_raised_concurrency_is_refused_with_the_numbers() -> None:

@@ -113,6 +113,27 @@ def test_with_concurrency_refuses_a_queue_that_is_not_declared_naming_the_declar
     assert str(raised.value) == "queue 'reports' is not declared (declared: default, mail)"
 
 
+def test_serving_keeps_only_the_queues_a_host_serves_in_their_declared_order() -> None:
+    config = WorkerConfig.model_validate(
+        {"queues": {"default": 2, "mail": 4, "reports": 1}, "lease_ms": 5_000}
+    )
+    narrowed = config.serving(["reports", "default"])
+    assert (list(narrowed.queues.items()), narrowed.lease_ms) == (
+        [("default", 2), ("reports", 1)],
+        5_000,
+    )
+    assert config.queues == {"default": 2, "mail": 4, "reports": 1}
+
+
+def test_serving_refuses_a_queue_that_is_not_declared_or_no_queue_at_all() -> None:
+    config = WorkerConfig.model_validate({"queues": {"mail": 4, "default": 2}})
+    with pytest.raises(ValueError) as raised:
+        config.serving(["mail", "reports"])
+    assert str(raised.value) == "queue 'reports' is not declared (declared: default, mail)"
+    with pytest.raises(ValidationError, match="queues must name at least one queue"):
+        config.serving([])
+
+
 @pytest.mark.parametrize("value", [0, -1, MAX_CONCURRENCY + 1, True, "5", 5.0])
 def test_with_concurrency_holds_a_value_to_the_rule_of_a_declared_one(value: object) -> None:
     with pytest.raises(ValidationError):  # the declared rule...

@@ -88,25 +88,31 @@ def test_the_schedules_page_shows_each_schedule(serve: Serve) -> None:
     assert "<td>desk.tick</td>" in page and "every 1m" in page and "not installed yet" in page
 
 
-def test_the_workers_page_shows_only_the_workers_serving_this_tenant(serve: Serve) -> None:
+def _seen(
+    worker_id: str, tenants: tuple[str, ...] | None, queues: dict[str, int], ago: float = 1.5
+) -> SeenWorker:
     now = datetime.now(UTC)
+    info = WorkerInfo(
+        id=worker_id,
+        host="vm",
+        pid=7,
+        started_at=now,
+        tenants=tenants,
+        queues=queues,
+        version="0.1.0",
+        manifest_hash="ab" * 32,
+        interval_seconds=10,
+    )
+    return SeenWorker(info=info, last_seen_at=now, seen_seconds_ago=ago)
 
-    def seen(worker_id: str, tenants: tuple[str, ...] | None) -> SeenWorker:
-        info = WorkerInfo(
-            id=worker_id,
-            host="vm",
-            pid=7,
-            started_at=now,
-            tenants=tenants,
-            queues={"mail": 3},
-            version="0.1.0",
-            manifest_hash="ab" * 32,
-            interval_seconds=10,
-        )
-        return SeenWorker(info=info, last_seen_at=now, seen_seconds_ago=1.5)
 
+def test_the_workers_page_shows_only_the_workers_serving_this_tenant(serve: Serve) -> None:
     async def list_workers() -> list[SeenWorker]:
-        return [seen("w-all", None), seen("w-acme", ("acme",)), seen("w-globex", ("globex",))]
+        return [
+            _seen("w-all", None, {"mail": 3}),
+            _seen("w-acme", ("acme",), {"mail": 3}),
+            _seen("w-globex", ("globex",), {"default": 1, "mail": 3}),
+        ]
 
     client = serve(
         deployment(), registered={"acme": None, "globex": None}, list_workers=list_workers
@@ -114,3 +120,22 @@ def test_the_workers_page_shows_only_the_workers_serving_this_tenant(serve: Serv
     page = client.get("/dashboard/t/acme/workers", headers=ADMIN).text
     assert "w-all" in page and "w-acme" in page and "w-globex" not in page
     assert "mail=3" in page and "1.5s ago" in page
+
+
+def test_the_workers_page_warns_of_a_queue_no_live_worker_of_the_tenant_serves(
+    serve: Serve,
+) -> None:
+    async def list_workers() -> list[SeenWorker]:
+        return [
+            _seen("w-mail", None, {"mail": 3}),
+            _seen("w-globex", ("globex",), {"default": 1}),  # another tenant's
+            _seen("w-gone", None, {"default": 1}, ago=600),  # stale
+        ]
+
+    client = serve(
+        deployment(), registered={"acme": None, "globex": None}, list_workers=list_workers
+    )
+    warning = "Queue default is served by no live worker of this tenant"
+    assert warning in client.get("/dashboard/t/acme/workers", headers=ADMIN).text
+    globex = client.get("/dashboard/t/globex/workers", headers=ADMIN).text
+    assert "is served by no live worker" not in globex

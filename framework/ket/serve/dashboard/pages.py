@@ -15,7 +15,7 @@ from ket.serve.dashboard import form
 from ket.serve.dashboard.view import Dashboard, Visit
 from ket.serve.refusal import Refusal
 from ket.store.contract import AuditLog, QueryableStore
-from ket.store.roster import SHORT_HASH, manifest_counts
+from ket.store.roster import SHORT_HASH, manifest_counts, unserved_queues
 from ket.store.tenant import check_tenant_name
 from ket.store.types import (
     CANCEL_STATES,
@@ -192,11 +192,15 @@ class Pages:
                     w for w in seen if w.info.tenants is None or visit.tenant in w.info.tenants
                 ]
         live = manifest_counts(workers)
+        # with no worker at all the page says so: every queue waiting goes without saying
+        declared = self.d.catalog.worker.queues
+        unserved = unserved_queues(declared, workers, tenant=visit.tenant) if workers else []
         context = {
             "nav": "workers",
             "workers": workers,
             "problem": problem,
             "manifests": live,
+            "unserved": unserved,
             "short": SHORT_HASH,
         }
         return self.d.render(request, "workers.html", context, visit=visit)
