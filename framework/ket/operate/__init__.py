@@ -14,7 +14,9 @@ from ket.operate.queue import (
     declared_queue,
     declared_queues,
     pause_queue,
+    queue_pauses,
     queue_rows,
+    resumable_queue,
     resume_queue,
 )
 from ket.operate.rerun import rerun_job, rerun_text
@@ -32,9 +34,11 @@ __all__ = [
     "declared_queues",
     "enqueue_traced",
     "pause_queue",
+    "queue_pauses",
     "queue_rows",
     "rerun_job",
     "rerun_text",
+    "resumable_queue",
     "resume_queue",
     "retry_job",
     "schedule_rows",
