@@ -1,5 +1,6 @@
-"""The deployment's queues in one tenant as an operator sees them (`ket queues`), and an
-operator's pause and resume of one, each written to the audit log with who did it."""
+"""The deployment's queues in one tenant as an operator sees them (`ket queues`, the
+dashboard's Queues page, `ket serve`'s operator API), and an operator's pause and resume of one,
+each written to the audit log with who did it and through what."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class QueueRow:
     oldest_available_age: float | None
 
     def to_json(self) -> dict[str, Any]:
-        """The row as `ket queues list --format json` shows it."""
+        """The row as `ket queues list --format json` and `GET /operator/queues` show it."""
         pause = self.pause
         return {
             "queue": self.queue,
