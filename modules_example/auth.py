@@ -35,5 +35,8 @@ async def authenticate(request: AuthRequest) -> Principal | None:
     reached = tenants_reached()
     if EVERY_TENANT not in reached and request.tenant not in reached:
         return None  # the right token, for another tenant
-    # call every function; read the dashboard, and retry or cancel jobs there
-    return Principal(subject="erp-api", permissions={"call:*", "jobs:read", "jobs:write"})
+    # call every function; read the dashboard, retry or cancel jobs and pause queues there (and
+    # through the operator API)
+    return Principal(
+        subject="erp-api", permissions={"call:*", "jobs:read", "jobs:write", "queues:write"}
+    )

@@ -181,6 +181,31 @@ def test_an_undeclared_queue_is_refused_naming_the_declared_ones(project: Projec
     )
     not_paused = run_ket("queues", "resume", "mail", cwd=root)
     assert (not_paused.code, not_paused.out) == (0, "queue mail was already resumed\n")
+    assert run_ket("queues", "resume", "mial", cwd=root).code == 2
+
+
+def test_a_pause_the_deployment_outlived_is_listed_and_lifted(project: Project) -> None:
+    root = project({"app/workspace.py": APP})
+    assert run_ket("migrate", cwd=root).code == 0
+
+    async def paused_by_an_older_deployment() -> None:
+        store = await SqlStore.open(f"sqlite:///{_database(root)}")
+        try:
+            await store.queue_pause("retired", paused_by="ops")
+        finally:
+            await store.close()
+
+    asyncio.run(paused_by_an_older_deployment())
+    listed = json.loads(run_ket("queues", "list", "--format", "json", cwd=root).out)["queues"]
+    assert [(q["queue"], q["paused"]) for q in listed] == [
+        ("default", False),
+        ("mail", False),
+        ("retired", True),
+    ]
+    lifted = run_ket("queues", "resume", "retired", cwd=root)
+    assert (lifted.code, lifted.out) == (0, "queue retired resumed\n"), lifted.err
+    again = run_ket("queues", "pause", "retired", cwd=root)
+    assert again.code == 2 and "no queue 'retired'" in again.err
 
 
 def test_a_database_of_an_older_ket_says_to_migrate_and_is_upgraded_in_place(

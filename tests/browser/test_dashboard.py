@@ -1,6 +1,7 @@
 """The dashboard as an operator uses it, in Chromium: sign in, watch jobs a running worker
-completes, open one, retry a discarded job and see it complete, cancel by filter; a payload
-holding a script shows as text under a strict CSP; without credentials nothing is served."""
+completes, open one, retry a discarded job and see it complete, cancel by filter, pause a queue
+and see its jobs wait, then resume it; a payload holding a script shows as text under a strict
+CSP; without credentials nothing is served, and a reader can neither retry nor pause."""
 
 from __future__ import annotations
 
@@ -10,20 +11,21 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from ket.store import NewJob
+from ket.store import AuditQuery, JobQuery, NewJob
 from ket.store.sql import SqlStore
 from tests.acceptance.conftest import Project, run_ket
 from tests.acceptance.test_cli_serve import Server
 
+T = TypeVar("T")
 TOKEN = "d4shb0ard-t0ken"
 APP = '''
 import hmac
@@ -34,10 +36,13 @@ from ket.serve import AuthRequest, Principal
 
 
 async def authenticate(request: AuthRequest) -> Principal | None:
-    """The operator with the token in OPS_TOKEN may read and steer jobs; the reader may read."""
+    """The operator with the token in OPS_TOKEN may read and steer jobs and queues; the reader
+    may read."""
     token = request.bearer_token() or ""
     if hmac.compare_digest(token.encode(), os.environ["OPS_TOKEN"].encode()):
-        return Principal(subject="ops-ada", permissions={"jobs:read", "jobs:write"})
+        return Principal(
+            subject="ops-ada", permissions={"jobs:read", "jobs:write", "queues:write"}
+        )
     if token == "reader":
         return Principal(subject="rita", permissions={"jobs:read"})
     return None
@@ -102,19 +107,37 @@ def running(project: Project) -> Iterator[tuple[Path, str]]:
         server.kill()
 
 
-def enqueue(root: Path, *jobs: NewJob) -> list[int]:
-    """Insert `jobs` into the project's database, as a producer would; their ids."""
+def on_store(root: Path, body: Callable[[SqlStore], Awaitable[T]]) -> T:
+    """`body` run on the project's database, as a producer or an operator's script would."""
 
-    async def main() -> list[int]:
+    async def main() -> T:
         store = await SqlStore.open(f"sqlite:///{root / '.ket' / 'default.db'}")
         try:
-            return [row.id for row in await store.job_insert(list(jobs))]
+            return await body(store)
         finally:
             await store.close()
 
     # Playwright's sync API runs an event loop on this thread: the store gets one of its own
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(lambda: asyncio.run(main())).result()
+
+
+def enqueue(root: Path, *jobs: NewJob) -> list[int]:
+    """Insert `jobs` into the project's database, as a producer would; their ids."""
+
+    async def insert(store: SqlStore) -> list[int]:
+        return [row.id for row in await store.job_insert(list(jobs))]
+
+    return on_store(root, insert)
+
+
+def job_states(root: Path) -> dict[int, str]:
+    """Job id -> state, in the project's database."""
+
+    async def states(store: SqlStore) -> dict[int, str]:
+        return {r.id: r.state for r in await store.job_list(JobQuery(limit=1_000))}
+
+    return on_store(root, states)
 
 
 def send(to: str = "ada@example.com", **input: Any) -> NewJob:
@@ -234,6 +257,20 @@ def test_a_reader_cannot_retry_and_nothing_is_served_without_credentials(
     _reload_until(page, "discarded")
     assert page.locator("text=Retry now").count() == 0
     _shooter(page, shots)("01-read-only-job")
+    # no Pause on the Queues page, and one posted anyway, with the reader's own form token, is
+    # refused
+    page.goto(f"{base}/queues")
+    expect(page.locator("table.queues")).to_contain_text("mail")
+    assert page.locator("form[action$='/pause'], form[action$='/resume']").count() == 0
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value") or ""
+    _shooter(page, shots)("02-read-only-queues")
+    forged = reader.request.post(f"{base}/queues/mail/pause", form={"csrf": csrf})
+    assert forged.status == 403 and "does not hold the queues:write permission" in forged.text()
+    api = reader.request.post(
+        f"{url}/operator/queues/mail/pause", headers={"Content-Type": "application/json"}
+    )
+    assert api.status == 403
+    assert on_store(root, _pauses) == {}
     reader.close()
 
 
@@ -298,3 +335,83 @@ def test_a_session_is_not_the_token_and_signing_out_ends_it_for_every_copy(
     assert posted.status == 401
     first.close()
     second.close()
+
+
+def test_an_operator_pauses_a_queue_its_jobs_wait_and_a_resume_runs_them(
+    browser: Any, running: tuple[Path, str], shots: Path
+) -> None:
+    root, url = running
+    base = f"{url}/dashboard/t/default"
+    context = browser.new_context(viewport={"width": 1360, "height": 760})
+    page = context.new_page()
+    shot = _shooter(page, shots)
+    page.goto(f"{base}/queues")
+    page.fill("#token", TOKEN)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/dashboard/t/default/queues$"))
+    mail = page.locator(
+        "table.queues tbody tr", has=page.locator("a", has_text=re.compile("^mail$"))
+    )
+    expect(mail.locator(".state")).to_have_text("active")
+    shot("01-queues")
+
+    mail.locator("button", has_text="Pause").click()
+    expect(page.locator(".notice")).to_contain_text("Paused: no worker claims the queue's jobs")
+    expect(mail).to_have_class("paused")
+    expect(mail.locator(".queue-state")).to_contain_text("paused by ops-ada since")
+    expect(page.locator(".paused-queues")).to_contain_text("Paused in tenant default: mail")
+    shot("02-mail-paused")
+
+    # the worker runs the other queues, and leaves the paused one's jobs waiting
+    [waiting] = enqueue(root, send("waits@example.com"))
+    [other] = enqueue(root, NewJob(name="shop.send", queue="default", payload={"to": "x"}))
+    deadline = time.monotonic() + 20
+    while job_states(root).get(other) != "completed" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # a second more: every worker honours a pause within one
+    assert job_states(root) == {waiting: "available", other: "completed"}
+    assert on_store(root, _pauses) == {"mail": "ops-ada"}
+    [entry] = on_store(root, _audit)
+    assert (entry.subject, entry.source, entry.action, dict(entry.selection)) == (
+        "ops-ada",
+        "dashboard",
+        "pause",
+        {"queue": "mail"},
+    )
+    # the operator API of the same server says the same
+    listed = context.request.get(
+        f"{url}/operator/queues", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    assert listed.status == 200
+    assert [(q["queue"], q["paused_by"], q["available"]) for q in listed.json()["queues"]] == [
+        ("default", None, 0),
+        ("later", None, 0),
+        ("mail", "ops-ada", 1),
+    ]
+    expect(mail.locator("td.num").first).to_have_text("1")  # available, on the live page
+    shot("03-mail-waiting")
+
+    mail.locator("button", has_text="Resume").click()
+    expect(page.locator(".notice")).to_contain_text("Resumed")
+    expect(mail.locator(".state")).to_have_text("active")
+    expect(page.locator(".paused-queues")).to_have_count(0)
+    deadline = time.monotonic() + 20
+    while job_states(root).get(waiting) != "completed" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job_states(root)[waiting] == "completed"
+    assert on_store(root, _pauses) == {}
+    page.goto(f"{base}/audit")
+    rows = page.locator("table.audit tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.first).to_contain_text("resume")
+    expect(rows.first).to_contain_text("queue mail")
+    shot("04-audit")
+    context.close()
+
+
+async def _pauses(store: SqlStore) -> dict[str, str]:
+    return {queue: pause.paused_by for queue, pause in (await store.queue_pauses()).items()}
+
+
+async def _audit(store: SqlStore) -> list[Any]:
+    return [record.entry for record in await store.audit_list(AuditQuery())]

@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ket.catalog import Catalog
 from ket.cli.bulk import cli_actor
 from ket.cli.output import escape, print_json, write_table
 from ket.cli.runtime import on_tenant_store
-from ket.operate import QueueRow, declared_queue, pause_queue, queue_rows, resume_queue
+from ket.operate import (
+    QueueRow,
+    declared_queue,
+    pause_queue,
+    queue_rows,
+    resumable_queue,
+    resume_queue,
+)
 
 if TYPE_CHECKING:
     from ket.store.sql import SqlStore
@@ -45,27 +52,11 @@ def add_parser(
         action.set_defaults(run=run)
 
 
-def row_json(row: QueueRow) -> dict[str, Any]:
-    """One queue as `ket queues list --format json` shows it."""
-    pause = row.pause
-    return {
-        "queue": row.queue,
-        "paused": pause is not None,
-        "paused_at": None if pause is None else pause.paused_at.isoformat(),
-        "paused_by": None if pause is None else pause.paused_by,
-        "available": row.available,
-        "scheduled": row.scheduled,
-        "executing": row.executing,
-        "retryable": row.retryable,
-        "oldest_available_seconds": row.oldest_available_age,
-    }
-
-
 def _list(args: argparse.Namespace) -> int:
     async def rows(store: SqlStore, catalog: Catalog, tenant: str) -> list[QueueRow]:
         return await queue_rows(store, catalog)
 
-    found = [row_json(row) for row in on_tenant_store(args, rows)]
+    found = [row.to_json() for row in on_tenant_store(args, rows)]
     if args.format == "json":
         print_json({"queues": found})
         return 0
@@ -104,9 +95,12 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _set_paused(args: argparse.Namespace, *, paused: bool) -> int:
     async def act(store: SqlStore, catalog: Catalog, tenant: str) -> bool:
-        queue = declared_queue(catalog, args.queue)
-        act = pause_queue if paused else resume_queue
-        return await act(store, queue, cli_actor(), tenant=tenant)
+        if paused:
+            queue = declared_queue(catalog, args.queue)
+            return await pause_queue(store, queue, cli_actor(), tenant=tenant)
+        # a pause the deployment outlived is listed, and lifted, too
+        queue = await resumable_queue(store, catalog, args.queue)
+        return await resume_queue(store, queue, cli_actor(), tenant=tenant)
 
     changed = on_tenant_store(args, act)
     word = "paused" if paused else "resumed"

@@ -2,9 +2,9 @@
 
 Retry and cancel, of one job or of every job a filter selects, a rerun of a finished job and an
 operator's enqueue, each written to the tenant's audit log (and logged under `ket.audit`) with
-who did it; the schedules as an operator sees them; and the queues, with their pause. The CLI
-and the dashboard are thin adapters over these functions, so a retry from either changes a job
-the same way and leaves the same trace.
+who did it; the schedules as an operator sees them; and the queues, with their pause. The CLI,
+the dashboard and `ket serve`'s operator API are thin adapters over these functions, so a retry
+or a pause from any of them changes the tenant the same way and leaves the same trace.
 """
 
 from ket.operate.action import Actor, cancel_job, enqueue_traced, retry_job
@@ -14,7 +14,9 @@ from ket.operate.queue import (
     declared_queue,
     declared_queues,
     pause_queue,
+    queue_pauses,
     queue_rows,
+    resumable_queue,
     resume_queue,
 )
 from ket.operate.rerun import rerun_job, rerun_text
@@ -32,9 +34,11 @@ __all__ = [
     "declared_queues",
     "enqueue_traced",
     "pause_queue",
+    "queue_pauses",
     "queue_rows",
     "rerun_job",
     "rerun_text",
+    "resumable_queue",
     "resume_queue",
     "retry_job",
     "schedule_rows",

@@ -12,8 +12,9 @@ from ket.store.types import AuditAction, AuditEntry, Inserted, JobId, StateChang
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Actor:
-    """Who acts, for the audit log: the `subject` (a dashboard principal's, or the operator at
-    the terminal) and the `source` it acts through (`dashboard`, `cli`)."""
+    """Who acts, for the audit log: the `subject` (a principal's, on the dashboard or the
+    operator API, or the operator at the terminal) and the `source` it acts through
+    (`dashboard`, `api`, `cli`)."""
 
     subject: str
     source: str

@@ -1,10 +1,13 @@
-"""The deployment's queues in one tenant as an operator sees them (`ket queues`), and an
-operator's pause and resume of one, each written to the audit log with who did it."""
+"""The deployment's queues in one tenant as an operator sees them (`ket queues`, the
+dashboard's Queues page, `ket serve`'s operator API), and an operator's pause and resume of one,
+each written to the audit log with who did it and through what."""
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ket.catalog import Catalog
 from ket.errors import KetError
@@ -27,6 +30,21 @@ class QueueRow:
     retryable: int
     oldest_available_age: float | None
 
+    def to_json(self) -> dict[str, Any]:
+        """The row as `ket queues list --format json` and `GET /operator/queues` show it."""
+        pause = self.pause
+        return {
+            "queue": self.queue,
+            "paused": pause is not None,
+            "paused_at": None if pause is None else pause.paused_at.isoformat(),
+            "paused_by": None if pause is None else pause.paused_by,
+            "available": self.available,
+            "scheduled": self.scheduled,
+            "executing": self.executing,
+            "retryable": self.retryable,
+            "oldest_available_seconds": self.oldest_available_age,
+        }
+
 
 def declared_queues(catalog: Catalog) -> list[str]:
     """The deployment's queues (its worker's: every job's queue is one of them), by name."""
@@ -47,13 +65,25 @@ def declared_queue(catalog: Catalog, queue: str) -> str:
     return queue
 
 
+async def resumable_queue(store: JobStore, catalog: Catalog, queue: str) -> str:
+    """`queue` if the deployment declares it or it is paused in the tenant (a pause that the
+    deployment outlived must still be liftable); else KetError as `declared_queue` says it."""
+    if queue in await queue_pauses(store):
+        return queue
+    return declared_queue(catalog, queue)
+
+
+async def queue_pauses(store: JobStore) -> Mapping[str, QueuePause]:
+    """The tenant's paused queues, by name; KetError for a store that cannot pause queues."""
+    return await _control(store).queue_pauses()
+
+
 async def queue_rows(store: JobStore, catalog: Catalog) -> list[QueueRow]:
     """One row per declared queue, by name (and any paused queue the deployment no longer
     declares, so that its pause can be seen and lifted)."""
-    control = _control(store)
     if not isinstance(store, QueryableStore):
         raise KetError("this store cannot list queues")
-    pauses = await control.queue_pauses()
+    pauses = await queue_pauses(store)
     stats = await store.job_stats()
     names = sorted(set(declared_queues(catalog)) | set(pauses))
     rows: list[QueueRow] = []

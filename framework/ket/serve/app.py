@@ -1,4 +1,5 @@
-"""The ASGI app of `ket serve`: Starlette, the functions under /functions/, /openapi.json.
+"""The ASGI app of `ket serve`: Starlette, the functions under /functions/, /openapi.json, the
+operator API under /operator/ (serve/operator.py).
 
 `create_app` builds it from a catalog and where the tenants are; the parts every route needs
 (the gate, the tenants' stores) are on `app.state.ket`, so routes mounted later (the dashboard,
@@ -30,6 +31,7 @@ from ket.runtime.supervisor import Repeats, Service, Supervisor
 from ket.serve.function import PREFIX, FunctionEndpoint
 from ket.serve.gate import Gate
 from ket.serve.openapi import openapi_document
+from ket.serve.operator import OperatorApi
 from ket.serve.refusal import Refusal, json_response, on_http_exception, on_refusal
 from ket.serve.stores import OpenStore, TenantStores
 from ket.serve.tenant import ListTenants, TenantLookup
@@ -145,6 +147,7 @@ def create_app(
                 methods=["POST"],
             ),
             Route("/openapi.json", openapi, methods=["GET"]),
+            *OperatorApi(catalog, parts.gate, stores).routes(),
             *_dashboard(parts, list_workers),
             *routes,
         ],

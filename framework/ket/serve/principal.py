@@ -13,6 +13,11 @@ from dataclasses import dataclass, field
 # What calling function <module>.<function> takes: `call:<module>.<function>`, granted by that
 # permission itself, `call:<module>.*` or `call:*` (see Principal.allows).
 CALL = "call"
+# What operators hold (docs/serve.md#permissions): reading a tenant's jobs and queues, on the
+# dashboard and the operator API; retrying and cancelling jobs; pausing and resuming queues.
+JOBS_READ = "jobs:read"
+JOBS_WRITE = "jobs:write"
+QUEUES_WRITE = "queues:write"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

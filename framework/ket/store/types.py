@@ -485,9 +485,10 @@ MAX_AUDIT_TEXT = 2_000  # characters of an audit entry's subject or detail
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AuditEntry:
-    """An operator's retry, cancel, enqueue or rerun, for the tenant's audit log: who
-    (`subject`, through `source`: `dashboard`, `cli`), what (`action` on one `job_id`, or on
-    every job `selection` matched: the filter as JSON) and what came of it (`matched`,
+    """An operator's retry, cancel, enqueue, rerun, or pause or resume of a queue, for the
+    tenant's audit log: who (`subject`, through `source`: `dashboard`, `api`, `cli`), what
+    (`action` on one `job_id`, or on what `selection` names: the filter as JSON, or the
+    `queue`) and what came of it (`matched`,
     `changed`, `skipped`, and a `detail` for people, such as `discarded -> available`)."""
 
     subject: str

@@ -1,5 +1,6 @@
-"""The deployment the dashboard's tests serve: jobs in two queues, a schedule, a secret input
-field, and tokens for principals with and without the dashboard's permissions."""
+"""The deployment the dashboard's and the operator API's tests serve: jobs in two queues, a
+schedule, a secret input field, and tokens for principals with and without the operators'
+permissions."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ TOKENS = {
     "admin": Principal(subject="ada", permissions={"jobs:read", "jobs:write"}),
     "reader": Principal(subject="rita", permissions={"jobs:read"}),
     "caller": Principal(subject="carl", permissions={"call:*"}),
+    "ops": Principal(subject="otto", permissions={"jobs:read", "queues:write"}),
+    "pauser": Principal(subject="paula", permissions={"queues:write"}),
 }
 ACME_ADMIN = Principal(subject="acme-ops", permissions={"jobs:read", "jobs:write"})
 
@@ -131,3 +134,29 @@ def audit(url: str) -> list[Any]:
             await store.close()
 
     return asyncio.run(main())
+
+
+def pauses(url: str) -> dict[str, str]:
+    """Paused queue -> who paused it, in the tenant database at `url`."""
+
+    async def main() -> dict[str, str]:
+        store = await SqlStore.open(url)
+        try:
+            return {q: p.paused_by for q, p in (await store.queue_pauses()).items()}
+        finally:
+            await store.close()
+
+    return asyncio.run(main())
+
+
+def pause(url: str, queue: str, by: str = "someone") -> None:
+    """Pause `queue` in the tenant database at `url`, as an operator did before."""
+
+    async def main() -> None:
+        store = await SqlStore.open(url)
+        try:
+            await store.queue_pause(queue, paused_by=by)
+        finally:
+            await store.close()
+
+    asyncio.run(main())

@@ -38,6 +38,8 @@ WRITES = [
     f"{T}/jobs/1/cancel",
     f"{T}/bulk/retry",
     f"{T}/bulk/cancel",
+    f"{T}/queues/mail/pause",
+    f"{T}/queues/mail/resume",
     f"{T}/signout",
     f"{D}/signin",
 ]

@@ -1,10 +1,12 @@
-"""What changes something: signing in and out, retrying and cancelling.
+"""What changes something: signing in and out, retrying and cancelling, pausing and resuming
+a queue.
 
 Every one is a POST (a GET changes nothing), refused when it says it comes from another site,
 and, but for signing in, carries the CSRF token its page was rendered with. Retry and cancel
-need `jobs:write` in the tenant the path names, run through the same operations as
-`ket jobs retry/cancel` (ket.operate) and leave the same audit entry, with the principal's
-subject and source `dashboard`.
+need `jobs:write` in the tenant the path names, pause and resume `queues:write`; they run
+through the same operations as `ket jobs retry/cancel` and `ket queues pause/resume`
+(ket.operate) and leave the same audit entry, with the principal's subject and source
+`dashboard`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from ket.serve.dashboard import form
 from ket.serve.dashboard.guard import forwarded_scheme, same_site
 from ket.serve.dashboard.pages import Pages, job_id_of, queryable, queues_of
 from ket.serve.dashboard.session import SESSION_SECONDS
-from ket.serve.dashboard.view import COOKIE, READ, WRITE, Dashboard, Visit
+from ket.serve.dashboard.view import COOKIE, QUEUES, READ, WRITE, Dashboard, Visit
+from ket.serve.operator import checked_queue, set_paused
 from ket.serve.refusal import Refusal
 from ket.store.contract import BulkStore
 from ket.store.tenant import check_tenant_name
@@ -107,6 +110,23 @@ class Actions:
         )
         where = self.d.tenant_path(visit.tenant, f"/jobs/{job_id}?notice={notice}")
         return RedirectResponse(where, status_code=303)
+
+    async def pause(self, request: Request) -> Response:
+        return await self._queue(request, paused=True)
+
+    async def resume(self, request: Request) -> Response:
+        return await self._queue(request, paused=False)
+
+    async def _queue(self, request: Request, *, paused: bool) -> Response:
+        """Pause or resume the queue the path names, then the Queues page saying what came of
+        it (pausing a paused queue changes nothing, not even who paused it)."""
+        visit = await self._posted(request, QUEUES)
+        named = request.path_params["queue"]
+        queue = await checked_queue(visit.store, self.d.catalog, named, paused=paused)
+        changed = await set_paused(visit.store, queue, visit.caller, source=SOURCE, paused=paused)
+        word = "paused" if paused else "resumed"
+        notice = word if changed else f"already_{word}"
+        return RedirectResponse(self.d.tenant_path(visit.tenant, f"/queues?notice={notice}"), 303)
 
     async def confirm(self, request: Request) -> Response:
         """How many jobs a bulk action would change, the first of them, and the form that

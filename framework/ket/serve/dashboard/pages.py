@@ -1,20 +1,22 @@
 """The dashboard's pages (GET only, none changes anything): jobs by state, queue and name;
-one job; queues; schedules; workers; the audit log; with several tenants, which one."""
+one job; queues, paused or not; schedules; workers; the audit log; with several tenants, which
+one."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ket.errors import KetError
-from ket.operate import schedule_rows
+from ket.errors import KetError, StoreError, StoreUnavailable
+from ket.operate import queue_pauses, schedule_rows
 from ket.secret import redact_payload
 from ket.serve.dashboard import form
 from ket.serve.dashboard.view import Dashboard, Visit
 from ket.serve.refusal import Refusal
-from ket.store.contract import AuditLog, QueryableStore
+from ket.store.contract import AuditLog, QueryableStore, QueueControl
 from ket.store.roster import SHORT_HASH, manifest_counts, unserved_queues
 from ket.store.tenant import check_tenant_name
 from ket.store.types import (
@@ -25,6 +27,7 @@ from ket.store.types import (
     JobQuery,
     JobState,
     JobStats,
+    QueuePause,
 )
 
 # the notices a page shows after an action, by the code its redirect carries
@@ -34,6 +37,11 @@ NOTICES = {
     "cancel_requested": "Cancel requested: its worker aborts it at its next heartbeat.",
     "retry": "Retried {changed} jobs; {skipped} left as they were.",
     "cancel": "Cancelled {changed} jobs; {skipped} left as they were.",
+    "paused": "Paused: no worker claims the queue's jobs until it is resumed (running jobs "
+    "finish).",
+    "resumed": "Resumed: the workers claim the queue's jobs again.",
+    "already_paused": "Nothing changed: the queue was already paused.",
+    "already_resumed": "Nothing changed: the queue was not paused.",
 }
 
 
@@ -152,20 +160,32 @@ class Pages:
     async def queues(self, request: Request) -> Response:
         visit = await self.d.admit(request)
         stats = await queryable(visit).job_stats()
+        pauses, problem = await _pauses(visit)
         declared = self.d.catalog.worker.queues
         rows = []
-        for queue in sorted(queues_of(self.d, stats)):
+        # a paused queue the deployment no longer declares is shown too, to be resumed
+        for queue in sorted(queues_of(self.d, stats) | set(pauses)):
             ages = stats.queue_ages.get(queue)
             rows.append(
                 {
                     "name": queue,
                     "concurrency": declared.get(queue),
+                    "pause": pauses.get(queue),
                     "counts": {s: stats.counts.get((s, queue), 0) for s in JOB_STATES},
                     "oldest_available": ages.oldest_available_age if ages else None,
                     "oldest_lease": ages.oldest_lease_age if ages else None,
                 }
             )
-        context = {"nav": "queues", "rows": rows, "stats": stats, "states": JOB_STATES}
+        context = {
+            "nav": "queues",
+            "rows": rows,
+            "stats": stats,
+            "states": JOB_STATES,
+            "paused": [row for row in rows if row["pause"] is not None],
+            "can_pause": visit.can_pause and not problem,
+            "problem": problem,
+            "notice": _notice(request),
+        }
         return self.d.render(request, "queues.html", context, visit=visit)
 
     async def schedules(self, request: Request) -> Response:
@@ -242,6 +262,19 @@ class Pages:
         """Any other path under the dashboard: refused as the pages are, then 404."""
         await self.d.admit(request)
         raise Refusal(404, "not_found", "the dashboard has no such page")
+
+
+async def _pauses(visit: Visit) -> tuple[Mapping[str, QueuePause], str]:
+    """The tenant's paused queues, and what kept them from being read ("" when nothing did):
+    a store that cannot pause queues, or a database not migrated to the pauses yet."""
+    if not isinstance(visit.store, QueueControl):
+        return {}, "this tenant's store cannot pause queues"
+    try:
+        return await queue_pauses(visit.store), ""
+    except StoreUnavailable:
+        raise  # the page's 503, as any page's
+    except StoreError as error:
+        return {}, f"cannot read which queues are paused: {error.message}"
 
 
 def queryable(visit: Visit) -> QueryableStore:

@@ -3,10 +3,10 @@
 `Dashboard.admit` is the first line of every endpoint: the tenant its path names, the
 principal (the sign-in session the dashboard's cookie names, dashboard/session.py; else the one
 the deployment's authenticator returns for the request's own headers, such as `Authorization`
-or a single sign-on proxy's), and the permission the page needs (`jobs:read`, or `jobs:write`
-for actions). Pages render from Jinja templates with
-autoescaping on; every string that comes from a job goes through `visible` as well, which
-writes control characters and bidirectional overrides as escapes.
+or a single sign-on proxy's), and the permission the page needs (`jobs:read`; `jobs:write` to
+retry and cancel, `queues:write` to pause and resume a queue). Pages render from Jinja
+templates with autoescaping on; every string that comes from a job goes through `visible` as
+well, which writes control characters and bidirectional overrides as escapes.
 """
 
 from __future__ import annotations
@@ -28,13 +28,15 @@ from ket.display import escape
 from ket.serve.dashboard.guard import Csrf, dashboard_key
 from ket.serve.dashboard.session import Sessions
 from ket.serve.gate import Caller, Gate
+from ket.serve.principal import JOBS_READ, JOBS_WRITE, QUEUES_WRITE
 from ket.serve.stores import TenantStores
 from ket.serve.tenant import TenantLookup
 from ket.store.contract import JobStore
 from ket.store.roster import SeenWorker
 
-READ = "jobs:read"
-WRITE = "jobs:write"
+READ = JOBS_READ
+WRITE = JOBS_WRITE
+QUEUES = QUEUES_WRITE
 COOKIE = "ket_dashboard"
 STATIC_FILES = ("dashboard.css", "dashboard.js")
 
@@ -50,6 +52,7 @@ class Visit:
     can_write: bool
     csrf: str
     session: str = ""  # the sign-in session's key ("" when the request's headers admitted it)
+    can_pause: bool = False  # may pause and resume queues
 
     @property
     def tenant(self) -> str:
@@ -106,6 +109,7 @@ class Dashboard:
             can_write=caller.principal.allows(WRITE),
             csrf=self.csrf.issue(caller.tenant, subject, session),
             session=session,
+            can_pause=caller.principal.allows(QUEUES),
         )
 
     async def _signed_in(
