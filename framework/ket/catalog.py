@@ -191,6 +191,7 @@ class Catalog:
         errors = error_messages(run_checks(deployment, timezone=timezone))
         if errors:
             raise CheckFailed(errors)
+        _refuse_limits(deployment)
         return cls(
             deployment=deployment.name,
             jobs={job.qualified_name: _job(job, timezone) for job in deployment.jobs()},
@@ -426,7 +427,28 @@ def _job(decl: JobDecl, timezone: str | None) -> JobSpec:
         upgrades=dict(decl.upgrade or {}),  # type: ignore[call-overload]
         tags=resolve.tags(decl.tags),
         no_input=not isinstance(decl.input, type) and not model.model_fields,
+        expires_in_seconds=resolve.expires_in(decl),
     )
+
+
+def _refuse_limits(deployment: DeploymentDecl) -> None:
+    """DeclarationError naming the first job or queue that declares a fleet-wide limit:
+    `ket check` and `ket diff` read them, but no worker of this release enforces them yet, and
+    a limit that is declared must hold (docs/operations.md, limits across the fleet)."""
+    for job in deployment.jobs():
+        for option in ("concurrency_limit", "rate_limit"):
+            if getattr(job, option) is not None:
+                raise DeclarationError(_UNENFORCED.format(what=f"job {job.title}", option=option))
+    limits = resolve.worker_config(deployment).limits
+    for queue, declared in sorted(limits.items()):
+        option = "concurrency_limit" if declared.concurrency_limit else "rate_limit"
+        raise DeclarationError(_UNENFORCED.format(what=f"queue {queue!r}", option=option))
+
+
+_UNENFORCED = (
+    "{what} declares {option}: this release of ket checks, compiles and diffs fleet-wide "
+    "limits, but its workers do not enforce them yet; remove it to run this deployment"
+)
 
 
 def default_backoff(attempt: int) -> float:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, SecretStr, ValidationError, field_validator
 
 from ket import define_deployment, define_function, define_job, define_module
 from ket.catalog import Catalog, EnqueueOptions, UpgradeFailed, validate_input
-from ket.errors import JobRejected, SecretKeyError
+from ket.errors import DeclarationError, JobRejected, SecretKeyError
 
 KEY = Fernet.generate_key().decode()
 
@@ -227,3 +227,57 @@ def test_options_given_as_none_are_the_plain_enqueue() -> None:
     assert EnqueueOptions.given() is EnqueueOptions.given(tags=None)
     # the plain enqueue of a job without input is built once and reused
     assert tagged.new_job("t.send", None, EnqueueOptions.given()) is tagged.new_job("t.send")
+
+
+async def _noop(ctx: Any, input: Any) -> None:
+    return None
+
+
+def test_a_declared_expiry_goes_on_every_job_and_an_enqueue_s_replaces_it() -> None:
+    app = define_deployment(
+        name="main",
+        modules=[
+            define_module(
+                name="t",
+                jobs={"code": define_job(idempotent=True, expires_in="10m", handler=_noop)},
+            )
+        ],
+    )
+    catalog = Catalog.build(app, environ={})
+    assert catalog.new_job("t.code").expires_in_seconds == 600.0
+    assert catalog.new_job("t.code", None, EnqueueOptions(expires_in="1h")).expires_in_seconds == (
+        3600.0
+    )
+
+
+@pytest.mark.parametrize(
+    ("job", "worker", "named"),
+    [
+        ({"concurrency_limit": 2}, {}, "job t.sync declares concurrency_limit"),
+        ({"rate_limit": {"limit": 5, "period": "1s"}}, {}, "job t.sync declares rate_limit"),
+        (
+            {},
+            {"queues": {"default": {"concurrency": 2, "concurrency_limit": 3}}},
+            "queue 'default' declares concurrency_limit",
+        ),
+    ],
+)
+def test_a_fleet_wide_limit_is_refused_by_the_runtime_naming_it_until_it_is_enforced(
+    job: dict[str, Any], worker: dict[str, Any], named: str
+) -> None:
+    app = define_deployment(
+        name="main",
+        modules=[
+            define_module(
+                name="t",
+                jobs={
+                    "sync": define_job(
+                        input={"customer_id": "id"}, idempotent=True, handler=_noop, **job
+                    )
+                },
+            )
+        ],
+        worker=worker or None,
+    )
+    with pytest.raises(DeclarationError, match=f"{named}: .*do not enforce them yet"):
+        Catalog.build(app, environ={})

@@ -2,6 +2,7 @@
 
 from ket.check import (  # noqa: F401 - register
     effect,
+    flow,
     model,
     names,
     operation,

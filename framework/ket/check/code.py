@@ -220,8 +220,64 @@ CODES: dict[str, Code] = {
             hint="Define the authenticator as `def authenticate(request):` (or `async def`), "
             "returning a ket.serve.Principal or None.",
         ),
+        Code(
+            id="KET701",
+            level=E,
+            title="expires_in is not a duration",
+            hint="Write expires_in as '<count><s|m|h|d>', counted from 1 and at most 365d, such "
+            "as '10m' or '2h'.",
+        ),
+        Code(
+            id="KET702",
+            level=E,
+            title="concurrency_limit is malformed",
+            hint="Give concurrency_limit as a whole number from 1, such as 3, or as "
+            "{'limit': 1, 'key': ['customer_id']} to limit each customer on its own.",
+        ),
+        Code(
+            id="KET703",
+            level=E,
+            title="rate_limit is malformed",
+            hint="Give rate_limit as {'limit': 20, 'period': '1s'}: a limit from 1 and a period "
+            "from 1s to 1d, with 'key': [fields] to limit each of their values on its own.",
+        ),
+        Code(
+            id="KET704",
+            level=E,
+            title="limit key names a field the input lacks",
+            hint="Name fields of the job's input in key, or add the field to the input.",
+        ),
+        Code(
+            id="KET705",
+            level=E,
+            title="limit key field is not a scalar",
+            hint="Key a limit by input fields of type id, string, int, number, bool, date or "
+            "datetime; not json, whose value is a structure, nor secret, whose value a key "
+            "would keep in clear.",
+        ),
+        Code(
+            id="KET706",
+            level=E,
+            title="invalid queue limits",
+            hint="Write the queue as {'concurrency': 4, 'concurrency_limit': 10, 'rate_limit': "
+            "{'limit': 100, 'period': '1m'}}; a keyed limit belongs on the job, whose input has "
+            "the fields.",
+        ),
+        Code(
+            id="KET707",
+            level=W,
+            title="expires_in is within the worker's poll_max_ms",
+            hint="Lengthen expires_in well past poll_max_ms, or lower poll_max_ms: an idle "
+            "worker that missed a wake-up looks at the queue only every poll_max_ms.",
+        ),
     ]
 }
+
+# The hint of a limit of 0, which would never start a job: that is what a pause is for.
+PAUSE_HINT = (
+    "A limit of 0 would never start a job: to hold a queue's jobs, pause the queue with "
+    "`ket queues pause QUEUE` and resume it later; otherwise give a limit of 1 or more."
+)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,10 +17,13 @@ QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 def check_worker(context: CheckContext) -> list[CheckMessage]:
     deployment = context.deployment
     where = Subject(obj=f"deployment {deployment.name}", source=deployment.source)
+    problems = resolve.worker_problems(deployment)
+    if problems.general:
+        return [finding("KET402", "; ".join(problems.general), where)]
     try:
         queues = set(resolve.worker_config(deployment).queues)
-    except DeclarationError as error:
-        return [finding("KET402", error.message, where)]
+    except DeclarationError:
+        return []  # only its queues' limits are wrong: KET706, from the flow checks
     found = [
         finding("KET403", f"queue name {name!r} is not valid", where)
         for name in sorted(queues)

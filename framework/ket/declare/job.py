@@ -38,6 +38,9 @@ class JobDecl(OperationDecl):
     input_version: object = 1
     upgrade: object = None
     tags: object = ()
+    expires_in: object = None
+    concurrency_limit: object = None
+    rate_limit: object = None
 
 
 def define_job(
@@ -56,6 +59,9 @@ def define_job(
     input_version: int = 1,
     upgrade: Mapping[int, Upgrade] | None = None,
     tags: Iterable[str] = (),
+    expires_in: str | None = None,
+    concurrency_limit: int | Mapping[str, object] | None = None,
+    rate_limit: Mapping[str, object] | None = None,
 ) -> JobDecl:
     """Declare a job: `handler(ctx, input) -> None`, sync or async, run at least once.
 
@@ -77,6 +83,26 @@ def define_job(
 
     `tags` label every job enqueued (unless the enqueue gives its own), to find them by:
     `ket jobs list --tag billing`, `ket jobs retry --tag billing`.
+
+    Flow control, each enforced across every worker of the fleet:
+
+    - `expires_in="10m"`: a job not started within that long of its run time is discarded
+      with the reason `expired`, never started late (a duration `<count><s|m|h|d>`);
+    - `concurrency_limit=3`: at most 3 of its attempts run at once;
+    - `rate_limit={"limit": 20, "period": "1s"}`: at most 20 of its attempts start per period.
+
+    A limit given as a dict may add `"key": [fields]`, input fields of the job: each distinct
+    combination of their values is limited on its own, and jobs of other values go on::
+
+        define_job(
+            queue="partners",
+            input={"customer_id": "id", "partner": "string"},
+            idempotent=True,
+            expires_in="10m",
+            concurrency_limit={"limit": 1, "key": ["customer_id"]},
+            rate_limit={"limit": 10, "period": "1m", "key": ["partner"]},
+            handler=sync_customer,
+        )
     """
     source = caller()
     return JobDecl(
@@ -94,5 +120,8 @@ def define_job(
         input_version=input_version,
         upgrade=upgrade,
         tags=tags,
+        expires_in=expires_in,
+        concurrency_limit=concurrency_limit,
+        rate_limit=rate_limit,
         source=source,
     )

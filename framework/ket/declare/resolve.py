@@ -8,16 +8,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from ket.declare.deployment import DeploymentDecl
 from ket.declare.effect import Effect, parse_effect
+from ket.declare.flow import (
+    ConcurrencyLimit,
+    RateLimit,
+    check_key,
+    parse_concurrency_limit,
+    parse_expires_in,
+    parse_rate_limit,
+)
 from ket.declare.input import build_input_model
 from ket.declare.job import JobDecl
 from ket.declare.operation import OperationDecl
 from ket.declare.serve import ServeConfig
-from ket.declare.worker import WorkerConfig
+from ket.declare.worker import QUEUE_LIMIT_ERROR, WorkerConfig
 from ket.errors import DeclarationError
 from ket.limits import MAX_TAG_LENGTH, MAX_TAGS
 from ket.schedule import Schedule, parse_schedule
@@ -49,12 +59,80 @@ def schedule(job: JobDecl, timezone: str | None) -> Schedule | None:
     return parse_schedule(job.schedule, default_timezone=timezone)  # type: ignore[arg-type]
 
 
+def expires_in(job: JobDecl) -> float | None:
+    """How many seconds after its run time a job not yet started is discarded (reason
+    `expired`); None when it never expires."""
+    return None if job.expires_in is None else parse_expires_in(job.expires_in)
+
+
+def concurrency_limit(job: JobDecl) -> ConcurrencyLimit | None:
+    """The job's fleet-wide limit on attempts running at once, its key fields checked against
+    its input; None without one."""
+    if job.concurrency_limit is None:
+        return None
+    limit = parse_concurrency_limit(job.concurrency_limit)
+    check_key("concurrency_limit", limit.key, input_model(job), job.input)
+    return limit
+
+
+def rate_limit(job: JobDecl) -> RateLimit | None:
+    """The job's fleet-wide limit on attempts started per period, its key fields checked
+    against its input; None without one."""
+    if job.rate_limit is None:
+        return None
+    limit = parse_rate_limit(job.rate_limit)
+    check_key("rate_limit", limit.key, input_model(job), job.input)
+    return limit
+
+
 def worker_config(deployment: DeploymentDecl) -> WorkerConfig:
-    """The deployment's worker configuration with defaults, or DeclarationError naming the value."""
+    """The deployment's worker configuration with defaults (its queues' limits in `limits`), or
+    DeclarationError naming every problem."""
     try:
         return WorkerConfig.model_validate(dict(deployment.worker))
     except ValidationError as error:
-        raise DeclarationError(_problems(error, "worker", plain=False)) from None
+        problems = _worker_problems_of(error)
+        limits = [f"queues.{p.queue}: {p.message}" for p in problems.queue_limits]
+        raise DeclarationError("; ".join([*problems.general, *limits])) from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueLimitProblem:
+    """A queue's limits that do not parse: the queue, what is wrong, and its entry as written."""
+
+    queue: str
+    message: str
+    entry: object
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerProblems:
+    """What is wrong with a worker configuration: its queues' limits apart from the rest."""
+
+    general: tuple[str, ...] = ()
+    queue_limits: tuple[QueueLimitProblem, ...] = ()
+
+
+def worker_problems(deployment: DeploymentDecl) -> WorkerProblems:
+    """Every problem of the deployment's worker configuration; none when it is valid."""
+    try:
+        WorkerConfig.model_validate(dict(deployment.worker))
+    except ValidationError as error:
+        return _worker_problems_of(error)
+    return WorkerProblems()
+
+
+def _worker_problems_of(error: ValidationError) -> WorkerProblems:
+    """A worker configuration's validation error split: the queues' limits, and the rest."""
+    limits = [item for item in error.errors() if item["type"] == QUEUE_LIMIT_ERROR]
+    rest = [item for item in error.errors() if item["type"] != QUEUE_LIMIT_ERROR]
+    return WorkerProblems(
+        general=tuple(_problem(item, "worker", plain=False) for item in rest),
+        queue_limits=tuple(
+            QueueLimitProblem(queue=str(item["loc"][-1]), message=item["msg"], entry=item["input"])
+            for item in limits
+        ),
+    )
 
 
 def serve_config(deployment: DeploymentDecl) -> ServeConfig:
@@ -69,15 +147,16 @@ def serve_config(deployment: DeploymentDecl) -> ServeConfig:
 def _problems(error: ValidationError, whole: str, *, plain: bool = True) -> str:
     """pydantic's errors as `field: message, got value`; `plain` drops the "Value error, " of
     ket's own validators, whose message names the value already (the worker's keep theirs)."""
-    problems = []
-    for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"])
-        message, own = item["msg"], item["type"] == "value_error"
-        if plain and own:
-            message = message.removeprefix("Value error, ")
-        value = f", got {item['input']!r}" if where and not (plain and own) else ""
-        problems.append(f"{where or whole}: {message}{value}")
-    return "; ".join(problems)
+    return "; ".join(_problem(item, whole, plain=plain) for item in error.errors())
+
+
+def _problem(item: ErrorDetails, whole: str, *, plain: bool) -> str:
+    where = ".".join(str(p) for p in item["loc"])
+    message, own = item["msg"], item["type"] == "value_error"
+    if plain and own:
+        message = message.removeprefix("Value error, ")
+    value = f", got {item['input']!r}" if where and not (plain and own) else ""
+    return f"{where or whole}: {message}{value}"
 
 
 def tags(value: object) -> tuple[str, ...]:

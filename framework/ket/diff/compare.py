@@ -9,10 +9,11 @@ from pydantic import BaseModel
 
 from ket.diff.change import Change, Severity, ordered
 from ket.diff.field import FieldRule, dump, field_changed, field_findings
+from ket.diff.flow import expiry_findings, job_limit_findings, queue_limit_findings
 from ket.diff.operation import FUNCTION_RULES, JOB_RULES, QUEUED, bound, changed
 from ket.diff.rule import Finding, classify
 from ket.diff.schema import input_findings
-from ket.manifest.model import JobEntry, Manifest, ServeEntry, WorkerEntry
+from ket.manifest.model import JobEntry, Manifest, QueueLimitsEntry, ServeEntry, WorkerEntry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,9 +38,11 @@ def diff_manifests(old: Manifest, new: Manifest) -> list[Change]:
         *_family(MODULES, old.modules, new.modules),
         *_family(JOBS, old.jobs(), new.jobs()),
         *_job_inputs(old.jobs(), new.jobs()),
+        *_job_flow(old.jobs(), new.jobs()),
         *_family(FUNCTIONS, old.functions(), new.functions()),
         *_family(MODELS, old.models(), new.models()),
         *_queues(old.worker.queues, new.worker.queues),
+        *_queue_limits(old.worker, new.worker),
         *_worker(old.worker, new.worker),
         *_serve(old.serve or NO_SERVE, new.serve or NO_SERVE),
     ]
@@ -154,8 +157,25 @@ def _queues(old: Mapping[str, int], new: Mapping[str, int]) -> Iterator[Change]:
         yield classify(f"queue {name}", finding)
 
 
+def _queue_limits(old: WorkerEntry, new: WorkerEntry) -> Iterator[Change]:
+    """The limits of the queues in both (a queue added or removed is reported as such)."""
+    for name in sorted(old.queues.keys() & new.queues.keys()):
+        before = old.limits.get(name, NO_LIMITS)
+        after = new.limits.get(name, NO_LIMITS)
+        for finding in queue_limit_findings(before, after):
+            yield classify(f"queue {name}", finding)
+
+
+def _job_flow(old: Mapping[str, JobEntry], new: Mapping[str, JobEntry]) -> Iterator[Change]:
+    """A job's expiry and limits, compared with their durations read (see diff.flow)."""
+    for name in sorted(old.keys() & new.keys()):
+        before, after = old[name], new[name]
+        for finding in [*expiry_findings(before, after), *job_limit_findings(before, after)]:
+            yield classify(f"job {name}", finding)
+
+
 def _worker(old: WorkerEntry, new: WorkerEntry) -> Iterator[Change]:
-    for name, finding in field_findings(old, new, WORKER_RULES, skip={"queues"}):
+    for name, finding in field_findings(old, new, WORKER_RULES, skip={"queues", "limits"}):
         yield classify(f"worker.{name}", finding)
 
 
@@ -200,7 +220,10 @@ JOBS = Family(
     noun="job",
     removed="job removed; rows already queued under this name could no longer run",
     rules=JOB_RULES,
-    skip=frozenset({"input", "input_version", "upgrades_from"}),  # see _job_inputs
+    # see _job_inputs and _job_flow
+    skip=frozenset(
+        {"input", "input_version", "upgrades_from", "expires_in", "concurrency_limit", "rate_limit"}
+    ),
 )
 # No queued row names a function, so what breaks its callers is for review, never breaking.
 FUNCTIONS = Family(
@@ -219,7 +242,7 @@ WORKER_RULES: Mapping[str, FieldRule] = {
     **{
         name: changed("worker_setting_changed", name)
         for name in WorkerEntry.model_fields
-        if name != "queues"
+        if name not in ("queues", "limits")
     },
     "lease_ms": bound(
         "lease_ms",
@@ -232,6 +255,8 @@ WORKER_RULES: Mapping[str, FieldRule] = {
         raised_kind="worker_setting_changed",
     ),
 }
+# What a queue without limits has.
+NO_LIMITS = QueueLimitsEntry()
 # What a manifest without `serve` means: the defaults, and no authenticator.
 NO_SERVE = ServeEntry.undeclared()
 SERVE_RULES: Mapping[str, FieldRule] = {

@@ -63,6 +63,20 @@ RULES: Mapping[str, Severity] = {
     # Rows queued long ago at a version whose upgrade is dropped could no longer run; whether
     # any are left is for a person to know.
     "input_upgrade_removed": "review",
+    # Flow control: work that was flowing may now wait (a limit added or tightened, or keyed
+    # otherwise than the attempts running now were counted), be discarded (an expiry added or
+    # shortened), or stop being held back (a limit removed: what it protected is unprotected).
+    "expires_in_added": "review",
+    "expires_in_shortened": "review",
+    "concurrency_limit_added": "review",
+    "concurrency_limit_tightened": "review",
+    "concurrency_limit_removed": "review",
+    "concurrency_limit_key_changed": "review",
+    "rate_limit_added": "review",
+    "rate_limit_tightened": "review",
+    "rate_limit_reshaped": "review",
+    "rate_limit_removed": "review",
+    "rate_limit_key_changed": "review",
     # Everything else that differs.
     "module_added": "safe",
     "module_removed": "safe",
@@ -88,6 +102,12 @@ RULES: Mapping[str, Severity] = {
     "timeout_ms_raised": "safe",
     "priority_changed": "safe",
     "tags_changed": "safe",
+    "expires_in_removed": "safe",
+    "expires_in_lengthened": "safe",
+    "expires_in_restated": "safe",
+    "concurrency_limit_loosened": "safe",
+    "rate_limit_loosened": "safe",
+    "rate_limit_restated": "safe",
     "backoff_changed": "safe",
     "handler_changed": "safe",
     "idempotent_changed": "safe",

@@ -4,11 +4,14 @@ from ket.manifest.compile import compile_manifest
 from ket.manifest.document import dump_manifest, load_manifest, read_manifest
 from ket.manifest.model import (
     FORMAT,
+    ConcurrencyLimitEntry,
     FunctionEntry,
     JobEntry,
     Manifest,
     ModelEntry,
     ModuleEntry,
+    QueueLimitsEntry,
+    RateLimitEntry,
     ScheduleEntry,
     ServeEntry,
     WorkerEntry,
@@ -16,11 +19,14 @@ from ket.manifest.model import (
 
 __all__ = [
     "FORMAT",
+    "ConcurrencyLimitEntry",
     "FunctionEntry",
     "JobEntry",
     "Manifest",
     "ModelEntry",
     "ModuleEntry",
+    "QueueLimitsEntry",
+    "RateLimitEntry",
     "ScheduleEntry",
     "ServeEntry",
     "WorkerEntry",

@@ -5,17 +5,21 @@ from __future__ import annotations
 from ket.check import error_messages, run_checks
 from ket.declare import resolve
 from ket.declare.deployment import DeploymentDecl
+from ket.declare.flow import ConcurrencyLimit, QueueLimits, RateLimit
 from ket.declare.function import FunctionDecl
 from ket.declare.job import JobDecl
 from ket.declare.model import ModelDecl
 from ket.declare.module import ModuleDecl
 from ket.errors import CheckFailed
 from ket.manifest.model import (
+    ConcurrencyLimitEntry,
     FunctionEntry,
     JobEntry,
     Manifest,
     ModelEntry,
     ModuleEntry,
+    QueueLimitsEntry,
+    RateLimitEntry,
     ScheduleEntry,
     ServeEntry,
     WorkerEntry,
@@ -35,9 +39,37 @@ def compile_manifest(deployment: DeploymentDecl, *, timezone: str | None = None)
         format=1,
         deployment=deployment.name,
         modules={m.name: _module(m, timezone) for m in deployment.modules},
-        worker=WorkerEntry(**resolve.worker_config(deployment).model_dump()),
+        worker=_worker(deployment),
         serve=_serve(deployment) if deployment.serve else None,
     )
+
+
+def _worker(deployment: DeploymentDecl) -> WorkerEntry:
+    config = resolve.worker_config(deployment)
+    limits = {name: _queue_limits(found) for name, found in config.limits.items()}
+    return WorkerEntry(
+        **config.model_dump(exclude={"limits"}),
+        limits={name: entry for name, entry in limits.items() if entry != QueueLimitsEntry()},
+    )
+
+
+def _queue_limits(limits: QueueLimits) -> QueueLimitsEntry:
+    return QueueLimitsEntry(
+        concurrency_limit=_concurrency_limit(limits.concurrency_limit),
+        rate_limit=_rate_limit(limits.rate_limit),
+    )
+
+
+def _concurrency_limit(limit: ConcurrencyLimit | None) -> ConcurrencyLimitEntry | None:
+    if limit is None:
+        return None
+    return ConcurrencyLimitEntry(limit=limit.limit, key=list(limit.key))
+
+
+def _rate_limit(limit: RateLimit | None) -> RateLimitEntry | None:
+    if limit is None:
+        return None
+    return RateLimitEntry(limit=limit.limit, period=limit.period, key=list(limit.key))
 
 
 def _serve(deployment: DeploymentDecl) -> ServeEntry:
@@ -91,4 +123,7 @@ def _job(job: JobDecl, timezone: str | None) -> JobEntry:
         input_version=int(job.input_version),  # type: ignore[call-overload]
         upgrades_from=sorted(job.upgrade or {}),  # type: ignore[call-overload]
         tags=list(resolve.tags(job.tags)),
+        expires_in=None if job.expires_in is None else str(job.expires_in),
+        concurrency_limit=_concurrency_limit(resolve.concurrency_limit(job)),
+        rate_limit=_rate_limit(resolve.rate_limit(job)),
     )

@@ -8,8 +8,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
+from ket.declare.flow import MAX_EXPIRES_SECONDS, MAX_LIMIT, MAX_PERIOD_SECONDS
 from ket.declare.serve import (
     BEARER,
     DEFAULT_DASHBOARD,
@@ -17,6 +26,7 @@ from ket.declare.serve import (
     DEFAULT_SHUTDOWN_GRACE_MS,
 )
 from ket.declare.worker import DEFAULT_RETENTION_MS
+from ket.schedule.duration import duration_seconds
 
 FORMAT = 1
 
@@ -40,6 +50,72 @@ class ScheduleEntry(Entry):
     def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # one schedule kind is set; the others would only be noise in the YAML
         return {k: v for k, v in handler(self).items() if v is not None}
+
+
+def _seconds(text: str, most: int) -> int:
+    """The seconds of a duration of the manifest, or ValueError naming it."""
+    seconds = duration_seconds(text) if not text.startswith("0") else None
+    if seconds is None or seconds > most:
+        raise ValueError(f"not a duration '<count><s|m|h|d>' of at most {most}s: {text!r}")
+    return seconds
+
+
+class ConcurrencyLimitEntry(Entry):
+    """At most `limit` attempts running at once, fleet-wide, per value of the `key` fields (in
+    their declared order, which is part of the key); no key: the job or queue as a whole."""
+
+    limit: int = Field(ge=1, le=MAX_LIMIT)
+    key: list[str] = []
+
+    @model_serializer(mode="wrap")
+    def _omit_no_key(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_empty(handler(self), "key")
+
+
+class RateLimitEntry(Entry):
+    """At most `limit` attempts started per `period`, fleet-wide, per value of the `key` fields."""
+
+    limit: int = Field(ge=1, le=MAX_LIMIT)
+    period: str
+    key: list[str] = []
+
+    @field_validator("period")
+    @classmethod
+    def _period(cls, value: str) -> str:
+        _seconds(value, MAX_PERIOD_SECONDS)
+        return value
+
+    @property
+    def seconds(self) -> int:
+        """The period in seconds."""
+        return _seconds(self.period, MAX_PERIOD_SECONDS)
+
+    @model_serializer(mode="wrap")
+    def _omit_no_key(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_empty(handler(self), "key")
+
+
+class QueueLimitsEntry(Entry):
+    """The fleet-wide limits of one queue of the worker: on all its jobs together, so no key."""
+
+    concurrency_limit: ConcurrencyLimitEntry | None = None
+    rate_limit: RateLimitEntry | None = None
+
+    @model_validator(mode="after")
+    def _no_key(self) -> QueueLimitsEntry:
+        for limit in (self.concurrency_limit, self.rate_limit):
+            if limit is not None and limit.key:
+                raise ValueError(f"a queue's limit takes no key, got {limit.key!r}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+def _without_empty(data: dict[str, Any], *names: str) -> dict[str, Any]:
+    """`data` without the named keys whose values are empty or None: what older manifests lack."""
+    return {k: v for k, v in data.items() if k not in names or v}
 
 
 class OperationEntry(Entry):
@@ -71,14 +147,35 @@ class JobEntry(OperationEntry):
     upgrades_from: list[int] = []
     # the tags its jobs carry unless an enqueue gives others (older manifests: none)
     tags: list[str] = []
+    # flow control (older manifests: none): how long a job may wait to start, as declared
+    # ('10m'), and its fleet-wide limits
+    expires_in: str | None = None
+    concurrency_limit: ConcurrencyLimitEntry | None = None
+    rate_limit: RateLimitEntry | None = None
+
+    @field_validator("expires_in")
+    @classmethod
+    def _expires_in(cls, value: str | None) -> str | None:
+        if value is not None:
+            _seconds(value, MAX_EXPIRES_SECONDS)
+        return value
+
+    @property
+    def expires_in_seconds(self) -> int | None:
+        """`expires_in` in seconds; None when the job never expires."""
+        return None if self.expires_in is None else _seconds(self.expires_in, MAX_EXPIRES_SECONDS)
 
     @model_serializer(mode="wrap")
     def _omit_empty_lists(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        for name in ("upgrades_from", "tags"):
-            if not data.get(name):
-                data.pop(name, None)
-        return data
+        # what a job does not declare is left out: its manifest is the one it had before
+        return _without_empty(
+            handler(self),
+            "upgrades_from",
+            "tags",
+            "expires_in",
+            "concurrency_limit",
+            "rate_limit",
+        )
 
 
 class ModelEntry(Entry):
@@ -107,6 +204,19 @@ class WorkerEntry(Entry):
     schedule_sweep_ms: int
     # manifests written before retention was an option: the default, a week for each state
     retention_ms: dict[str, int | None] = Field(default_factory=lambda: dict(DEFAULT_RETENTION_MS))
+    # the fleet-wide limits of the queues that declare some (older manifests: none)
+    limits: dict[str, QueueLimitsEntry] = {}
+
+    @model_validator(mode="after")
+    def _limits_of_queues(self) -> WorkerEntry:
+        strays = sorted(set(self.limits) - set(self.queues))
+        if strays:
+            raise ValueError(f"limits name queues that queues lacks: {', '.join(strays)}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_no_limits(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_empty(handler(self), "limits")
 
 
 class ServeEntry(Entry):

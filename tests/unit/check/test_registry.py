@@ -38,7 +38,16 @@ def test_findings_are_sorted_by_file_then_line_not_by_check() -> None:
 
 
 def test_tags_name_each_topic() -> None:
-    assert tags() == ["effects", "models", "names", "operations", "schedules", "serve", "worker"]
+    assert tags() == [
+        "effects",
+        "flow",
+        "models",
+        "names",
+        "operations",
+        "schedules",
+        "serve",
+        "worker",
+    ]
 
 
 def test_only_runs_the_checks_of_those_tags() -> None:

@@ -165,3 +165,32 @@ def test_every_worker_problem_is_in_one_KET402() -> None:
 )
 def test_valid_worker_config_is_silent(worker: dict[str, object]) -> None:
     assert run_checks(deployment_of(worker=worker)) == []
+
+
+def test_a_worker_whose_queue_limits_alone_are_wrong_has_no_KET402() -> None:
+    deployment = deployment_of(
+        jobs={"send": on_queue("mail")},
+        worker={"queues": {"default": {"concurrency": 1, "concurrency_limit": -1}}},
+    )
+    assert [m.id for m in run_checks(deployment)] == ["KET706"]  # and queues go unchecked
+
+
+def test_a_queue_dict_without_its_concurrency_is_KET402() -> None:
+    deployment = deployment_of(worker={"queues": {"default": {"concurrency_limit": 3}}})
+    assert run_checks(deployment) == [
+        error(
+            "KET402",
+            "queues.default: a queue given as a dict needs its 'concurrency' (jobs at once per "
+            "worker process), got {'concurrency_limit': 3}",
+            obj="deployment shop",
+            source=deployment.source,
+        )
+    ]
+
+
+def test_a_job_on_a_queue_given_as_a_dict_is_configured() -> None:
+    deployment = deployment_of(
+        jobs={"send": on_queue("mail")},
+        worker={"queues": {"default": 1, "mail": {"concurrency": 2, "concurrency_limit": 5}}},
+    )
+    assert run_checks(deployment) == []

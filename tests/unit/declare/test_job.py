@@ -52,6 +52,19 @@ def test_job_options_are_kept_as_written_for_the_checker() -> None:
     assert job.effects == ("read:nowhere",)
 
 
+def test_flow_options_default_to_none_and_are_kept_as_written() -> None:
+    plain = define_job(handler=handle)
+    assert (plain.expires_in, plain.concurrency_limit, plain.rate_limit) == (None, None, None)
+    rate = {"limit": 0, "period": "0s", "key": "partner"}
+    job = define_job(
+        handler=handle,
+        expires_in="soon",
+        concurrency_limit=0,
+        rate_limit=rate,
+    )
+    assert (job.expires_in, job.concurrency_limit, job.rate_limit) == ("soon", 0, rate)
+
+
 def test_function_defaults_and_source() -> None:
     fn = define_function(handler=handle)  # function-call
     assert (fn.input, fn.effects, fn.cross_company) == (None, (), False)

@@ -1,4 +1,5 @@
-"""WorkerConfig: documented defaults, strict values, the poll range, and per-host concurrency."""
+"""WorkerConfig: documented defaults, strict values, the poll range, per-host concurrency, and
+queues given as dicts with their fleet-wide limits."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from ket.declare import WorkerConfig
+from ket.declare.flow import ConcurrencyLimit, QueueLimits, RateLimit
 from ket.declare.worker import MAX_CONCURRENCY, check_concurrency
 
 WEEK = 7 * 86_400_000
@@ -23,6 +25,7 @@ def test_worker_config_defaults() -> None:
         "shutdown_grace_ms": 15_000,
         "schedule_sweep_ms": 30_000,
         "retention_ms": {"completed": WEEK, "discarded": WEEK, "cancelled": WEEK},
+        "limits": {},
     }
 
 
@@ -147,3 +150,82 @@ def test_with_concurrency_holds_a_value_to_the_rule_of_a_declared_one(value: obj
 
 def test_check_concurrency_returns_a_valid_value() -> None:
     assert [check_concurrency(n) for n in (1, 50, MAX_CONCURRENCY)] == [1, 50, MAX_CONCURRENCY]
+
+
+PARTNERS = {
+    "concurrency": 4,
+    "concurrency_limit": 10,
+    "rate_limit": {"limit": 100, "period": "1m"},
+}
+
+
+def test_a_queue_given_as_a_dict_has_its_concurrency_in_queues_and_its_limits_apart() -> None:
+    config = WorkerConfig.model_validate({"queues": {"default": 2, "partners": PARTNERS}})
+    assert config.queues == {"default": 2, "partners": 4}
+    assert config.limits == {
+        "partners": QueueLimits(
+            concurrency_limit=ConcurrencyLimit(limit=10),
+            rate_limit=RateLimit(limit=100, period="1m", seconds=60.0),
+        )
+    }
+
+
+def test_a_queue_dict_with_its_concurrency_alone_has_no_limits() -> None:
+    config = WorkerConfig.model_validate({"queues": {"default": {"concurrency": 3}}})
+    assert (config.queues, config.limits) == ({"default": 3}, {})
+    unset = {"concurrency": 3, "concurrency_limit": None, "rate_limit": None}
+    config = WorkerConfig.model_validate({"queues": {"default": unset}})
+    assert (config.queues, config.limits) == ({"default": 3}, {})
+
+
+def test_limits_survive_a_dump_and_a_per_host_concurrency() -> None:
+    config = WorkerConfig.model_validate({"queues": {"default": 2, "partners": PARTNERS}})
+    assert config.model_dump()["limits"] == {
+        "partners": {"concurrency_limit": 10, "rate_limit": {"limit": 100, "period": "1m"}}
+    }
+    assert WorkerConfig.model_validate(config.model_dump()) == config
+    changed = config.with_concurrency({"partners": 8})
+    assert (changed.queues, changed.limits) == ({"default": 2, "partners": 8}, config.limits)
+
+
+@pytest.mark.parametrize(
+    ("partners", "where", "message"),
+    [
+        (
+            {"concurrency_limit": 10},
+            "queues.partners",
+            "a queue given as a dict needs its 'concurrency' (jobs at once per worker process)",
+        ),
+        (
+            {"concurrency": 0, "concurrency_limit": 10},
+            "queues.partners",
+            "Input should be greater than 0",
+        ),
+        (
+            {"concurrency": 4, "concurrency_limit": {"limit": 1, "key": ["customer_id"]}},
+            "limits.partners",
+            "concurrency_limit: a queue's limit takes no key",
+        ),
+        (
+            {"concurrency": 4, "rate_limit": {"limit": 0, "period": "1s"}},
+            "limits.partners",
+            "rate_limit: limit must be a whole number from 1 to 2147483647, got 0",
+        ),
+        ({"concurrency": 4, "burst": 5}, "limits.partners", "unknown key 'burst'"),
+    ],
+    ids=["no-concurrency", "zero-concurrency", "keyed", "zero-rate", "unknown-key"],
+)
+def test_a_bad_queue_dict_is_refused_naming_the_queue(
+    partners: dict[str, Any], where: str, message: str
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        WorkerConfig.model_validate({"queues": {"partners": partners}})
+    (error,) = refused.value.errors()
+    assert ".".join(str(p) for p in error["loc"]) == where
+    assert message in error["msg"]
+
+
+def test_limits_for_a_queue_the_worker_lacks_are_refused() -> None:
+    with pytest.raises(ValidationError) as refused:
+        WorkerConfig.model_validate({"limits": {"mail": {"concurrency_limit": 1}}})
+    assert "limits name queues that queues lacks: mail" in str(refused.value)

@@ -392,10 +392,14 @@ PERTURBED_JOB: dict[str, Any] = {
     "input_version": 2,
     "upgrades_from": [1],
     "tags": ["billing"],
+    "expires_in": "10m",
+    "concurrency_limit": {"limit": 3},
+    "rate_limit": {"limit": 20, "period": "1s", "key": ["x"]},
 }
 PERTURBED_WORKER: dict[str, Any] = {name: 1 for name in WORKER} | {
     "queues": {"default": 2},
     "retention_ms": {"completed": 1, "discarded": None, "cancelled": 1},
+    "limits": {"default": {"concurrency_limit": {"limit": 1}}},
 }
 
 

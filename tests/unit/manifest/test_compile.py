@@ -10,7 +10,16 @@ from ket import define_deployment, define_function, define_job, define_model, de
 from ket.check import error_messages, run_checks
 from ket.declare import DeploymentDecl, JobDecl
 from ket.errors import CheckFailed
-from ket.manifest import JobEntry, ScheduleEntry, WorkerEntry, compile_manifest, dump_manifest
+from ket.manifest import (
+    ConcurrencyLimitEntry,
+    JobEntry,
+    QueueLimitsEntry,
+    RateLimitEntry,
+    ScheduleEntry,
+    WorkerEntry,
+    compile_manifest,
+    dump_manifest,
+)
 
 WORKER = {"queues": {"default": 1}}
 
@@ -242,3 +251,66 @@ def test_serve_is_recorded_only_when_declared_with_the_authenticator_by_name() -
     assert served.serve is not None
     assert served.serve.authenticate == "tests.unit.manifest.test_compile:backoff"
     assert served.serve.max_body_bytes == 1_048_576
+
+
+def test_flow_options_are_recorded_with_keys_in_their_declared_order() -> None:
+    job = define_job(
+        handler=handle,
+        idempotent=True,
+        input={"customer_id": "id", "partner": "string"},
+        expires_in="10m",
+        concurrency_limit={"limit": 1, "key": ["partner", "customer_id"]},
+        rate_limit={"limit": 20, "period": "1s"},
+    )
+    entry = compile_manifest(one_job(job)).jobs()["sales.send"]
+    assert (entry.expires_in, entry.expires_in_seconds) == ("10m", 600)
+    assert entry.concurrency_limit == ConcurrencyLimitEntry(limit=1, key=["partner", "customer_id"])
+    assert entry.rate_limit == RateLimitEntry(limit=20, period="1s")
+    text = dump_manifest(compile_manifest(one_job(job)))
+    assert "        expires_in: 10m\n" in text
+    assert (
+        "        concurrency_limit:\n          key:\n          - partner\n"
+        "          - customer_id\n          limit: 1\n"
+    ) in text
+    assert "        rate_limit:\n          limit: 20\n          period: 1s\n" in text  # no key
+
+
+def test_a_concurrency_limit_given_as_a_number_is_recorded_as_its_limit() -> None:
+    job = define_job(handler=handle, idempotent=True, concurrency_limit=3)
+    entry = compile_manifest(one_job(job)).jobs()["sales.send"]
+    assert entry.concurrency_limit == ConcurrencyLimitEntry(limit=3)
+
+
+def test_a_job_without_flow_options_writes_none_of_them() -> None:
+    text = dump_manifest(compile_manifest(one_job(define_job(handler=handle, idempotent=True))))
+    for name in ("expires_in", "concurrency_limit", "rate_limit", "limits"):
+        assert name not in text
+
+
+def test_queue_limits_are_recorded_on_the_worker_and_none_are_left_out() -> None:
+    worker = {
+        "queues": {
+            "default": 1,
+            "mail": {"concurrency": 2},
+            "partners": {
+                "concurrency": 4,
+                "concurrency_limit": 10,
+                "rate_limit": {"limit": 100, "period": "1m"},
+            },
+        }
+    }
+    deployment = define_deployment(
+        name="shop", modules=[define_module(name="sales")], worker=worker
+    )
+    manifest = compile_manifest(deployment)
+    assert manifest.worker.queues == {"default": 1, "mail": 2, "partners": 4}
+    assert manifest.worker.limits == {
+        "partners": QueueLimitsEntry(
+            concurrency_limit=ConcurrencyLimitEntry(limit=10),
+            rate_limit=RateLimitEntry(limit=100, period="1m"),
+        )
+    }
+    assert (
+        "  limits:\n    partners:\n      concurrency_limit:\n        limit: 10\n"
+        "      rate_limit:\n        limit: 100\n        period: 1m\n"
+    ) in dump_manifest(manifest)

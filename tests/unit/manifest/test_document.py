@@ -162,3 +162,11 @@ def test_read_manifest_errors_name_the_file(tmp_path: Path) -> None:
 def test_read_manifest_of_a_directory_is_a_manifest_error(tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match="cannot read manifest file"):
         read_manifest(tmp_path)
+
+
+def test_the_committed_manifest_of_before_flow_control_loads_and_dumps_to_its_bytes() -> None:
+    committed = (REPO / "manifests" / "erp.yaml").read_text(encoding="utf-8")
+    manifest = load_manifest(committed)
+    assert all(job.expires_in is None for job in manifest.jobs().values())
+    assert manifest.worker.limits == {}
+    assert dump_manifest(manifest) == committed

@@ -83,3 +83,62 @@ def test_job_backoff_is_default_or_custom() -> None:
 def test_manifest_format_is_1() -> None:
     with pytest.raises(ValidationError):
         Manifest.model_validate({**manifest().model_dump(), "format": 2})
+
+
+def test_a_job_entry_without_flow_options_dumps_as_an_older_manifest_has_it() -> None:
+    dumped = JOB.model_dump()
+    assert not {"expires_in", "concurrency_limit", "rate_limit"} & set(dumped)
+    assert JobEntry.model_validate(dumped) == JOB
+    assert (
+        WORKER.model_dump().keys()
+        == WorkerEntry.model_validate(WORKER.model_dump()).model_dump().keys()
+    )
+    assert "limits" not in WORKER.model_dump()
+
+
+def test_flow_entries_round_trip_leaving_out_an_empty_key() -> None:
+    job = JobEntry.model_validate(
+        {
+            **JOB.model_dump(),
+            "expires_in": "90s",
+            "concurrency_limit": {"limit": 1, "key": ["b", "a"]},
+            "rate_limit": {"limit": 5, "period": "1m"},
+        }
+    )
+    assert job.model_dump()["concurrency_limit"] == {"limit": 1, "key": ["b", "a"]}
+    assert job.model_dump()["rate_limit"] == {"limit": 5, "period": "1m"}
+    assert (job.expires_in_seconds, job.rate_limit and job.rate_limit.seconds) == (90, 60)
+    assert JobEntry.model_validate(job.model_dump()) == job
+
+
+@pytest.mark.parametrize(
+    "flow",
+    [
+        {"expires_in": "soon"},
+        {"expires_in": "0s"},
+        {"concurrency_limit": {"limit": 0}},
+        {"rate_limit": {"limit": 5, "period": "2d"}},
+        {"rate_limit": {"limit": 5}},
+        {"rate_limit": {"limit": 5, "period": "1s", "burst": 2}},
+    ],
+)
+def test_a_manifest_flow_value_no_declaration_could_give_is_refused(
+    flow: dict[str, object],
+) -> None:
+    with pytest.raises(ValidationError):
+        JobEntry.model_validate({**JOB.model_dump(), **flow})
+
+
+def test_queue_limits_take_no_key_and_name_only_queues_of_the_worker() -> None:
+    limits = {
+        "default": {"concurrency_limit": {"limit": 2}, "rate_limit": {"limit": 1, "period": "1s"}}
+    }
+    worker = WorkerEntry.model_validate({**WORKER.model_dump(), "limits": limits})
+    assert worker.model_dump()["limits"] == limits
+    keyed = {"default": {"concurrency_limit": {"limit": 2, "key": ["a"]}}}
+    with pytest.raises(ValidationError, match="a queue's limit takes no key"):
+        WorkerEntry.model_validate({**WORKER.model_dump(), "limits": keyed})
+    with pytest.raises(ValidationError, match="limits name queues that queues lacks: mail"):
+        WorkerEntry.model_validate(
+            {**WORKER.model_dump(), "limits": {"mail": {"concurrency_limit": {"limit": 2}}}}
+        )
