@@ -8,6 +8,7 @@ only when the worker builds its handler's input.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -22,6 +23,7 @@ from ket.check import error_messages, run_checks
 from ket.declare import resolve
 from ket.declare.deployment import DeploymentDecl
 from ket.declare.effect import Effect
+from ket.declare.flow import ConcurrencyLimit, QueueLimits, RateLimit
 from ket.declare.job import JobDecl, Upgrade, default_backoff_seconds
 from ket.declare.operation import Handler, OperationDecl
 from ket.declare.serve import ServeConfig
@@ -37,7 +39,7 @@ from ket.secret import (
     plain_payload,
     seal_payload,
 )
-from ket.store.types import ModelTable, NewJob
+from ket.store.types import ClaimLimits, JobLimits, ModelTable, NewJob, Rate
 
 Backoff = Callable[[int], float]
 
@@ -123,6 +125,44 @@ class EnqueueOptions:
 NO_OPTIONS = EnqueueOptions()
 
 
+@dataclass(frozen=True, slots=True)
+class LimitKeys:
+    """The keys a job's rows carry under fleet-wide limits, each `<job name>|<the key fields'
+    values as JSON>`: a concurrency key when its job or queue has a concurrency limit (the
+    job's key fields; none for the queue's), a rate key when its job has a rate limit."""
+
+    name: str
+    concurrency: tuple[str, ...] | None  # None: no concurrency limit applies
+    rate: tuple[str, ...] | None
+
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        concurrency: ConcurrencyLimit | None,
+        rate: RateLimit | None,
+        queue: QueueLimits | None,
+    ) -> LimitKeys | None:
+        queue_wide = queue is not None and queue.concurrency_limit is not None
+        fields = concurrency.key if concurrency else (() if queue_wide else None)
+        if fields is None and rate is None:
+            return None
+        return cls(name, fields, None if rate is None else rate.key)
+
+    def of_payload(self, payload: Mapping[str, Any]) -> dict[str, str | None]:
+        """The keys of a job with this (validated, JSON-ready) payload."""
+        return {
+            "concurrency_key": self._key(self.concurrency, payload),
+            "rate_key": self._key(self.rate, payload),
+        }
+
+    def _key(self, fields: tuple[str, ...] | None, payload: Mapping[str, Any]) -> str | None:
+        if fields is None:
+            return None
+        values = [payload.get(name) for name in fields]  # a missing value is a value of its own
+        return f"{self.name}|{json.dumps(values, separators=(',', ':'), ensure_ascii=False)}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class OperationSpec:
     """A function or job ready to run: its handler, validated input model and effects."""
@@ -158,6 +198,10 @@ class JobSpec(OperationSpec):
     no_input: bool = False
     # not started within this many seconds of its run time: discarded as expired (None: never)
     expires_in_seconds: float | None = None
+    # its fleet-wide limits (None: none); `limit_keys` says which keys its jobs carry
+    concurrency_limit: ConcurrencyLimit | None = None
+    rate_limit: RateLimit | None = None
+    limit_keys: LimitKeys | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,6 +218,8 @@ class Catalog:
     redact: Redact | None = None  # the deployment's hook for exception texts
     tracing: bool = False  # KET_OTEL=1: OpenTelemetry spans for enqueues and attempts
     serve: ServeConfig = field(default_factory=ServeConfig)
+    # by queue, the fleet-wide limits a claim of it keeps (only the queues that have some)
+    claim_limits: Mapping[str, ClaimLimits] = field(default_factory=dict)
     # the job each name makes when it takes no input and no options: one value, made once
     _plain: dict[str, NewJob] = field(default_factory=dict, repr=False, compare=False)
 
@@ -191,10 +237,12 @@ class Catalog:
         errors = error_messages(run_checks(deployment, timezone=timezone))
         if errors:
             raise CheckFailed(errors)
-        _refuse_limits(deployment)
+        worker = resolve.worker_config(deployment)
+        jobs = {job.qualified_name: _job(job, timezone, worker) for job in deployment.jobs()}
         return cls(
             deployment=deployment.name,
-            jobs={job.qualified_name: _job(job, timezone) for job in deployment.jobs()},
+            jobs=jobs,
+            claim_limits=_claim_limits(jobs, worker),
             functions={fn.qualified_name: _operation(fn) for fn in deployment.functions()},
             models={
                 model.qualified_name: ModelTable(
@@ -202,7 +250,7 @@ class Catalog:
                 )
                 for model in deployment.models()
             },
-            worker=resolve.worker_config(deployment),
+            worker=worker,
             keys=SecretKeys.from_environment(environ),
             redact=deployment.redact,
             serve=resolve.serve_config(deployment),
@@ -276,6 +324,7 @@ class Catalog:
             tags=spec.tags if tags is None else tags,
             trace_context=trace.enqueue_context(name, spec.queue) if self.tracing else None,
             expires_in_seconds=expires_in,
+            **({} if spec.limit_keys is None else spec.limit_keys.of_payload(payload)),
         )
         if bare and spec.no_input and not self.tracing:  # a traced enqueue is a span of its own
             self._plain[name] = job
@@ -406,7 +455,7 @@ def _operation(decl: OperationDecl) -> OperationSpec:
     )
 
 
-def _job(decl: JobDecl, timezone: str | None) -> JobSpec:
+def _job(decl: JobDecl, timezone: str | None, worker: WorkerConfig) -> JobSpec:
     custom = decl.backoff
     backoff: Backoff = custom if callable(custom) else default_backoff
     model = resolve.input_model(decl)
@@ -428,27 +477,37 @@ def _job(decl: JobDecl, timezone: str | None) -> JobSpec:
         tags=resolve.tags(decl.tags),
         no_input=not isinstance(decl.input, type) and not model.model_fields,
         expires_in_seconds=resolve.expires_in(decl),
+        concurrency_limit=(concurrency := resolve.concurrency_limit(decl)),
+        rate_limit=(rate := resolve.rate_limit(decl)),
+        limit_keys=LimitKeys.of(
+            decl.qualified_name, concurrency, rate, worker.limits.get(str(decl.queue))
+        ),
     )
 
 
-def _refuse_limits(deployment: DeploymentDecl) -> None:
-    """DeclarationError naming the first job or queue that declares a fleet-wide limit:
-    `ket check` and `ket diff` read them, but no worker of this release enforces them yet, and
-    a limit that is declared must hold (docs/operations.md, limits across the fleet)."""
-    for job in deployment.jobs():
-        for option in ("concurrency_limit", "rate_limit"):
-            if getattr(job, option) is not None:
-                raise DeclarationError(_UNENFORCED.format(what=f"job {job.title}", option=option))
-    limits = resolve.worker_config(deployment).limits
-    for queue, declared in sorted(limits.items()):
-        option = "concurrency_limit" if declared.concurrency_limit else "rate_limit"
-        raise DeclarationError(_UNENFORCED.format(what=f"queue {queue!r}", option=option))
+def _claim_limits(jobs: Mapping[str, JobSpec], worker: WorkerConfig) -> dict[str, ClaimLimits]:
+    """By queue, the limits its claims keep: its jobs' and its own."""
+    by_queue: dict[str, dict[str, JobLimits]] = {}
+    for spec in jobs.values():
+        if spec.concurrency_limit or spec.rate_limit:
+            by_queue.setdefault(spec.queue, {})[spec.name] = JobLimits(
+                concurrency=spec.concurrency_limit.limit if spec.concurrency_limit else None,
+                rate=_rate(spec.rate_limit),
+            )
+    queues = set(by_queue) | set(worker.limits)
+    limits: dict[str, ClaimLimits] = {}
+    for queue in sorted(queues):
+        own = worker.limits.get(queue)
+        limits[queue] = ClaimLimits(
+            jobs=by_queue.get(queue, {}),
+            concurrency=own.concurrency_limit.limit if own and own.concurrency_limit else None,
+            rate=_rate(own.rate_limit if own else None),
+        )
+    return limits
 
 
-_UNENFORCED = (
-    "{what} declares {option}: this release of ket checks, compiles and diffs fleet-wide "
-    "limits, but its workers do not enforce them yet; remove it to run this deployment"
-)
+def _rate(limit: RateLimit | None) -> Rate | None:
+    return None if limit is None else Rate(limit=limit.limit, period_seconds=limit.seconds)
 
 
 def default_backoff(attempt: int) -> float:

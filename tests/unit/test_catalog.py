@@ -11,7 +11,8 @@ from pydantic import BaseModel, SecretStr, ValidationError, field_validator
 
 from ket import define_deployment, define_function, define_job, define_module
 from ket.catalog import Catalog, EnqueueOptions, UpgradeFailed, validate_input
-from ket.errors import DeclarationError, JobRejected, SecretKeyError
+from ket.errors import JobRejected, SecretKeyError
+from ket.store.types import JobLimits, Rate
 
 KEY = Fernet.generate_key().decode()
 
@@ -250,21 +251,7 @@ def test_a_declared_expiry_goes_on_every_job_and_an_enqueue_s_replaces_it() -> N
     )
 
 
-@pytest.mark.parametrize(
-    ("job", "worker", "named"),
-    [
-        ({"concurrency_limit": 2}, {}, "job t.sync declares concurrency_limit"),
-        ({"rate_limit": {"limit": 5, "period": "1s"}}, {}, "job t.sync declares rate_limit"),
-        (
-            {},
-            {"queues": {"default": {"concurrency": 2, "concurrency_limit": 3}}},
-            "queue 'default' declares concurrency_limit",
-        ),
-    ],
-)
-def test_a_fleet_wide_limit_is_refused_by_the_runtime_naming_it_until_it_is_enforced(
-    job: dict[str, Any], worker: dict[str, Any], named: str
-) -> None:
+def test_a_limited_job_carries_its_keys_and_its_queue_s_claims_keep_its_limits() -> None:
     app = define_deployment(
         name="main",
         modules=[
@@ -272,12 +259,34 @@ def test_a_fleet_wide_limit_is_refused_by_the_runtime_naming_it_until_it_is_enfo
                 name="t",
                 jobs={
                     "sync": define_job(
-                        input={"customer_id": "id"}, idempotent=True, handler=_noop, **job
-                    )
+                        queue="partners",
+                        input={"customer_id": "id", "region": "string?"},
+                        idempotent=True,
+                        concurrency_limit={"limit": 1, "key": ["customer_id", "region"]},
+                        rate_limit={"limit": 20, "period": "1s"},
+                        handler=_noop,
+                    ),
+                    "plain": define_job(queue="partners", idempotent=True, handler=_noop),
+                    "other": define_job(idempotent=True, handler=_noop),
                 },
             )
         ],
-        worker=worker or None,
+        worker={
+            "queues": {
+                "default": 1,
+                "partners": {"concurrency": 4, "rate_limit": {"limit": 100, "period": "1m"}},
+            }
+        },
     )
-    with pytest.raises(DeclarationError, match=f"{named}: .*do not enforce them yet"):
-        Catalog.build(app, environ={})
+    catalog = Catalog.build(app, environ={})
+    job = catalog.new_job("t.sync", {"customer_id": "c1"})
+    assert job.concurrency_key == 't.sync|["c1",null]'  # a missing value is a value too
+    assert job.rate_key == "t.sync|[]"
+    assert (catalog.new_job("t.plain").concurrency_key, catalog.new_job("t.plain").rate_key) == (
+        None,
+        None,
+    )
+    assert set(catalog.claim_limits) == {"partners"}
+    limits = catalog.claim_limits["partners"]
+    assert limits.jobs["t.sync"] == JobLimits(concurrency=1, rate=Rate(limit=20, period_seconds=1))
+    assert (limits.concurrency, limits.rate) == (None, Rate(limit=100, period_seconds=60))

@@ -24,7 +24,7 @@ from ket.runtime.flag import Flag
 from ket.runtime.lease import Attempt, Attempts
 from ket.runtime.supervisor import Supervisor, backoff
 from ket.store.contract import JobStore, PacedStore, PushStore
-from ket.store.types import JobClaim
+from ket.store.types import ClaimLimits, JobClaim
 from ket.store.waiting import Sent, sending, unsent
 from ket.store.watch import JobWatch
 
@@ -89,6 +89,7 @@ class QueueLoop:
         "_hooks",
         "_idle",
         "_launch",
+        "_limits",
         "_paced",
         "_parked",
         "_push",
@@ -114,13 +115,15 @@ class QueueLoop:
         stopping: Flag,
         first_claim_within: float | None = None,
         burst: Burst | None = None,
+        limits: ClaimLimits | None = None,
     ) -> None:
         """`first_claim_within`: the tenant's safety visit, which has every queue claim, comes
         within that many seconds of the start; the first claim waits for it (or for a hint),
         on the visit's connection, rather than come at once: a thousand tenants starting
         together (or taken over from a worker that died) would each open a connection for it
         at the same instant, and again for their visit. `burst`: a claim that comes back short
-        waits for the next outcome instead (runtime/burst.py)."""
+        waits for the next outcome instead (runtime/burst.py). `limits`: the queue's fleet-wide
+        limits, which every claim keeps (catalog.claim_limits)."""
         self.queue = queue
         self.name = f"claim loop of queue {queue.name}"
         self._store = store
@@ -141,6 +144,7 @@ class QueueLoop:
         self._idle = config.poll_min_ms / 1000
         self._parked: JobWatch | None = None
         self._burst = burst
+        self._limits = limits
 
     async def run(self) -> bool:
         """Claim until the worker stops (False), or until the queue has nothing to do (True):
@@ -288,7 +292,11 @@ class QueueLoop:
         queue, attempts = self.queue, self._attempts
         sent = Sent(attempts.clock)  # moved to when its connection was in hand
         claim = JobClaim(
-            queue=queue.name, limit=free, worker_id=self._worker_id, lease_seconds=lease
+            queue=queue.name,
+            limit=free,
+            worker_id=self._worker_id,
+            lease_seconds=lease,
+            limits=self._limits,
         )
         token = sending(sent)
         try:

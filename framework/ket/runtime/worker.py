@@ -240,6 +240,7 @@ class TenantWorker:
                 stopping=self._stopping,
                 first_claim_within=first_claim_within,
                 burst=self.burst,
+                limits=self.catalog.claim_limits.get(queue.name),
             )
             self._loops.append(loop)
             self.supervisor.keep(loop.name, loop.run)

@@ -68,6 +68,10 @@ class NewJob:
     trace_context: Mapping[str, str] | None = None
     # not started within this many seconds of its run time: discarded as EXPIRED, never run
     expires_in_seconds: float | None = None
+    # its keys under fleet-wide limits (`<name>|<key values as JSON>`): the concurrency one when
+    # its job or queue has a concurrency limit, the rate one when its job has a rate limit
+    concurrency_key: str | None = None
+    rate_key: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,13 +83,50 @@ class Inserted:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Rate:
+    """At most `limit` attempts started in any span of `period_seconds`."""
+
+    limit: int
+    period_seconds: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobLimits:
+    """A job's fleet-wide limits, each kept per its jobs' `concurrency_key` / `rate_key`."""
+
+    concurrency: int | None = None
+    rate: Rate | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimLimits:
+    """The fleet-wide limits a claim of one queue keeps: its jobs' (by job name) and the queue's
+    own (all its attempts together). The store serializes such claims of a queue, counts the
+    running attempts and the starts within each rate's period, and passes over the jobs whose
+    key is full, so that other keys flow."""
+
+    jobs: Mapping[str, JobLimits] = field(default_factory=dict)
+    concurrency: int | None = None
+    rate: Rate | None = None
+
+    @property
+    def frees_on_end(self) -> bool:
+        """Whether an attempt's end can let a held job start (a concurrency limit)."""
+        return self.concurrency is not None or any(
+            job.concurrency is not None for job in self.jobs.values()
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class JobClaim:
-    """Claim up to `limit` due jobs of `queue` for `worker_id`, leased for `lease_seconds`."""
+    """Claim up to `limit` due jobs of `queue` for `worker_id`, leased for `lease_seconds`,
+    within the queue's fleet-wide `limits` (None: it has none)."""
 
     queue: str
     limit: int
     worker_id: str
     lease_seconds: float
+    limits: ClaimLimits | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -44,6 +44,7 @@ AREAS = (
     "rerun",
     "queues",
     "expiry",
+    "limits",
     "errors",
 )
 
@@ -62,6 +63,7 @@ from ket.tck import (
     heartbeat,
     insert,
     ledger,
+    limits,
     paced,
     prune,
     push,
@@ -88,6 +90,7 @@ from ket.tck.harness import FaultyStoreFactory, Outage, StoreFactory, Tck, tck_t
 from ket.tck.heartbeat import *
 from ket.tck.insert import *
 from ket.tck.ledger import *
+from ket.tck.limits import *
 from ket.tck.paced import *
 from ket.tck.prune import *
 from ket.tck.push import *
@@ -131,5 +134,6 @@ __all__ = [
     *rerun.__all__,
     *queues.__all__,
     *expiry.__all__,
+    *limits.__all__,
     *errors.__all__,
 ]

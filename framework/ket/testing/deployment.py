@@ -306,7 +306,13 @@ class TestDeployment:
             claimed = []
             for queue in self.catalog.worker.queues:
                 claimed += await self.store.job_claim(
-                    JobClaim(queue=queue, limit=100, worker_id="test", lease_seconds=lease)
+                    JobClaim(
+                        queue=queue,
+                        limit=100,
+                        worker_id="test",
+                        lease_seconds=lease,
+                        limits=self.catalog.claim_limits.get(queue),
+                    )
                 )
             if not claimed:
                 return completed

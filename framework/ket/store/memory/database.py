@@ -6,6 +6,7 @@ import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+from ket.store.admission import Start
 from ket.store.memory.ledger import SentMessages
 from ket.store.memory.ready import ReadyQueue
 from ket.store.memory.records import RecordTables
@@ -50,6 +51,8 @@ class MemoryDatabase:
         self._executing: set[JobId] = set()
         self._ready: dict[str, ReadyQueue] = {}
         self._expiring: set[JobId] = set()  # runnable rows that have an expiry
+        self.rate_starts: dict[str, list[Start]] = {}  # by queue: starts under rate limits
+        self.limited: set[str] = set()  # queues claimed under a concurrency limit
 
     def insert(
         self, job: NewJob, payload: str, now: datetime, *, rerun_of: JobId | None = None
@@ -80,6 +83,8 @@ class MemoryDatabase:
             trace_context=dict(job.trace_context) if job.trace_context else None,
             rerun_of=rerun_of,
             expires_at=_expiry(run_at, job.expires_in_seconds),
+            concurrency_key=job.concurrency_key,
+            rate_key=job.rate_key,
         )
         self.rows[row.id] = row
         self.move(row, row.state)

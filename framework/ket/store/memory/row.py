@@ -36,6 +36,8 @@ class JobRow:
     trace_context: dict[str, str] | None = None
     rerun_of: JobId | None = None
     expires_at: datetime | None = None
+    concurrency_key: str | None = None
+    rate_key: str | None = None
     attempt: int = 0
     fence: int = 0
     attempted_at: datetime | None = None

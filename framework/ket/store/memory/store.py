@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import json
 from collections import Counter
@@ -14,6 +15,7 @@ from typing import Any
 
 from ket.errors import JobRejected, StoreError
 from ket.store import validate
+from ket.store.admission import Candidate, Counts, Start, longest_period
 from ket.store.clock import Clock, SystemClock, delays_ended
 from ket.store.failure import translated
 from ket.store.memory import bulk, transition
@@ -32,6 +34,7 @@ from ket.store.types import (
     BulkBatch,
     BulkCount,
     ClaimedJob,
+    ClaimLimits,
     DashboardSession,
     Fire,
     Heartbeat,
@@ -113,10 +116,43 @@ class MemoryStore:
             if claim.queue in self.database.queue_pauses:  # its jobs wait for the resume
                 return []
             lease_until = _later(now, claim.lease_seconds, "lease_seconds")
-            rows = self.database.take_due(claim.queue, now, claim.limit)
+            if claim.limits is None:
+                rows = self.database.take_due(claim.queue, now, claim.limit)
+            else:
+                rows = self._admitted(claim, claim.limits, now)
             for row in rows:
                 transition.claim(self.database, row, claim.worker_id, now, lease_until)
             return [row.claimed() for row in rows]
+
+    def _admitted(self, claim: JobClaim, limits: ClaimLimits, now: datetime) -> list[JobRow]:
+        """The due rows a claim within fleet-wide limits starts (ket.store.admission's rule,
+        as the SQL store keeps it); the others go back to wait. Under the lock."""
+        database, queue = self.database, claim.queue
+        if limits.frees_on_end:
+            self.database.limited.add(queue)
+        since = now - timedelta(seconds=longest_period(limits))
+        starts = [s for s in database.rate_starts.get(queue, []) if s.at > since]
+        running = [(row.concurrency_key, 1) for row in database.executing() if row.queue == queue]
+        counts = Counts.read(limits, now, running, starts)
+        due = database.take_due(queue, now, len(database.rows))
+        admitted = counts.admit(
+            [Candidate(r.id, r.name, r.concurrency_key, r.rate_key) for r in due], claim.limit
+        )
+        chosen = set(admitted.ids)
+        for row in due:
+            if row.id not in chosen:
+                database.move(row, row.state)  # back to wait, in its place
+        database.rate_starts[queue] = starts + [
+            Start(scope=scope, at=now, n=n) for scope, n in sorted(admitted.starts.items())
+        ]
+        if admitted.retry_at is not None:
+            self._wake_at(queue, (admitted.retry_at - now).total_seconds())
+        return [row for row in due if row.id in chosen]
+
+    def _wake_at(self, queue: str, delay: float) -> None:
+        """Wake `queue`'s waiters in `delay` seconds (a rate that held a job back frees)."""
+        loop = asyncio.get_running_loop()
+        loop.call_later(max(delay, 0.0), self.database.wakeups.notify, [queue])
 
     async def job_settle(self, settlements: Sequence[Settle]) -> SettleResult:
         """Apply outcomes whose fence is current; refuse the rest and leave their rows alone."""
@@ -134,6 +170,8 @@ class MemoryStore:
                     continue
                 transition.settle(self.database, row, settle, now, run_at)
                 applied.append(settle.id)
+                if row.queue in self.database.limited:  # a place under a concurrency limit is free
+                    woken.add(row.queue)
                 if settle.outcome in ("retryable", "snoozed") and settle.delay_seconds == 0:
                     woken.add(row.queue)  # runnable again at once
         self.database.wakeups.notify(woken)
@@ -174,7 +212,9 @@ class MemoryStore:
             oldest = heapq.nsmallest(limit, expired, key=lambda row: (row.lease_until, row.id))
             rescued = [transition.rescue(self.database, row, now) for row in oldest]
         # a job rescued to retryable is due now: wake its queue
-        self.database.wakeups.notify({r.queue for r in rescued if r.state == "retryable"})
+        self.database.wakeups.notify(
+            {r.queue for r in rescued if r.state == "retryable" or r.queue in self.database.limited}
+        )
         return rescued
 
     async def job_grace(self, seconds: float) -> int:

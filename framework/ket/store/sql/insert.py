@@ -45,6 +45,8 @@ _ARRAYS: tuple[tuple[str, str], ...] = (
     ("tags", "text"),
     ("trace_context", "text"),
     ("expires_s", "float"),
+    ("concurrency_key", "text"),
+    ("rate_key", "text"),
 )
 
 
@@ -129,6 +131,8 @@ def insert_sql(dialect: str) -> InsertSql:
         "tags": tags,
         "trace_context": trace,
         "expires_at": time.after(run_at, bindparam("p_expires_s", type_=Float)),
+        "concurrency_key": bindparam("p_concurrency_key", type_=Text),
+        "rate_key": bindparam("p_rate_key", type_=Text),
     }
     dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return InsertSql(
@@ -233,6 +237,8 @@ def _unnested(now: Any) -> Any:
         "tags": cast(numbered.c.tags, postgresql.JSONB),
         "trace_context": cast(numbered.c.trace_context, postgresql.JSONB),
         "expires_at": TimeSql("postgresql").after(run_at, numbered.c.expires_s),
+        "concurrency_key": numbered.c.concurrency_key,
+        "rate_key": numbered.c.rate_key,
     }
     inserted = insert(jobs).from_select(list(values), select(*values.values())).cte("inserted")
     ids = func.array_agg(postgresql.aggregate_order_by(numbered.c.id, numbered.c.ord))
@@ -399,6 +405,8 @@ def _arrays(
         "tags": [encode_tags(job.tags) for job in batch],
         "trace_context": [encode_trace_context(job.trace_context) for job in batch],
         "expires_s": [job.expires_in_seconds for job in batch],
+        "concurrency_key": [job.concurrency_key for job in batch],
+        "rate_key": [job.rate_key for job in batch],
     }
     parameters: dict[str, Any] = {"now": now, "n": len(batch)}
     for name, values in columns.items():
@@ -429,6 +437,8 @@ def job_parameters(job: NewJob, payload: str, now: datetime | None) -> dict[str,
         "p_tags": encode_tags(job.tags),
         "p_trace_context": encode_trace_context(job.trace_context),
         "p_expires_s": job.expires_in_seconds,
+        "p_concurrency_key": job.concurrency_key,
+        "p_rate_key": job.rate_key,
     }
 
 

@@ -318,9 +318,19 @@ MIGRATIONS += (
 )
 
 
-def _v9(instant: str) -> tuple[str, ...]:
+def _v9(id_type: str, instant: str) -> tuple[str, ...]:
     return (
         f"ALTER TABLE ket_jobs ADD COLUMN expires_at {instant}",
+        "ALTER TABLE ket_jobs ADD COLUMN concurrency_key TEXT",
+        "ALTER TABLE ket_jobs ADD COLUMN rate_key TEXT",
+        f"""CREATE TABLE ket_rate_starts (
+            id {id_type},
+            queue TEXT NOT NULL,
+            scope TEXT NOT NULL,
+            at {instant} NOT NULL,
+            n INTEGER NOT NULL
+        )""",
+        "CREATE INDEX ket_rate_starts_queue ON ket_rate_starts (queue, at)",
         "CREATE INDEX ket_jobs_expiring ON ket_jobs (queue, expires_at) "
         f"WHERE expires_at IS NOT NULL AND {_RUNNABLE}",
         "CREATE INDEX ket_job_errors_expired ON ket_job_errors (job_id) WHERE error = 'expired'",
@@ -330,8 +340,11 @@ def _v9(instant: str) -> tuple[str, ...]:
 MIGRATIONS += (
     Migration(
         version=9,
-        name="jobs that expire unstarted (expires_in)",
-        statements={"postgresql": _v9("TIMESTAMP WITH TIME ZONE"), "sqlite": _v9("BIGINT")},
+        name="jobs that expire unstarted (expires_in); keys and starts under fleet-wide limits",
+        statements={
+            "postgresql": _v9("BIGSERIAL NOT NULL PRIMARY KEY", "TIMESTAMP WITH TIME ZONE"),
+            "sqlite": _v9("INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT", "BIGINT"),
+        },
     ),
 )
 LATEST = MIGRATIONS[-1].version
@@ -385,6 +398,7 @@ def schema_version(connection: Connection) -> int:
 # Everything the migrations create, dropped by `ket uninstall` (the app's model tables are its
 # data and stay). On PostgreSQL the NOTIFY trigger goes with its table, and its function after.
 KET_TABLES = (
+    "ket_rate_starts",
     "ket_queue_pauses",
     "ket_sessions",
     "ket_audit",

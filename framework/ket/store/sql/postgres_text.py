@@ -82,7 +82,7 @@ TEXT: dict[str, Compiled] = {
     ),
     'insert.ignoring_unique': Compiled(
         text=(
-            "INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped, tags, trace_context, expires_at) VALUES (%(p_name)s::VARCHAR, %(p_queue)s::VARCHAR, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END, %(p_priority)s::INTEGER, CAST(%(p_payload)s::VARCHAR AS JSONB), %(p_payload_version)s::INTEGER, 0, %(p_max_attempts)s::INTEGER, %(p_unique_key)s::VARCHAR, %(p_company)s::VARCHAR, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())), coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), 0, false, %(p_tick)s::TIMESTAMP WITH TIME ZONE, %(p_ticks_skipped)s::INTEGER, CAST(%(p_tags)s::VARCHAR AS JSONB), CAST(%(p_trace_context)s::VARCHAR AS JSONB), (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) + %(p_expires_s)s * interval '1 second')) ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state IN ('available', 'scheduled', 'executing', 'retryable') DO NOTHING RETURNING ket_jobs.id"
+            "INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped, tags, trace_context, expires_at, concurrency_key, rate_key) VALUES (%(p_name)s::VARCHAR, %(p_queue)s::VARCHAR, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END, %(p_priority)s::INTEGER, CAST(%(p_payload)s::VARCHAR AS JSONB), %(p_payload_version)s::INTEGER, 0, %(p_max_attempts)s::INTEGER, %(p_unique_key)s::VARCHAR, %(p_company)s::VARCHAR, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())), coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), 0, false, %(p_tick)s::TIMESTAMP WITH TIME ZONE, %(p_ticks_skipped)s::INTEGER, CAST(%(p_tags)s::VARCHAR AS JSONB), CAST(%(p_trace_context)s::VARCHAR AS JSONB), (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) + %(p_expires_s)s * interval '1 second'), %(p_concurrency_key)s::VARCHAR, %(p_rate_key)s::VARCHAR) ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state IN ('available', 'scheduled', 'executing', 'retryable') DO NOTHING RETURNING ket_jobs.id"
         ),
         constants={
         },
@@ -90,7 +90,7 @@ TEXT: dict[str, Compiled] = {
     ),
     'insert.plain': Compiled(
         text=(
-            "INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped, tags, trace_context, expires_at) VALUES (%(p_name)s::VARCHAR, %(p_queue)s::VARCHAR, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END, %(p_priority)s::INTEGER, CAST(%(p_payload)s::VARCHAR AS JSONB), %(p_payload_version)s::INTEGER, 0, %(p_max_attempts)s::INTEGER, %(p_unique_key)s::VARCHAR, %(p_company)s::VARCHAR, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())), coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), 0, false, %(p_tick)s::TIMESTAMP WITH TIME ZONE, %(p_ticks_skipped)s::INTEGER, CAST(%(p_tags)s::VARCHAR AS JSONB), CAST(%(p_trace_context)s::VARCHAR AS JSONB), (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) + %(p_expires_s)s * interval '1 second')) RETURNING ket_jobs.id"
+            "INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped, tags, trace_context, expires_at, concurrency_key, rate_key) VALUES (%(p_name)s::VARCHAR, %(p_queue)s::VARCHAR, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END, %(p_priority)s::INTEGER, CAST(%(p_payload)s::VARCHAR AS JSONB), %(p_payload_version)s::INTEGER, 0, %(p_max_attempts)s::INTEGER, %(p_unique_key)s::VARCHAR, %(p_company)s::VARCHAR, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())), coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), 0, false, %(p_tick)s::TIMESTAMP WITH TIME ZONE, %(p_ticks_skipped)s::INTEGER, CAST(%(p_tags)s::VARCHAR AS JSONB), CAST(%(p_trace_context)s::VARCHAR AS JSONB), (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) + %(p_expires_s)s * interval '1 second'), %(p_concurrency_key)s::VARCHAR, %(p_rate_key)s::VARCHAR) RETURNING ket_jobs.id"
         ),
         constants={
         },
@@ -101,7 +101,7 @@ TEXT: dict[str, Compiled] = {
             'WITH moved AS \n'
             '(UPDATE ket_schedules SET fingerprint=%(p_fingerprint)s::VARCHAR, last_tick=%(p_tick)s::TIMESTAMP WITH TIME ZONE, updated_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) WHERE ket_schedules.schedule_id = %(p_schedule_id)s::VARCHAR AND ket_schedules.fingerprint = %(p_expected_fingerprint)s::VARCHAR AND ket_schedules.last_tick = %(p_expected_tick)s::TIMESTAMP WITH TIME ZONE RETURNING ket_schedules.schedule_id), \n'
             'job AS \n'
-            "(INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped, tags, trace_context, expires_at) SELECT %(p_name)s AS anon_5, %(p_queue)s AS anon_6, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END AS anon_7, %(p_priority)s AS anon_8, CAST(%(p_payload)s::VARCHAR AS JSONB) AS anon_9, %(p_payload_version)s AS anon_10, 0, %(p_max_attempts)s AS anon_11, %(p_unique_key)s AS anon_12, %(p_company)s AS anon_13, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) AS coalesce_2, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_1, 0, false AS anon_14, %(p_tick)s::TIMESTAMP WITH TIME ZONE AS anon_15, %(p_ticks_skipped)s AS anon_16, CAST(%(p_tags)s::VARCHAR AS JSONB) AS anon_17, CAST(%(p_trace_context)s::VARCHAR AS JSONB) AS anon_18, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) + %(p_expires_s)s * interval '1 second' AS anon_19 \n"
+            "(INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped, tags, trace_context, expires_at, concurrency_key, rate_key) SELECT %(p_name)s AS anon_5, %(p_queue)s AS anon_6, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END AS anon_7, %(p_priority)s AS anon_8, CAST(%(p_payload)s::VARCHAR AS JSONB) AS anon_9, %(p_payload_version)s AS anon_10, 0, %(p_max_attempts)s AS anon_11, %(p_unique_key)s AS anon_12, %(p_company)s AS anon_13, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) AS coalesce_2, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_1, 0, false AS anon_14, %(p_tick)s::TIMESTAMP WITH TIME ZONE AS anon_15, %(p_ticks_skipped)s AS anon_16, CAST(%(p_tags)s::VARCHAR AS JSONB) AS anon_17, CAST(%(p_trace_context)s::VARCHAR AS JSONB) AS anon_18, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) + %(p_expires_s)s * interval '1 second' AS anon_19, %(p_concurrency_key)s::VARCHAR AS anon_20, %(p_rate_key)s::VARCHAR AS anon_21 \n"
             'FROM moved RETURNING ket_jobs.id), \n'
             'fire AS \n'
             '(INSERT INTO ket_schedule_fires (schedule_id, fingerprint, tick, skipped, job_id, fired_at) SELECT %(p_schedule_id)s AS anon_1, %(p_fingerprint)s AS anon_2, %(p_tick)s::TIMESTAMP WITH TIME ZONE AS anon_3, %(p_skipped)s AS anon_4, job.id AS id, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_1 \n'
@@ -116,10 +116,10 @@ TEXT: dict[str, Compiled] = {
     'insert.unnested': Compiled(
         text=(
             'WITH numbered AS MATERIALIZED \n'
-            "(SELECT nextval((SELECT pg_get_serial_sequence('ket_jobs', 'id') AS pg_get_serial_sequence_1)) AS id, coalesce(given.name, %(s_name)s::VARCHAR) AS name, coalesce(given.queue, %(s_queue)s::VARCHAR) AS queue, coalesce(given.priority, %(s_priority)s::INTEGER) AS priority, coalesce(given.payload, %(s_payload)s::VARCHAR) AS payload, coalesce(given.payload_version, %(s_payload_version)s::INTEGER) AS payload_version, coalesce(given.max_attempts, %(s_max_attempts)s::INTEGER) AS max_attempts, coalesce(given.company, %(s_company)s::VARCHAR) AS company, coalesce(given.run_at, %(s_run_at)s::TIMESTAMP WITH TIME ZONE) AS run_at, coalesce(given.tick, %(s_tick)s::TIMESTAMP WITH TIME ZONE) AS tick, coalesce(given.ticks_skipped, %(s_ticks_skipped)s::INTEGER) AS ticks_skipped, coalesce(given.tags, %(s_tags)s::VARCHAR) AS tags, coalesce(given.trace_context, %(s_trace_context)s::VARCHAR) AS trace_context, coalesce(given.expires_s, %(s_expires_s)s) AS expires_s, given.ord AS ord \n"
-            'FROM unnest(%(a_name)b::TEXT[], %(a_queue)b::TEXT[], %(a_priority)b::INTEGER[], %(a_payload)b::TEXT[], %(a_payload_version)b::INTEGER[], %(a_max_attempts)b::INTEGER[], %(a_company)b::TEXT[], %(a_run_at)b::TIMESTAMP WITH TIME ZONE[], %(a_tick)b::TIMESTAMP WITH TIME ZONE[], %(a_ticks_skipped)b::INTEGER[], %(a_tags)b::TEXT[], %(a_trace_context)b::TEXT[], %(a_expires_s)b::FLOAT[], array_fill(0, ARRAY[%(n)s::INTEGER])) WITH ORDINALITY AS given(name, queue, priority, payload, payload_version, max_attempts, company, run_at, tick, ticks_skipped, tags, trace_context, expires_s, row, ord)), \n'
+            "(SELECT nextval((SELECT pg_get_serial_sequence('ket_jobs', 'id') AS pg_get_serial_sequence_1)) AS id, coalesce(given.name, %(s_name)s::VARCHAR) AS name, coalesce(given.queue, %(s_queue)s::VARCHAR) AS queue, coalesce(given.priority, %(s_priority)s::INTEGER) AS priority, coalesce(given.payload, %(s_payload)s::VARCHAR) AS payload, coalesce(given.payload_version, %(s_payload_version)s::INTEGER) AS payload_version, coalesce(given.max_attempts, %(s_max_attempts)s::INTEGER) AS max_attempts, coalesce(given.company, %(s_company)s::VARCHAR) AS company, coalesce(given.run_at, %(s_run_at)s::TIMESTAMP WITH TIME ZONE) AS run_at, coalesce(given.tick, %(s_tick)s::TIMESTAMP WITH TIME ZONE) AS tick, coalesce(given.ticks_skipped, %(s_ticks_skipped)s::INTEGER) AS ticks_skipped, coalesce(given.tags, %(s_tags)s::VARCHAR) AS tags, coalesce(given.trace_context, %(s_trace_context)s::VARCHAR) AS trace_context, coalesce(given.expires_s, %(s_expires_s)s) AS expires_s, coalesce(given.concurrency_key, %(s_concurrency_key)s::VARCHAR) AS concurrency_key, coalesce(given.rate_key, %(s_rate_key)s::VARCHAR) AS rate_key, given.ord AS ord \n"
+            'FROM unnest(%(a_name)b::TEXT[], %(a_queue)b::TEXT[], %(a_priority)b::INTEGER[], %(a_payload)b::TEXT[], %(a_payload_version)b::INTEGER[], %(a_max_attempts)b::INTEGER[], %(a_company)b::TEXT[], %(a_run_at)b::TIMESTAMP WITH TIME ZONE[], %(a_tick)b::TIMESTAMP WITH TIME ZONE[], %(a_ticks_skipped)b::INTEGER[], %(a_tags)b::TEXT[], %(a_trace_context)b::TEXT[], %(a_expires_s)b::FLOAT[], %(a_concurrency_key)b::TEXT[], %(a_rate_key)b::TEXT[], array_fill(0, ARRAY[%(n)s::INTEGER])) WITH ORDINALITY AS given(name, queue, priority, payload, payload_version, max_attempts, company, run_at, tick, ticks_skipped, tags, trace_context, expires_s, concurrency_key, rate_key, row, ord)), \n'
             'inserted AS \n'
-            "(INSERT INTO ket_jobs (id, name, queue, state, priority, payload, payload_version, attempt, max_attempts, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped, tags, trace_context, expires_at) SELECT numbered.id AS id, numbered.name AS name, numbered.queue AS queue, CASE WHEN (coalesce(numbered.run_at, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END AS anon_1, numbered.priority AS priority, CAST(numbered.payload AS JSONB) AS payload, numbered.payload_version AS payload_version, 0, numbered.max_attempts AS max_attempts, numbered.company AS company, coalesce(numbered.run_at, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) AS coalesce_1, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_2, 0, false AS anon_2, numbered.tick AS tick, numbered.ticks_skipped AS ticks_skipped, CAST(numbered.tags AS JSONB) AS tags, CAST(numbered.trace_context AS JSONB) AS trace_context, coalesce(numbered.run_at, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) + numbered.expires_s * interval '1 second' AS anon_3 \n"
+            "(INSERT INTO ket_jobs (id, name, queue, state, priority, payload, payload_version, attempt, max_attempts, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped, tags, trace_context, expires_at, concurrency_key, rate_key) SELECT numbered.id AS id, numbered.name AS name, numbered.queue AS queue, CASE WHEN (coalesce(numbered.run_at, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END AS anon_1, numbered.priority AS priority, CAST(numbered.payload AS JSONB) AS payload, numbered.payload_version AS payload_version, 0, numbered.max_attempts AS max_attempts, numbered.company AS company, coalesce(numbered.run_at, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) AS coalesce_1, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_2, 0, false AS anon_2, numbered.tick AS tick, numbered.ticks_skipped AS ticks_skipped, CAST(numbered.tags AS JSONB) AS tags, CAST(numbered.trace_context AS JSONB) AS trace_context, coalesce(numbered.run_at, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) + numbered.expires_s * interval '1 second' AS anon_3, numbered.concurrency_key AS concurrency_key, numbered.rate_key AS rate_key \n"
             'FROM numbered)\n'
             ' SELECT array_agg(numbered.id ORDER BY numbered.ord) AS array_agg_1 \n'
             'FROM numbered'
@@ -233,7 +233,7 @@ TEXT: dict[str, Compiled] = {
     ),
     'query.complete_many': Compiled(
         text=(
-            'UPDATE ket_jobs SET state=%(state)s::VARCHAR, finished_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), lease_until=%(lease_until)s::TIMESTAMP WITH TIME ZONE, cancel_requested=%(cancel_requested)s FROM unnest(%(ids)b::BIGINT[], %(fences)b::BIGINT[]) AS pairs(id, fence) WHERE ket_jobs.id = ANY (%(ids)b::BIGINT[]) AND ket_jobs.id = pairs.id AND ket_jobs.fence = pairs.fence AND ket_jobs.state = %(executing_state)s::VARCHAR RETURNING ket_jobs.id'
+            'UPDATE ket_jobs SET state=%(state)s::VARCHAR, finished_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), lease_until=%(lease_until)s::TIMESTAMP WITH TIME ZONE, cancel_requested=%(cancel_requested)s FROM unnest(%(ids)b::BIGINT[], %(fences)b::BIGINT[]) AS pairs(id, fence) WHERE ket_jobs.id = ANY (%(ids)b::BIGINT[]) AND ket_jobs.id = pairs.id AND ket_jobs.fence = pairs.fence AND ket_jobs.state = %(executing_state)s::VARCHAR RETURNING ket_jobs.id, ket_jobs.queue'
         ),
         constants={
             'state': 'completed',
@@ -252,6 +252,22 @@ TEXT: dict[str, Compiled] = {
         },
         returning=False,
     ),
+    'query.expire': Compiled(
+        text=(
+            'WITH expiring AS \n'
+            '(SELECT ket_jobs.id AS id \n'
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.expires_at IS NOT NULL AND ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.expires_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) ORDER BY ket_jobs.expires_at, ket_jobs.id \n"
+            ' LIMIT %(limit)s FOR UPDATE SKIP LOCKED)\n'
+            ' UPDATE ket_jobs SET state=%(state)s::VARCHAR, finished_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), lease_until=%(lease_until)s::TIMESTAMP WITH TIME ZONE, cancel_requested=%(cancel_requested)s FROM expiring WHERE ket_jobs.id = expiring.id RETURNING ket_jobs.id, ket_jobs.attempt'
+        ),
+        constants={
+            'state': 'discarded',
+            'lease_until': None,
+            'cancel_requested': False,
+        },
+        returning=True,
+    ),
     'query.expired': Compiled(
         text=(
             'SELECT ket_jobs.queue, count(*) AS count_1 \n'
@@ -261,6 +277,15 @@ TEXT: dict[str, Compiled] = {
         constants={
         },
         returning=False,
+    ),
+    'query.expired_errors': Compiled(
+        text=(
+            'INSERT INTO ket_job_errors (job_id, attempt, at, error) VALUES (%(p_job_id)s::BIGINT, %(p_attempt)s::INTEGER, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), %(error)s::VARCHAR) RETURNING ket_job_errors.id'
+        ),
+        constants={
+            'error': 'expired',
+        },
+        returning=True,
     ),
     'query.grace': Compiled(
         text=(
@@ -289,9 +314,62 @@ TEXT: dict[str, Compiled] = {
         },
         returning=False,
     ),
+    'query.limit_candidates': Compiled(
+        text=(
+            'SELECT ket_jobs.id, ket_jobs.name, ket_jobs.concurrency_key, ket_jobs.rate_key \n'
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.run_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AND NOT (EXISTS (SELECT ket_queue_pauses.queue \n"
+            'FROM ket_queue_pauses \n'
+            'WHERE ket_queue_pauses.queue = %(p_queue)s::VARCHAR)) AND (ket_jobs.expires_at IS NULL OR ket_jobs.expires_at > coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) AND (ket_jobs.concurrency_key IS NULL OR NOT (ket_jobs.concurrency_key = ANY (%(full_concurrency)b::TEXT[]))) AND (ket_jobs.rate_key IS NULL OR NOT (ket_jobs.rate_key = ANY (%(full_rate)b::TEXT[]))) ORDER BY ket_jobs.priority, ket_jobs.run_at, ket_jobs.id \n'
+            ' LIMIT %(limit)s FOR UPDATE SKIP LOCKED'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'query.limit_claim': Compiled(
+        text=(
+            "UPDATE ket_jobs SET state=%(state)s::VARCHAR, attempt=(ket_jobs.attempt + %(attempt_1)s::INTEGER), attempted_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), worker_id=%(p_worker_id)s::VARCHAR, lease_until=coalesce(%(lease_at)s::TIMESTAMP WITH TIME ZONE, now() + %(lease_s)s * interval '1 second'), fence=(ket_jobs.fence + %(fence_1)s::BIGINT), cancel_requested=%(cancel_requested)s WHERE ket_jobs.id = ANY (%(ids)b::BIGINT[]) RETURNING ket_jobs.id, ket_jobs.name, ket_jobs.queue, ket_jobs.payload, ket_jobs.payload_version, ket_jobs.priority, ket_jobs.attempt, ket_jobs.max_attempts, ket_jobs.unique_key, ket_jobs.company, ket_jobs.run_at, ket_jobs.enqueued_at, ket_jobs.lease_until, ket_jobs.fence, ket_jobs.tick, ket_jobs.ticks_skipped, ket_jobs.trace_context"
+        ),
+        constants={
+            'state': 'executing',
+            'attempt_1': 1,
+            'fence_1': 1,
+            'cancel_requested': False,
+        },
+        returning=True,
+    ),
+    'query.limit_lock': Compiled(
+        text=(
+            "SELECT pg_advisory_xact_lock(hashtextextended('ket limits ' || %(p_queue)s::VARCHAR, 0)) AS pg_advisory_xact_lock_1"
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'query.limit_running': Compiled(
+        text=(
+            'SELECT ket_jobs.name, ket_jobs.concurrency_key, count(*) AS count_1 \n'
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.state = 'executing' GROUP BY ket_jobs.name, ket_jobs.concurrency_key"
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'query.limit_starts': Compiled(
+        text=(
+            'SELECT ket_rate_starts.scope, ket_rate_starts.at, ket_rate_starts.n \n'
+            'FROM ket_rate_starts \n'
+            'WHERE ket_rate_starts.queue = %(p_queue)s::VARCHAR AND ket_rate_starts.at > %(p_since)s::TIMESTAMP WITH TIME ZONE'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
     'query.lock_job': Compiled(
         text=(
-            'SELECT ket_jobs.id, ket_jobs.name, ket_jobs.queue, ket_jobs.state, ket_jobs.priority, ket_jobs.payload, ket_jobs.payload_version, ket_jobs.attempt, ket_jobs.max_attempts, ket_jobs.unique_key, ket_jobs.company, ket_jobs.run_at, ket_jobs.enqueued_at, ket_jobs.attempted_at, ket_jobs.finished_at, ket_jobs.worker_id, ket_jobs.lease_until, ket_jobs.fence, ket_jobs.cancel_requested, ket_jobs.tick, ket_jobs.ticks_skipped, ket_jobs.tags, ket_jobs.trace_context, ket_jobs.rerun_of, ket_jobs.expires_at \n'
+            'SELECT ket_jobs.id, ket_jobs.name, ket_jobs.queue, ket_jobs.state, ket_jobs.priority, ket_jobs.payload, ket_jobs.payload_version, ket_jobs.attempt, ket_jobs.max_attempts, ket_jobs.unique_key, ket_jobs.company, ket_jobs.run_at, ket_jobs.enqueued_at, ket_jobs.attempted_at, ket_jobs.finished_at, ket_jobs.worker_id, ket_jobs.lease_until, ket_jobs.fence, ket_jobs.cancel_requested, ket_jobs.tick, ket_jobs.ticks_skipped, ket_jobs.tags, ket_jobs.trace_context, ket_jobs.rerun_of, ket_jobs.expires_at, ket_jobs.concurrency_key, ket_jobs.rate_key \n'
             'FROM ket_jobs \n'
             'WHERE ket_jobs.id = %(p_id)s::BIGINT FOR UPDATE'
         ),
@@ -401,6 +479,22 @@ TEXT: dict[str, Compiled] = {
         constants={
         },
         returning=False,
+    ),
+    'query.rate_forget': Compiled(
+        text=(
+            'DELETE FROM ket_rate_starts WHERE ket_rate_starts.queue = %(p_queue)s::VARCHAR AND ket_rate_starts.at <= %(p_since)s::TIMESTAMP WITH TIME ZONE'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'query.rate_record': Compiled(
+        text=(
+            'INSERT INTO ket_rate_starts (queue, scope, at, n) VALUES (%(p_queue)s::VARCHAR, %(p_scope)s::VARCHAR, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), %(p_n)s::INTEGER) RETURNING ket_rate_starts.id'
+        ),
+        constants={
+        },
+        returning=True,
     ),
     'query.record_fire': Compiled(
         text=(

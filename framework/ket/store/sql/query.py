@@ -46,6 +46,7 @@ from ket.store.sql.schema import (
     job_errors,
     jobs,
     queue_pauses,
+    rate_starts,
     schedule_fires,
     schedules,
 )
@@ -80,8 +81,20 @@ class Statements:
     """Every fixed statement of the SQL store in one dialect."""
 
     claim: Any  # PostgreSQL: also discards the queue's expired jobs (`expire`, in one statement)
-    expire: Any  # SQLite: a queue's expired jobs discarded, before its claim, in its transaction
-    expired_errors: Any  # SQLite: their records (EXPIRED), from `expire`'s rows
+    expire: Any  # a queue's expired jobs discarded (SQLite's claim, and a limited claim)
+    expired_errors: Any  # their records (EXPIRED), from `expire`'s rows
+    # a claim within fleet-wide limits (limit.py): a queue's claims one at a time (PostgreSQL:
+    # a transaction-scoped advisory lock; SQLite's write lock does it), its running attempts by
+    # job and concurrency key, its starts within the longest rate period, the due jobs whose
+    # keys are not full, in claim order, and those admitted to executing; the starts recorded,
+    # and those past every period forgotten
+    limit_lock: Any
+    limit_running: Any
+    limit_starts: Any
+    limit_candidates: Any
+    limit_claim: Any
+    rate_record: Any
+    rate_forget: Any
     complete_many: Any
     settle: dict[str, Any]
     append_errors: Any
@@ -129,10 +142,27 @@ def statements(dialect: str) -> Statements:
         expired_errors=insert(job_errors).values(
             job_id=bindparam("p_job_id"), attempt=bindparam("p_attempt"), at=now, error=EXPIRED
         ),
+        limit_lock=_limit_lock() if dialect == "postgresql" else None,
+        limit_running=select(jobs.c.name, jobs.c.concurrency_key, func.count())
+        .where(jobs.c.queue == bindparam("p_queue"), EXECUTING)
+        .group_by(jobs.c.name, jobs.c.concurrency_key),
+        limit_starts=select(rate_starts.c.scope, rate_starts.c.at, rate_starts.c.n).where(
+            rate_starts.c.queue == bindparam("p_queue"),
+            rate_starts.c.at > bindparam("p_since", type_=rate_starts.c.at.type),
+        ),
+        limit_candidates=_candidates(time, dialect),
+        limit_claim=_claimed_by_id(time, dialect),
+        rate_record=insert(rate_starts).values(
+            queue=bindparam("p_queue"), scope=bindparam("p_scope"), at=now, n=bindparam("p_n")
+        ),
+        rate_forget=delete(rate_starts).where(
+            rate_starts.c.queue == bindparam("p_queue"),
+            rate_starts.c.at <= bindparam("p_since", type_=rate_starts.c.at.type),
+        ),
         complete_many=update(jobs)
         .where(held)
         .values(state="completed", finished_at=now, lease_until=None, cancel_requested=False)
-        .returning(jobs.c.id),
+        .returning(jobs.c.id, jobs.c.queue),
         settle={
             outcome: update(jobs)
             .where(*fenced, EXECUTING)
@@ -360,6 +390,68 @@ def _look(time: TimeSql) -> Any:
     return union_all(per_queue, lease)
 
 
+def _limit_lock() -> Any:
+    """PostgreSQL: the limited claims of one queue (`p_queue`) one after another, until commit."""
+    named = literal_column("'ket limits '", Text) + bindparam("p_queue", type_=Text)
+    key = func.hashtextextended(named, literal_column("0"))
+    return select(func.pg_advisory_xact_lock(key))
+
+
+def _claimable(time: TimeSql) -> list[Any]:
+    """The claim's conditions: a runnable job of `p_queue`, due, its queue not paused, not
+    past its expiry."""
+    now = time.now()
+    return [
+        jobs.c.queue == bindparam("p_queue"),
+        RUNNABLE,
+        jobs.c.run_at <= now,
+        ~_paused(bindparam("p_queue")),  # a paused queue's jobs wait (ket queues pause)
+        or_(jobs.c.expires_at.is_(None), jobs.c.expires_at > now),
+    ]
+
+
+def _candidates(time: TimeSql, dialect: str) -> Any:
+    """The first `limit` claimable jobs of a queue whose keys are not full (`full_concurrency`,
+    `full_rate`: the keys at their limit), in claim order, with their keys: a job held back by
+    its key is passed over in the statement, never read, so other keys flow."""
+    return (
+        select(jobs.c.id, jobs.c.name, jobs.c.concurrency_key, jobs.c.rate_key)
+        .where(
+            *_claimable(time),
+            or_(
+                jobs.c.concurrency_key.is_(None),
+                ~among(dialect, jobs.c.concurrency_key, "full_concurrency", Text),
+            ),
+            or_(jobs.c.rate_key.is_(None), ~among(dialect, jobs.c.rate_key, "full_rate", Text)),
+        )
+        .order_by(jobs.c.priority, jobs.c.run_at, jobs.c.id)
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True)
+    )
+
+
+def _claimed_by_id(time: TimeSql, dialect: str) -> Any:
+    """The admitted candidates (`ids`) to executing, as the claim does."""
+    return (
+        update(jobs)
+        .where(among(dialect, jobs.c.id, "ids", BigInteger))
+        .values(_claim_values(time))
+        .returning(*_CLAIMED)
+    )
+
+
+def _claim_values(time: TimeSql) -> dict[str, Any]:
+    return {
+        "state": "executing",
+        "attempt": jobs.c.attempt + 1,
+        "worker_id": bindparam("p_worker_id"),
+        "attempted_at": time.now(),
+        "lease_until": time.at("lease"),
+        "fence": jobs.c.fence + 1,
+        "cancel_requested": False,
+    }
+
+
 def _claim(time: TimeSql, *, expiring: bool) -> Any:
     """UPDATE the first due runnable rows of a queue (SKIP LOCKED on PostgreSQL) to executing.
 
@@ -369,13 +461,7 @@ def _claim(time: TimeSql, *, expiring: bool) -> Any:
     now = time.now()
     claimable = (
         select(jobs.c.id)
-        .where(
-            jobs.c.queue == bindparam("p_queue"),
-            RUNNABLE,
-            jobs.c.run_at <= now,
-            ~_paused(bindparam("p_queue")),  # a paused queue's jobs wait (ket queues pause)
-            or_(jobs.c.expires_at.is_(None), jobs.c.expires_at > now),
-        )
+        .where(*_claimable(time))
         .order_by(jobs.c.priority, jobs.c.run_at, jobs.c.id)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True)
@@ -384,15 +470,7 @@ def _claim(time: TimeSql, *, expiring: bool) -> Any:
     claim = (
         update(jobs)
         .where(jobs.c.id == claimable.c.id)
-        .values(
-            state="executing",
-            attempt=jobs.c.attempt + 1,
-            worker_id=bindparam("p_worker_id"),
-            attempted_at=now,
-            lease_until=time.at("lease"),
-            fence=jobs.c.fence + 1,
-            cancel_requested=False,
-        )
+        .values(_claim_values(time))
         .returning(*_CLAIMED)
     )
     if not expiring:

@@ -66,6 +66,9 @@ jobs = Table(
     Column("trace_context", Json),  # the W3C trace context of its enqueue, when traced
     Column("rerun_of", BigInteger),  # the finished job this one reruns (`ket jobs rerun`)
     Column("expires_at", Instant),  # not started by then: discarded as expired (`expires_in`)
+    # its keys under fleet-wide limits (types.NewJob): attempts are counted by them
+    Column("concurrency_key", Text),
+    Column("rate_key", Text),
     CheckConstraint(f"state IN ({_states(JOB_STATES)})", name="ket_jobs_state"),
     sqlite_autoincrement=True,
 )
@@ -219,6 +222,20 @@ sessions = Table(
     Column("expires_at", Instant, nullable=False),
     Index("ket_sessions_expires", "expires_at"),
 )
+
+# The starts under rate limits, per queue and scope (a job's rate key, or RATE_QUEUE for the
+# queue's own rate), `n` at a time: a claim counts those within each rate's period
+rate_starts = Table(
+    "ket_rate_starts",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("queue", Text, nullable=False),
+    Column("scope", Text, nullable=False),
+    Column("at", Instant, nullable=False),
+    Column("n", Integer, nullable=False),
+    sqlite_autoincrement=True,
+)
+Index("ket_rate_starts_queue", rate_starts.c.queue, rate_starts.c.at)
 
 # The paused queues: no claim takes a job of a queue with a row here (ket queues pause)
 queue_pauses = Table(

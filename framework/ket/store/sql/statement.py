@@ -71,8 +71,15 @@ def _query(name: str, *, postgres: bool = True) -> Statement:
 SETTLE_OUTCOMES = ("completed", "retryable", "discarded", "snoozed", "cancelled")
 
 CLAIM = _query("claim")
-EXPIRE = _query("expire", postgres=False)  # SQLite: the claim discards expired jobs itself
-EXPIRED_ERRORS = _query("expired_errors", postgres=False)
+EXPIRE = _query("expire")  # PostgreSQL's plain claim discards expired jobs itself
+EXPIRED_ERRORS = _query("expired_errors")
+LIMIT_LOCK = _query("limit_lock")  # PostgreSQL only (SQLite's write lock serializes)
+LIMIT_RUNNING = _query("limit_running")
+LIMIT_STARTS = _query("limit_starts")
+LIMIT_CANDIDATES = _query("limit_candidates")
+LIMIT_CLAIM = _query("limit_claim")
+RATE_RECORD = _query("rate_record")
+RATE_FORGET = _query("rate_forget")
 COMPLETE_MANY = _query("complete_many")
 SETTLE = {outcome: _query(f"settle.{outcome}") for outcome in SETTLE_OUTCOMES}
 APPEND_ERRORS = _query("append_errors")

@@ -24,6 +24,7 @@ from ket.store.sql.app_connection import (
 )
 from ket.store.sql.fetch import EngineRows, Rows
 from ket.store.sql.insert import insert_plan, one_statement, run_plan, run_sync
+from ket.store.sql.limit import limited_claim
 from ket.store.sql.now import time_params
 from ket.store.types import (
     ClaimedJob,
@@ -124,7 +125,17 @@ class SqlJobs(SqlSession):
                 )
             return await statement(rows)
 
-        if self.dialect == "sqlite" and self._expiry_due(claim.queue, params["now"]):
+        limits = claim.limits
+        if limits is not None:  # one at a time per queue: a transaction of its own
+            if limits.frees_on_end:
+                self._limited.add(claim.queue)  # its attempts' ends wake its waiters
+            rows, admitted = await self._hot(
+                lambda conn: limited_claim(conn, claim, limits, params)
+            )
+            if admitted.retry_at is not None:  # a rate held a job back: look again then
+                wait = (admitted.retry_at - (self._now() or datetime.now(UTC))).total_seconds()
+                self.wake_in(claim.queue, max(wait, 0.0))
+        elif self.dialect == "sqlite" and self._expiry_due(claim.queue, params["now"]):
             rows = await self._hot(expiring)
         elif self._channel is None:  # one tenant: its connections are its own
             rows = await self._hot(statement, single=True)
@@ -173,6 +184,7 @@ class SqlJobs(SqlSession):
         others = [s for s in settlements if s.outcome != "completed"]
         woken: set[str] = set()
         later: list[tuple[str, float]] = []  # retries and snoozes: wake their queue when due
+        limited = self._limited
 
         async def body(conn: Rows) -> set[JobId]:
             applied: set[JobId] = set()
@@ -180,6 +192,8 @@ class SqlJobs(SqlSession):
                 pairs = stmt.pairs(conn.dialect, [(s.id, s.fence) for s in plain])
                 rows = await conn.tuples(stmt.COMPLETE_MANY, {"now": now, **pairs})
                 applied.update(row[0] for row in rows)
+                if limited:  # an attempt that ends under a concurrency limit frees a place
+                    woken.update(row[1] for row in rows if row[1] in limited)
             errors: list[dict[str, Any]] = []
             for settle in others:
                 params = time_params(now, delay=settle.delay_seconds)
@@ -187,6 +201,8 @@ class SqlJobs(SqlSession):
                 rows = await conn.rows(stmt.SETTLE[settle.outcome], params)
                 if rows:
                     applied.add(settle.id)
+                    if rows[0].queue in limited:
+                        woken.add(rows[0].queue)
                     if settle.error is not None:  # every outcome here records its text
                         # a snooze gave its attempt back: the entry is the attempt's that snoozed
                         attempt = rows[0].attempt + (settle.outcome == "snoozed")
@@ -252,8 +268,10 @@ class SqlJobs(SqlSession):
                         for row in rows
                     ],
                 )
-                # a job rescued to retryable is due now (run_at = now): wake its queue
-                await command.wake(conn, _retryable_queues(rows))
+                # a job rescued to retryable is due now (run_at = now): wake its queue; and
+                # one under a concurrency limit freed a place
+                freed = {row.queue for row in rows if row.queue in self._limited}
+                await command.wake(conn, _retryable_queues(rows) | freed)
             return [
                 Rescued(
                     id=row.id,
@@ -267,7 +285,9 @@ class SqlJobs(SqlSession):
             ]
 
         rescued = await self._hot(body)
-        self._available(_retryable_queues(rescued))
+        self._available(
+            _retryable_queues(rescued) | {r.queue for r in rescued if r.queue in self._limited}
+        )
         return rescued
 
     async def job_grace(self, seconds: float) -> int:

@@ -1,0 +1,82 @@
+"""A claim within fleet-wide limits, in one transaction (the rule: ket.store.admission).
+
+The queue's limited claims run one at a time (PostgreSQL: a transaction-scoped advisory lock on
+the queue; SQLite: the write lock every transaction takes at its start), so that two workers
+never both count the same free place. Each reads the running attempts and the starts within the
+longest rate period, discards the queue's expired jobs, reads the due jobs whose keys are not
+full, admits what the limits allow and claims those, and records their starts. The running
+attempts are the executing rows themselves: an attempt gives its place back in the transaction
+that ends it, and one whose worker was killed keeps it until rescue ends it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from ket.store.admission import Admitted, Candidate, Counts, Start, longest_period
+from ket.store.sql import statement as stmt
+from ket.store.sql.fetch import Rows
+from ket.store.types import ClaimLimits, JobClaim
+
+
+async def limited_claim(
+    rows: Rows, claim: JobClaim, limits: ClaimLimits, params: dict[str, Any]
+) -> tuple[list[Any], Admitted]:
+    """Claim within `limits`; the claimed rows (as the plain claim returns them) and what was
+    admitted (its `retry_at`: when a rate that held a job back frees)."""
+    queue = claim.queue
+    if rows.dialect == "postgresql":
+        await rows.tuples(stmt.LIMIT_LOCK, {"p_queue": queue})
+    now: datetime = params["now"] or (await rows.tuples(stmt.CLOCK, {"now": None}))[0][0]
+    params = {**params, "now": now}
+    await _expire(rows, params)
+    running = await rows.tuples(stmt.LIMIT_RUNNING, {"p_queue": queue})
+    period = longest_period(limits)
+    since = now - timedelta(seconds=period)
+    starts = (
+        await rows.tuples(stmt.LIMIT_STARTS, {"p_queue": queue, "p_since": since}) if period else []
+    )
+    counts = Counts.read(
+        limits,
+        now,
+        ((key, n) for _, key, n in running),
+        (Start(scope=scope, at=at, n=n) for scope, at, n in starts),
+    )
+    full_concurrency, full_rate, queue_full = counts.full()
+    if queue_full:
+        return [], counts.admit([], claim.limit)
+    found = await rows.tuples(
+        stmt.LIMIT_CANDIDATES,
+        {
+            **params,
+            "full_concurrency": full_concurrency,
+            "full_rate": full_rate,
+            "limit": claim.limit,
+        },
+    )
+    admitted = counts.admit([Candidate(*row) for row in found], claim.limit)
+    claimed: list[Any] = []
+    if admitted.ids:
+        claimed = await rows.tuples(stmt.LIMIT_CLAIM, {**params, "ids": admitted.ids})
+    if admitted.starts:
+        await rows.many(
+            stmt.RATE_RECORD,
+            [
+                {"now": now, "p_queue": queue, "p_scope": scope, "p_n": n}
+                for scope, n in sorted(admitted.starts.items())
+            ],
+        )
+    if period:  # starts past every period count no more
+        await rows.rows(stmt.RATE_FORGET, {"p_queue": queue, "p_since": since})
+    return claimed, admitted
+
+
+async def _expire(rows: Rows, params: dict[str, Any]) -> None:
+    """The queue's expired jobs discarded, each with its record, as the plain claim does."""
+    expired = await rows.tuples(stmt.EXPIRE, params)
+    if expired:
+        await rows.many(
+            stmt.EXPIRED_ERRORS,
+            [{"now": params["now"], "p_job_id": i, "p_attempt": a} for i, a in expired],
+        )
