@@ -3,6 +3,7 @@ the harness writes to a temporary folder, so `ket worker` runs it as a user's ap
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -21,8 +22,19 @@ async def noop(ctx: Any, input: Any) -> None:
 
 
 def deployment(concurrency: int | None) -> DeploymentDecl:
-    """The bench deployment: ket's default worker settings, or one queue at `concurrency`."""
-    job = define_job(input=INPUT_SHAPE, idempotent=True, handler=noop)
+    """The bench deployment: ket's default worker settings, or one queue at `concurrency`.
+
+    KET_CMP_LIMITS=declared declares fleet-wide limits that a drain never reaches (at most 10
+    running per order, a million starts a second), to measure what keeping them costs;
+    KET_CMP_LIMITS=reached one that it does (at most 4 running at once)."""
+    limits: dict[str, Any] = {
+        "declared": {
+            "concurrency_limit": {"limit": 10, "key": ["order_id"]},
+            "rate_limit": {"limit": 1_000_000, "period": "1s"},
+        },
+        "reached": {"concurrency_limit": 4},
+    }.get(os.environ.get("KET_CMP_LIMITS", ""), {})
+    job = define_job(input=INPUT_SHAPE, idempotent=True, handler=noop, **limits)
     module = define_module(name="b", jobs={"noop": job})
     worker = None if concurrency is None else {"queues": {"default": concurrency}}
     return define_deployment(name="bench", modules=[module], worker=worker)

@@ -125,6 +125,10 @@ class EnqueueOptions:
 NO_OPTIONS = EnqueueOptions()
 
 
+# a key's values as compact JSON (an encoder made once: a call per enqueued job)
+_KEY_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 @dataclass(frozen=True, slots=True)
 class LimitKeys:
     """The keys a job's rows carry under fleet-wide limits, each `<job name>|<the key fields'
@@ -160,7 +164,7 @@ class LimitKeys:
         if fields is None:
             return None
         values = [payload.get(name) for name in fields]  # a missing value is a value of its own
-        return f"{self.name}|{json.dumps(values, separators=(',', ':'), ensure_ascii=False)}"
+        return f"{self.name}|{_KEY_JSON(values)}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -141,14 +141,14 @@ class Fleet:
 def fleet_factory(tmp_path: Path, postgres_url: str) -> Iterator[Callable[[int], Fleet]]:
     created: list[tuple[Fleet, str]] = []
 
-    def make(lease_ms: int = 30_000) -> Fleet:
+    def make(lease_ms: int = 30_000, app: str = APP) -> Fleet:
         name = f"ket_it_{uuid.uuid4().hex[:10]}"
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         root = tmp_path / name
         (root / "app").mkdir(parents=True)
         (root / "app" / "__init__.py").write_text("")
-        (root / "app" / "workspace.py").write_text(textwrap.dedent(APP.format(lease_ms=lease_ms)))
+        (root / "app" / "workspace.py").write_text(textwrap.dedent(app.format(lease_ms=lease_ms)))
         (root / "pyproject.toml").write_text('[tool.ket]\nworkspace = "app/workspace.py"\n')
         url = postgres_url.rsplit("/", 1)[0] + f"/{name}"
         fleet = Fleet(root, url)

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ket.cli import bulk, enqueue, rerun, selection, workers
-from ket.cli.options import deployment_of, workspace_parent
+from ket.cli.options import deployment_of, workspace_named, workspace_parent
 from ket.cli.output import clip, escape, print_json
 from ket.cli.runtime import open_tenant_store, single_tenant
 from ket.declare.resolve import worker_config
@@ -30,7 +30,7 @@ from ket.schedule.duration import duration_seconds
 from ket.secret import redact_payload
 from ket.store.contract import QueryableStore
 from ket.store.roster import manifest_counts
-from ket.store.types import JOB_STATES, TERMINAL_STATES, JobQuery, JobRecord, Prune
+from ket.store.types import JOB_STATES, TERMINAL_STATES, ClaimLimits, JobQuery, JobRecord, Prune
 from ket.store.validate import MAX_BIGINT, MAX_SECONDS
 
 if TYPE_CHECKING:
@@ -102,7 +102,9 @@ def add_parser(
     )
     prune.set_defaults(run=_prune)
 
-    stats = actions.add_parser("stats", parents=parents, help="counts by state and queue, ages")
+    stats = actions.add_parser(
+        "stats", parents=[*parents, workspace_parent()], help="counts by state and queue, ages"
+    )
     stats.add_argument("--format", choices=["text", "json"], default="text")
     stats.set_defaults(run=_stats)
 
@@ -276,7 +278,8 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    stats = _with_store(args, lambda store: store.job_stats())
+    limits = _claim_limits(args)
+    stats = _with_store(args, lambda store: store.job_stats(limits))
     manifests = _manifests(args)
     if args.format == "json":
         print_json(
@@ -284,6 +287,10 @@ def _stats(args: argparse.Namespace) -> int:
                 "counts": [
                     {"state": state, "queue": queue, "count": count}
                     for (state, queue), count in sorted(stats.counts.items())
+                ],
+                # of the due jobs, those a fleet-wide limit holds back (with a workspace)
+                "limited": [
+                    {"queue": queue, "count": count} for queue, count in stats.limited.items()
                 ],
                 # of the discarded jobs, those that expired unstarted (expires_in)
                 "expired": [
@@ -308,14 +315,18 @@ def _stats(args: argparse.Namespace) -> int:
         sys.stdout.write("no jobs\n")
     else:
         width = max(len(q) for q in [*shown.values(), "QUEUE"])
-        # of the discarded, those that expired unstarted: a column only where some did
-        expired = ["expired"] if stats.expired else []
-        columns = "".join(f"  {s:>10}" for s in [*states, *expired])
+        # of the due jobs, those a limit holds back; of the discarded, those that expired
+        # unstarted: a column each only where some are
+        extra = {
+            name: by_queue
+            for name, by_queue in (("limited", stats.limited), ("expired", stats.expired))
+            if any(by_queue.values())
+        }
+        columns = "".join(f"  {s:>10}" for s in [*states, *extra])
         sys.stdout.write("QUEUE".ljust(width) + columns + "\n")
         for queue in queues:
             counts = "".join(f"  {stats.counts.get((s, queue), 0):>10}" for s in states)
-            if expired:
-                counts += f"  {stats.expired.get(queue, 0):>10}"
+            counts += "".join(f"  {by_queue.get(queue, 0):>10}" for by_queue in extra.values())
             sys.stdout.write(shown[queue].ljust(width) + counts + "\n")
     sys.stdout.write(f"oldest lease age: {_age(stats.oldest_lease_age)}\n")
     sys.stdout.write(f"oldest available age: {_age(stats.oldest_available_age)}\n")
@@ -332,6 +343,22 @@ def _stats(args: argparse.Namespace) -> int:
     if manifests is not None and len(manifests) > 1:
         sys.stdout.write(workers.mismatch_line(manifests) + "\n")
     return 0
+
+
+def _claim_limits(args: argparse.Namespace) -> dict[str, ClaimLimits] | None:
+    """The queues' fleet-wide limits, from the workspace when there is one to load (their
+    held-back jobs are counted); None without, or (with a warning) when it does not load."""
+    if not workspace_named(args):
+        return None
+    from ket.catalog import Catalog
+
+    try:
+        return dict(Catalog.build(deployment_of(args)).claim_limits)
+    except KetError as error:
+        sys.stderr.write(
+            f"ket: warning: jobs held back by limits are not counted: {escape(error.message)}\n"
+        )
+        return None
 
 
 def _manifests(args: argparse.Namespace) -> dict[str, int] | None:

@@ -21,6 +21,7 @@ from ket.errors import KetError
 from ket.runtime.events import Hooks
 from ket.runtime.stats import StatsService
 from ket.store.contract import JobStore
+from ket.store.types import ClaimLimits
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -115,7 +116,9 @@ def start(
     metrics = Metrics(catalog, tenant_labels=chosen.tenant_labels)
     exporter = export(metrics.registry, host=chosen.host, port=chosen.port)
     unsubscribe = metrics.subscribe(hooks)
-    service = StatsService(stores, metrics.publish, interval=chosen.refresh_seconds)
+    service = StatsService(
+        stores, metrics.publish, interval=chosen.refresh_seconds, limits=catalog.claim_limits
+    )
     log.info("serving metrics at %s", exporter.url)
     return Running(service=service, exporter=exporter, unsubscribe=unsubscribe)
 
@@ -127,10 +130,13 @@ class ServeMetrics:
     metrics: Metrics
     refresh_seconds: float
     exporter: Exporter
+    limits: Mapping[str, ClaimLimits]
 
     def service(self, stores: Callable[[], Mapping[str, JobStore]]) -> StatsService:
         """The service that feeds the gauges from `stores()` (the server runs it)."""
-        return StatsService(stores, self.metrics.publish, interval=self.refresh_seconds)
+        return StatsService(
+            stores, self.metrics.publish, interval=self.refresh_seconds, limits=self.limits
+        )
 
     def close(self) -> None:
         self.exporter.close()
@@ -148,7 +154,12 @@ def start_serve(chosen: MetricsSettings, catalog: Catalog, app: Starlette) -> Se
     app.add_middleware(RequestMetrics, counted=RequestCounts(metrics.registry, catalog))
     exporter = export(metrics.registry, host=chosen.host, port=chosen.port)
     log.info("serving metrics at %s", exporter.url)
-    return ServeMetrics(metrics=metrics, refresh_seconds=chosen.refresh_seconds, exporter=exporter)
+    return ServeMetrics(
+        metrics=metrics,
+        refresh_seconds=chosen.refresh_seconds,
+        exporter=exporter,
+        limits=catalog.claim_limits,
+    )
 
 
 def require() -> None:

@@ -8,7 +8,7 @@ queue reads 0 rather than vanishing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -59,6 +59,11 @@ class JobGauges(Collector):
             "Discarded jobs still kept that expired unstarted (expires_in), by queue.",
             labels=labels.names("queue"),
         )
+        limited = GaugeMetricFamily(
+            "ket_jobs_limited",
+            "Due jobs a fleet-wide limit holds back, by queue (counted in ket_jobs too).",
+            labels=labels.names("queue"),
+        )
         dead = GaugeMetricFamily(
             "ket_jobs_dead_rows",
             "Dead row versions in the jobs table, where the database counts them (PostgreSQL).",
@@ -67,8 +72,9 @@ class JobGauges(Collector):
         if include_samples:
             for tenant, group in self._groups().items():
                 self._add(tenant, group, jobs, available, lease, dead)
-                self._expired(tenant, group, expired)
-        yield from (jobs, available, lease, expired, dead)
+                self._per_queue(tenant, [s.expired for s in group], expired)
+                self._per_queue(tenant, [s.limited for s in group], limited)
+        yield from (jobs, available, lease, expired, limited, dead)
 
     def _groups(self) -> dict[tuple[str, ...], list[JobStats]]:
         """The stats to report under each tenant label (one group of all, without labels)."""
@@ -77,17 +83,18 @@ class JobGauges(Collector):
             return {(tenant,): [stats] for tenant, stats in sorted(snapshot.items())}
         return {(): list(snapshot.values())} if snapshot else {}
 
-    def _expired(
-        self, tenant: tuple[str, ...], group: list[JobStats], expired: GaugeMetricFamily
+    def _per_queue(
+        self, tenant: tuple[str, ...], counts: list[Mapping[str, int]], family: GaugeMetricFamily
     ) -> None:
+        """A count per queue, added up over the group (0 for a declared queue without one)."""
         labels = self._labels
-        counts = dict.fromkeys(labels.queues, 0)
-        for stats in group:
-            for queue, count in stats.expired.items():
+        total = dict.fromkeys(labels.queues, 0)
+        for by_queue in counts:
+            for queue, count in by_queue.items():
                 bounded = labels.queue(queue)
-                counts[bounded] = counts.get(bounded, 0) + count
-        for queue, count in counts.items():
-            expired.add_metric([*tenant, queue], count)
+                total[bounded] = total.get(bounded, 0) + count
+        for queue, count in total.items():
+            family.add_metric([*tenant, queue], count)
 
     def _add(
         self,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from ket.errors import StoreError
 from ket.runtime.outcome import describe
 from ket.store.contract import JobStore, QueryableStore
-from ket.store.types import JobStats
+from ket.store.types import ClaimLimits, JobStats
 
 # At most this many tenants' stats are read at once (each takes one of its tenant's
 # connections for a few milliseconds).
@@ -35,10 +35,14 @@ class StatsService:
         publish: Callable[[Snapshot], None],
         *,
         interval: float,
+        limits: Mapping[str, ClaimLimits] | None = None,
     ) -> None:
+        """`limits`: the queues' fleet-wide limits (catalog.claim_limits), whose held-back jobs
+        the stats count."""
         if not interval > 0:
             raise ValueError(f"interval must be positive, got {interval!r}")
         self._stores = stores
+        self._limits = limits or None
         self._publish = publish
         self.interval = interval
         self._last: dict[str, JobStats] = {}
@@ -53,7 +57,7 @@ class StatsService:
 
         async def read(store: QueryableStore) -> JobStats:
             async with gate:
-                return await store.job_stats()
+                return await store.job_stats(self._limits)
 
         names = sorted(stores)
         results = await asyncio.gather(

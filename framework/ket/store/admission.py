@@ -61,6 +61,8 @@ class Counts:
     now: datetime
     running: Counter[str | None]  # by concurrency key (None: jobs that have none)
     starts: Sequence[Start]
+    # by rate scope, the starts within its rate's period (only the scopes that have a rate)
+    in_period: Counter[str] = field(default_factory=Counter)
 
     @classmethod
     def read(
@@ -73,12 +75,24 @@ class Counts:
         counted: Counter[str | None] = Counter()
         for key, n in running:
             counted[key] += n
-        return cls(limits=limits, now=now, running=counted, starts=list(starts))
+        kept = list(starts)
+        in_period: Counter[str] = Counter()
+        since: dict[str, datetime] = {}  # by scope: its period's start (a rate's scope only)
+        for start in kept:
+            scope = start.scope
+            if scope not in since:
+                rate = _rate_of(limits, scope)
+                if rate is None:
+                    continue
+                since[scope] = now - timedelta(seconds=rate.period_seconds)
+            if start.at > since[scope]:
+                in_period[scope] += start.n
+        return cls(limits=limits, now=now, running=counted, starts=kept, in_period=in_period)
 
     def started(self, scope: str, rate: Rate) -> int:
-        """How many attempts of `scope` started within the last `rate.period_seconds`."""
-        since = self.now - timedelta(seconds=rate.period_seconds)
-        return sum(s.n for s in self.starts if s.scope == scope and s.at > since)
+        """How many attempts of `scope` started within the last `rate.period_seconds` (the
+        rate of that scope)."""
+        return self.in_period[scope]
 
     def full(self) -> tuple[list[str], list[str], bool]:
         """The concurrency keys and the rate keys at their limit, and whether the queue is."""
@@ -160,6 +174,14 @@ class Counts:
         if scopes and not ends:  # every start of the period is this claim's own
             ends = [self.now + timedelta(seconds=rate.period_seconds) for rate in scopes.values()]
         return min(ends, default=None)
+
+
+def _rate_of(limits: ClaimLimits, scope: str) -> Rate | None:
+    """The rate that counts the starts of `scope`: the queue's, or its job's."""
+    if scope == QUEUE_SCOPE:
+        return limits.rate
+    job = limits.jobs.get(_name(scope))
+    return None if job is None else job.rate
 
 
 def longest_period(limits: ClaimLimits) -> float:

@@ -32,6 +32,7 @@ from ket.store.types import (
     BulkBatch,
     BulkCount,
     ClaimedJob,
+    ClaimLimits,
     DashboardSession,
     Fire,
     Heartbeat,
@@ -195,8 +196,9 @@ class QueryableStore(Protocol):
         """Jobs matching the query, newest first."""
         ...
 
-    async def job_stats(self) -> JobStats:
-        """Counts by state and queue, oldest lease age and oldest available age."""
+    async def job_stats(self, limits: Mapping[str, ClaimLimits] | None = None) -> JobStats:
+        """Counts by state and queue, oldest lease age and oldest available age; with the
+        queues' fleet-wide `limits` (catalog.claim_limits), the due jobs each holds back."""
         ...
 
     async def schedule_fires(self, schedule_id: str, limit: int = 50) -> list[Fire]:

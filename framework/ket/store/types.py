@@ -482,6 +482,9 @@ class JobStats:
     queue_ages: Mapping[str, QueueAges] = field(default_factory=dict)
     # per queue, the discarded jobs still kept that expired unstarted (`expires_in`)
     expired: Mapping[str, int] = field(default_factory=dict)
+    # per queue with fleet-wide limits (when the stats were asked with them), the due jobs a
+    # limit holds back: counted among `available` (and the other runnable states) too
+    limited: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

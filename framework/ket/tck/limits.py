@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 
 from ket.store.contract import JobStore, PushStore
 from ket.store.types import (
@@ -20,7 +21,7 @@ from ket.store.types import (
     NewJob,
     Rate,
 )
-from ket.tck.arrange import fresh_queue, get, insert, insert_one, quiet, settle
+from ket.tck.arrange import fresh_queue, get, insert, insert_one, queryable, quiet, settle
 from ket.tck.harness import Tck, tck_test
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "test_an_attempt_s_end_under_a_concurrency_limit_wakes_the_queue_s_waiters",
     "test_expired_jobs_are_discarded_by_a_limited_claim_too",
     "test_replicas_count_the_same_running_attempts",
+    "test_stats_count_the_due_jobs_a_limit_holds_back",
 ]
 
 JOB = "kit.limited"
@@ -179,3 +181,17 @@ async def test_an_attempt_s_end_under_a_concurrency_limit_wakes_the_queue_s_wait
     await asyncio.sleep(0.1)
     await settle(t.store, running, "completed")
     assert await asyncio.wait_for(waiting, 5.0) is True
+
+
+@tck_test
+async def test_stats_count_the_due_jobs_a_limit_holds_back(t: Tck) -> None:
+    queue = fresh_queue("stats")
+    jobs = [_job(queue, "a"), _job(queue, "a"), _job(queue, "a"), _job(queue, "b")]
+    await insert(t.store, *jobs, _job(queue, "b", run_at=t.clock.now() + timedelta(hours=1)))
+    assert len(await _claim(t.store, queue, _per_key(1))) == 2  # a and b run
+    stats = await queryable(t).job_stats({queue: _per_key(1)})
+    assert stats.limited == {queue: 2}  # a's two others; b's next is not due
+    assert stats.counts[("available", queue)] == 2
+    assert (await queryable(t).job_stats()).limited == {}  # without the limits: not counted
+    queue_full = ClaimLimits(concurrency=2)
+    assert (await queryable(t).job_stats({queue: queue_full})).limited == {queue: 2}

@@ -166,6 +166,7 @@ def stats(
     *,
     dead: int | None = None,
     expired: dict[str, int] | None = None,
+    limited: dict[str, int] | None = None,
 ) -> JobStats:
     """Stats with `ages`: queue -> (oldest available age, oldest lease age)."""
     return JobStats(
@@ -177,6 +178,7 @@ def stats(
         },
         dead_rows=dead,
         expired=expired or {},
+        limited=limited or {},
     )
 
 
@@ -190,6 +192,7 @@ def test_gauges_add_up_tenants_and_take_each_queue_s_oldest_age() -> None:
                 {"default": (12.5, None), "mail": (None, 7.0), "old": (99.0, None)},
                 dead=10,
                 expired={"mail": 2, "old": 1},
+                limited={"mail": 3},
             ),
             "globex": stats(
                 {("available", "default"): 3}, {"default": (40.0, 2.0)}, dead=5, expired={"mail": 4}
@@ -217,6 +220,10 @@ def test_gauges_add_up_tenants_and_take_each_queue_s_oldest_age() -> None:
         labels(queue="default"): 0,  # every declared queue has a series
         labels(queue="mail"): 6,
         labels(queue="other"): 1,
+    }
+    assert of(found, "ket_jobs_limited") == {
+        labels(queue="default"): 0,
+        labels(queue="mail"): 3,
     }
     assert of(found, "ket_jobs_dead_rows") == {labels(): 15}
 

@@ -14,6 +14,7 @@ from ket.runtime.stats import Snapshot, StatsService
 from ket.store import JobStats, NewJob
 from ket.store.contract import JobStore
 from ket.store.memory import MemoryStore
+from ket.store.types import ClaimLimits
 
 
 class Flaky(MemoryStore):
@@ -21,10 +22,10 @@ class Flaky(MemoryStore):
 
     down = False
 
-    async def job_stats(self) -> JobStats:
+    async def job_stats(self, limits: Mapping[str, ClaimLimits] | None = None) -> JobStats:
         if self.down:
             raise StoreError("the database is away")
-        return await super().job_stats()
+        return await super().job_stats(limits)
 
 
 def test_a_tick_publishes_every_served_tenant_s_stats_and_drops_removed_ones() -> None:

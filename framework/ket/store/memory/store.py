@@ -130,10 +130,8 @@ class MemoryStore:
         database, queue = self.database, claim.queue
         if limits.frees_on_end:
             self.database.limited.add(queue)
-        since = now - timedelta(seconds=longest_period(limits))
-        starts = [s for s in database.rate_starts.get(queue, []) if s.at > since]
-        running = [(row.concurrency_key, 1) for row in database.executing() if row.queue == queue]
-        counts = Counts.read(limits, now, running, starts)
+        counts = self._counts(queue, limits, now)
+        starts = list(counts.starts)
         due = database.take_due(queue, now, len(database.rows))
         admitted = counts.admit(
             [Candidate(r.id, r.name, r.concurrency_key, r.rate_key) for r in due], claim.limit
@@ -148,6 +146,29 @@ class MemoryStore:
         if admitted.retry_at is not None:
             self._wake_at(queue, (admitted.retry_at - now).total_seconds())
         return [row for row in due if row.id in chosen]
+
+    def _counts(self, queue: str, limits: ClaimLimits, now: datetime) -> Counts:
+        """What runs and what started of `queue` at `now` (under the lock)."""
+        database = self.database
+        since = now - timedelta(seconds=longest_period(limits))
+        starts = [s for s in database.rate_starts.get(queue, []) if s.at > since]
+        running = [(row.concurrency_key, 1) for row in database.executing() if row.queue == queue]
+        return Counts.read(limits, now, running, starts)
+
+    def _held_back(self, queue: str, limits: ClaimLimits, now: datetime) -> int:
+        """How many due jobs of `queue` its limits hold back now (under the lock)."""
+        if queue in self.database.queue_pauses:
+            return 0
+        concurrency, rate, full = self._counts(queue, limits, now).full()
+        return sum(
+            1
+            for row in self.database.rows.values()
+            if row.queue == queue
+            and row.state in RUNNABLE_STATES
+            and row.run_at <= now
+            and (row.expires_at is None or row.expires_at > now)
+            and (full or row.concurrency_key in concurrency or row.rate_key in rate)
+        )
 
     def _wake_at(self, queue: str, delay: float) -> None:
         """Wake `queue`'s waiters in `delay` seconds (a rate that held a job back frees)."""
@@ -419,10 +440,12 @@ class MemoryStore:
                     page.append(row.record())
             return page
 
-    async def job_stats(self) -> JobStats:
-        """Counts by state and queue, the oldest lease's age and the oldest due job's wait."""
+    async def job_stats(self, limits: Mapping[str, ClaimLimits] | None = None) -> JobStats:
+        """Counts by state and queue, the oldest lease's age and the oldest due job's wait;
+        with the queues' fleet-wide `limits`, the due jobs each holds back."""
         with self._locked():
             now = self._now()
+            limited = {q: self._held_back(q, lim, now) for q, lim in sorted((limits or {}).items())}
             rows = self.database.rows.values()
             counts = Counter((row.state, row.queue) for row in rows)
             leased = [row for row in self.database.executing() if row.attempted_at]
@@ -440,6 +463,7 @@ class MemoryStore:
             return None if found is None else (now - found).total_seconds()
 
         return JobStats(
+            limited=limited,
             expired=dict(sorted(expired.items())),
             counts=dict(counts),
             oldest_lease_age=age(lease_starts),

@@ -11,6 +11,7 @@ that ends it, and one whose worker was killed keeps it until rescue ends it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,28 +22,24 @@ from ket.store.types import ClaimLimits, JobClaim
 
 
 async def limited_claim(
-    rows: Rows, claim: JobClaim, limits: ClaimLimits, params: dict[str, Any]
+    rows: Rows, claim: JobClaim, limits: ClaimLimits, params: dict[str, Any], *, upkeep: bool
 ) -> tuple[list[Any], Admitted]:
     """Claim within `limits`; the claimed rows (as the plain claim returns them) and what was
-    admitted (its `retry_at`: when a rate that held a job back frees)."""
+    admitted (its `retry_at`: when a rate that held a job back frees). With `upkeep` (at most
+    once a second a queue: the store decides), it also discards the queue's expired jobs and
+    forgets the starts past every period; in between, the claim's own filter keeps expired
+    jobs from starting, and the old starts only cost the read."""
     queue = claim.queue
+    now: datetime | None = params["now"]
     if rows.dialect == "postgresql":
-        await rows.tuples(stmt.LIMIT_LOCK, {"p_queue": queue})
-    now: datetime = params["now"] or (await rows.tuples(stmt.CLOCK, {"now": None}))[0][0]
+        [(now,)] = await rows.tuples(stmt.LIMIT_LOCK, {"p_queue": queue, "now": now})
+    assert now is not None  # SQLite's instants come from Python
     params = {**params, "now": now}
-    await _expire(rows, params)
-    running = await rows.tuples(stmt.LIMIT_RUNNING, {"p_queue": queue})
+    if upkeep:
+        await _expire(rows, params)
     period = longest_period(limits)
     since = now - timedelta(seconds=period)
-    starts = (
-        await rows.tuples(stmt.LIMIT_STARTS, {"p_queue": queue, "p_since": since}) if period else []
-    )
-    counts = Counts.read(
-        limits,
-        now,
-        ((key, n) for _, key, n in running),
-        (Start(scope=scope, at=at, n=n) for scope, at, n in starts),
-    )
+    counts = await counts_of(rows, queue, limits, now)
     full_concurrency, full_rate, queue_full = counts.full()
     if queue_full:
         return [], counts.admit([], claim.limit)
@@ -67,9 +64,43 @@ async def limited_claim(
                 for scope, n in sorted(admitted.starts.items())
             ],
         )
-    if period:  # starts past every period count no more
+    if period and upkeep:  # starts past every period count no more
         await rows.rows(stmt.RATE_FORGET, {"p_queue": queue, "p_since": since})
     return claimed, admitted
+
+
+async def counts_of(rows: Rows, queue: str, limits: ClaimLimits, now: datetime) -> Counts:
+    """What runs and what started of `queue` at `now`, as a limited claim reads them."""
+    since = now - timedelta(seconds=longest_period(limits))
+    read = await rows.tuples(stmt.LIMIT_COUNTS, {"p_queue": queue, "p_since": since})
+    return Counts.read(
+        limits,
+        now,
+        ((key, n) for key, at, n in read if at is None),
+        (Start(scope=key, at=at, n=n) for key, at, n in read if at is not None),
+    )
+
+
+async def held_back(rows: Rows, limits: Mapping[str, ClaimLimits], now: datetime) -> dict[str, int]:
+    """By queue, how many due jobs its limits hold back now (for stats: no lock, a moment's
+    view)."""
+    held: dict[str, int] = {}
+    for queue, queue_limits in sorted(limits.items()):
+        full_concurrency, full_rate, queue_full = (
+            await counts_of(rows, queue, queue_limits, now)
+        ).full()
+        [(n,)] = await rows.tuples(
+            stmt.LIMIT_WAITING,
+            {
+                "now": now,
+                "p_queue": queue,
+                "p_queue_full": queue_full,
+                "full_concurrency": full_concurrency,
+                "full_rate": full_rate,
+            },
+        )
+        held[queue] = int(n)
+    return held
 
 
 async def _expire(rows: Rows, params: dict[str, Any]) -> None:

@@ -339,29 +339,34 @@ TEXT: dict[str, Compiled] = {
         },
         returning=True,
     ),
-    'query.limit_lock': Compiled(
+    'query.limit_counts': Compiled(
         text=(
-            "SELECT pg_advisory_xact_lock(hashtextextended('ket limits ' || %(p_queue)s::VARCHAR, 0)) AS pg_advisory_xact_lock_1"
-        ),
-        constants={
-        },
-        returning=False,
-    ),
-    'query.limit_running': Compiled(
-        text=(
-            'SELECT ket_jobs.name, ket_jobs.concurrency_key, count(*) AS count_1 \n'
+            'SELECT ket_jobs.concurrency_key AS key, NULL AS at, count(*) AS n \n'
             'FROM ket_jobs \n'
-            "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.state = 'executing' GROUP BY ket_jobs.name, ket_jobs.concurrency_key"
-        ),
-        constants={
-        },
-        returning=False,
-    ),
-    'query.limit_starts': Compiled(
-        text=(
-            'SELECT ket_rate_starts.scope, ket_rate_starts.at, ket_rate_starts.n \n'
+            "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.state = 'executing' GROUP BY ket_jobs.concurrency_key UNION ALL SELECT ket_rate_starts.scope, ket_rate_starts.at, ket_rate_starts.n \n"
             'FROM ket_rate_starts \n'
             'WHERE ket_rate_starts.queue = %(p_queue)s::VARCHAR AND ket_rate_starts.at > %(p_since)s::TIMESTAMP WITH TIME ZONE'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'query.limit_lock': Compiled(
+        text=(
+            'SELECT coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, clock_timestamp()) AS coalesce_1 \n'
+            "FROM (SELECT pg_advisory_xact_lock(hashtextextended('ket limits ' || %(p_queue)s::VARCHAR, 0)) AS pg_advisory_xact_lock_1) AS held"
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'query.limit_waiting': Compiled(
+        text=(
+            'SELECT count(*) AS count_1 \n'
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.run_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AND NOT (EXISTS (SELECT ket_queue_pauses.queue \n"
+            'FROM ket_queue_pauses \n'
+            'WHERE ket_queue_pauses.queue = %(p_queue)s::VARCHAR)) AND (ket_jobs.expires_at IS NULL OR ket_jobs.expires_at > coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) AND (%(p_queue_full)s OR ket_jobs.concurrency_key = ANY (%(full_concurrency)b::TEXT[]) OR ket_jobs.rate_key = ANY (%(full_rate)b::TEXT[]))'
         ),
         constants={
         },

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Text,
     and_,
     any_,
@@ -29,11 +30,13 @@ from sqlalchemy import (
     or_,
     select,
     tuple_,
+    type_coerce,
     union_all,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from ket.store.sql.column import Instant
 from ket.store.sql.insert import CHANNEL
 from ket.store.sql.now import TimeSql
 from ket.store.sql.schema import (
@@ -89,8 +92,8 @@ class Statements:
     # keys are not full, in claim order, and those admitted to executing; the starts recorded,
     # and those past every period forgotten
     limit_lock: Any
-    limit_running: Any
-    limit_starts: Any
+    limit_counts: Any
+    limit_waiting: Any
     limit_candidates: Any
     limit_claim: Any
     rate_record: Any
@@ -143,14 +146,34 @@ def statements(dialect: str) -> Statements:
             job_id=bindparam("p_job_id"), attempt=bindparam("p_attempt"), at=now, error=EXPIRED
         ),
         limit_lock=_limit_lock() if dialect == "postgresql" else None,
-        limit_running=select(jobs.c.name, jobs.c.concurrency_key, func.count())
-        .where(jobs.c.queue == bindparam("p_queue"), EXECUTING)
-        .group_by(jobs.c.name, jobs.c.concurrency_key),
-        limit_starts=select(rate_starts.c.scope, rate_starts.c.at, rate_starts.c.n).where(
-            rate_starts.c.queue == bindparam("p_queue"),
-            rate_starts.c.at > bindparam("p_since", type_=rate_starts.c.at.type),
+        # the instant a limited claim counts from, read once it holds the lock: the clock's,
+        # not the transaction's start (a claim that waited for the lock would count from
+        # before the starts of the claim it waited for)
+        # one row per running attempt's concurrency key (`at` NULL, `n` their number), then
+        # one per start under a rate since `p_since` (its scope, `at`, `n`)
+        limit_counts=union_all(
+            select(
+                jobs.c.concurrency_key.label("key"),
+                type_coerce(null(), Instant).label("at"),  # the union's `at` reads as instants
+                func.count().label("n"),
+            )
+            .where(jobs.c.queue == bindparam("p_queue"), EXECUTING)
+            .group_by(jobs.c.concurrency_key),
+            select(rate_starts.c.scope, rate_starts.c.at, rate_starts.c.n).where(
+                rate_starts.c.queue == bindparam("p_queue"),
+                rate_starts.c.at > bindparam("p_since", type_=rate_starts.c.at.type),
+            ),
         ),
         limit_candidates=_candidates(time, dialect),
+        # the due jobs a queue's limits hold back (stats): all of them when the queue is full
+        limit_waiting=select(func.count()).where(
+            *_claimable(time),
+            or_(
+                bindparam("p_queue_full", type_=Boolean),
+                among(dialect, jobs.c.concurrency_key, "full_concurrency", Text),
+                among(dialect, jobs.c.rate_key, "full_rate", Text),
+            ),
+        ),
         limit_claim=_claimed_by_id(time, dialect),
         rate_record=insert(rate_starts).values(
             queue=bindparam("p_queue"), scope=bindparam("p_scope"), at=now, n=bindparam("p_n")
@@ -391,10 +414,17 @@ def _look(time: TimeSql) -> Any:
 
 
 def _limit_lock() -> Any:
-    """PostgreSQL: the limited claims of one queue (`p_queue`) one after another, until commit."""
+    """PostgreSQL: the limited claims of one queue (`p_queue`) one after another, until commit;
+    it returns the instant the claim counts from, read once the lock is held: the clock's (or
+    `now`'s), not the transaction's start (a claim that waited for the lock would count from
+    before the starts of the claim it waited for). The counts come in a statement of their own:
+    this one's snapshot was taken before the wait."""
     named = literal_column("'ket limits '", Text) + bindparam("p_queue", type_=Text)
-    key = func.hashtextextended(named, literal_column("0"))
-    return select(func.pg_advisory_xact_lock(key))
+    held = select(
+        func.pg_advisory_xact_lock(func.hashtextextended(named, literal_column("0")))
+    ).subquery("held")
+    now = func.coalesce(bindparam("now", type_=Instant), func.clock_timestamp())
+    return select(now).select_from(held)
 
 
 def _claimable(time: TimeSql) -> list[Any]:

@@ -8,19 +8,27 @@ for its metrics loads no SQLAlchemy (about 0.5 s of CPU and 24 MB) for it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from ket.store.sql import statement as stmt
 from ket.store.sql.fetch import Rows
+from ket.store.sql.limit import held_back
 from ket.store.sql.vacuum import table_health
-from ket.store.types import JobStats, QueueAges
+from ket.store.types import ClaimLimits, JobStats, QueueAges
 
 
-async def job_stats(rows: Rows, now: datetime | None, long_after: float) -> JobStats:
+async def job_stats(
+    rows: Rows,
+    now: datetime | None,
+    long_after: float,
+    limits: Mapping[str, ClaimLimits] | None = None,
+) -> JobStats:
     """The stats of the tenant database `rows` reads; transactions open longer than
-    `long_after` seconds are named (PostgreSQL)."""
+    `long_after` seconds are named (PostgreSQL); with the queues' `limits`, the due jobs each
+    holds back."""
     counts = await rows.rows(stmt.COUNTS)
     [oldest] = await rows.rows(stmt.OLDEST, {"now": now})
     per_queue = await rows.rows(stmt.QUEUE_AGES, {"now": oldest.now})
@@ -39,6 +47,7 @@ async def job_stats(rows: Rows, now: datetime | None, long_after: float) -> JobS
             for row in sorted(per_queue, key=lambda row: row.queue)
         },
         expired={row[0]: row[1] for row in sorted(expired)},
+        limited=await held_back(rows, limits, at) if limits else {},
     )
     if rows.dialect != "postgresql":  # SQLite rewrites rows in place: nothing to tell
         return stats

@@ -129,8 +129,9 @@ class SqlJobs(SqlSession):
         if limits is not None:  # one at a time per queue: a transaction of its own
             if limits.frees_on_end:
                 self._limited.add(claim.queue)  # its attempts' ends wake its waiters
+            upkeep = self._expiry_due(claim.queue, params["now"] or datetime.now(UTC))
             rows, admitted = await self._hot(
-                lambda conn: limited_claim(conn, claim, limits, params)
+                lambda conn: limited_claim(conn, claim, limits, params, upkeep=upkeep)
             )
             if admitted.retry_at is not None:  # a rate held a job back: look again then
                 wait = (admitted.retry_at - (self._now() or datetime.now(UTC))).total_seconds()

@@ -4,12 +4,13 @@ ket.store.sql.query and ket.store.sql.stats).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ket.store import validate
 from ket.store.sql import stats
 from ket.store.sql.fetch import fetch_all
-from ket.store.types import JobId, JobQuery, JobRecord, JobStats
+from ket.store.types import ClaimLimits, JobId, JobQuery, JobRecord, JobStats
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -51,9 +52,17 @@ class SqlQueries(SqlSession):
 
         return await self._transact(body)
 
-    async def job_stats(self, *, long_after: float = LONG_TRANSACTION_SECONDS) -> JobStats:
+    async def job_stats(
+        self,
+        limits: Mapping[str, ClaimLimits] | None = None,
+        *,
+        long_after: float = LONG_TRANSACTION_SECONDS,
+    ) -> JobStats:
         """Counts by state and queue; oldest lease age and oldest available age; on PostgreSQL
         the jobs table's dead rows and the transactions open longer than `long_after` s (on the
-        lane: a worker reading them for its metrics loads no SQLAlchemy)."""
+        lane: a worker reading them for its metrics loads no SQLAlchemy); with the queues'
+        fleet-wide `limits`, the due jobs each holds back."""
         now = self._now()
-        return await self._hot(lambda rows: stats.job_stats(rows, now, long_after), lasting=True)
+        return await self._hot(
+            lambda rows: stats.job_stats(rows, now, long_after, limits), lasting=True
+        )
