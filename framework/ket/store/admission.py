@@ -51,6 +51,9 @@ class Admitted:
     ids: list[JobId] = field(default_factory=list)
     starts: Counter[str] = field(default_factory=Counter)
     retry_at: datetime | None = None
+    # a concurrency limit held a job back, or a key (or the queue) is at its concurrency limit:
+    # an attempt's end may let a waiting job start
+    contended: bool = False
 
 
 @dataclass(slots=True)
@@ -137,6 +140,7 @@ class Counts:
             if rules is not None and rules.concurrency is not None and job.concurrency_key:
                 key = job.concurrency_key
                 if self.running[key] + running[key] >= rules.concurrency:
+                    admitted.contended = True
                     continue
             if rules is not None and rules.rate is not None and job.rate_key:
                 scope = job.rate_key
@@ -150,6 +154,10 @@ class Counts:
         if limits.rate is not None and admitted.ids:
             admitted.starts[QUEUE_SCOPE] += len(admitted.ids)
         admitted.retry_at = self._retry_at(held_by_rate, admitted)
+        if limits.concurrency is not None:
+            admitted.contended |= sum(self.running.values()) + len(admitted.ids) >= (
+                limits.concurrency
+            )
         return admitted
 
     def _retry_at(self, held: set[str], admitted: Admitted) -> datetime | None:

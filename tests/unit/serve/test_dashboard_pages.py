@@ -79,6 +79,7 @@ def test_the_queues_page_shows_concurrency_counts_and_ages(serve: Serve, tmp_pat
     assert 'state=available&amp;queue=mail">1</a>' in row
     assert 'state=discarded&amp;queue=mail">1</a>' in row
     assert row.rstrip().endswith("<td>-</td>")  # no lease held
+    assert '<td class="num">no limits</td>' in row  # nothing held back: no limit to hold
     assert "not declared" not in page
 
 

@@ -159,7 +159,8 @@ class Pages:
 
     async def queues(self, request: Request) -> Response:
         visit = await self.d.admit(request)
-        stats = await queryable(visit).job_stats()
+        # with the limits: the due jobs each holds back are counted apart
+        stats = await queryable(visit).job_stats(self.d.catalog.claim_limits or None)
         pauses, problem = await _pauses(visit)
         declared = self.d.catalog.worker.queues
         rows = []
@@ -174,6 +175,8 @@ class Pages:
                     "counts": {s: stats.counts.get((s, queue), 0) for s in JOB_STATES},
                     "oldest_available": ages.oldest_available_age if ages else None,
                     "oldest_lease": ages.oldest_lease_age if ages else None,
+                    "limited": stats.limited.get(queue),  # None: the queue has no limits
+                    "expired": stats.expired.get(queue, 0),
                 }
             )
         context = {

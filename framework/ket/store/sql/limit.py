@@ -42,7 +42,9 @@ async def limited_claim(
     counts = await counts_of(rows, queue, limits, now)
     full_concurrency, full_rate, queue_full = counts.full()
     if queue_full:
-        return [], counts.admit([], claim.limit)
+        admitted = counts.admit([], claim.limit)
+        admitted.contended = admitted.contended or bool(full_concurrency)
+        return [], admitted
     found = await rows.tuples(
         stmt.LIMIT_CANDIDATES,
         {
@@ -53,16 +55,19 @@ async def limited_claim(
         },
     )
     admitted = counts.admit([Candidate(*row) for row in found], claim.limit)
+    admitted.contended = admitted.contended or bool(full_concurrency)
     claimed: list[Any] = []
+    starts = sorted(admitted.starts.items())
+    postgres = rows.dialect == "postgresql"
     if admitted.ids:
-        claimed = await rows.tuples(stmt.LIMIT_CLAIM, {**params, "ids": admitted.ids})
-    if admitted.starts:
+        given = {**params, "ids": admitted.ids}
+        if postgres:  # the starts are recorded by the claim's statement
+            given.update(scopes=[scope for scope, _ in starts], ns=[n for _, n in starts])
+        claimed = await rows.tuples(stmt.LIMIT_CLAIM, given)
+    if starts and not postgres:
         await rows.many(
             stmt.RATE_RECORD,
-            [
-                {"now": now, "p_queue": queue, "p_scope": scope, "p_n": n}
-                for scope, n in sorted(admitted.starts.items())
-            ],
+            [{"now": now, "p_queue": queue, "p_scope": scope, "p_n": n} for scope, n in starts],
         )
     if period and upkeep:  # starts past every period count no more
         await rows.rows(stmt.RATE_FORGET, {"p_queue": queue, "p_since": since})

@@ -329,7 +329,10 @@ TEXT: dict[str, Compiled] = {
     ),
     'query.limit_claim': Compiled(
         text=(
-            "UPDATE ket_jobs SET state=%(state)s::VARCHAR, attempt=(ket_jobs.attempt + %(attempt_1)s::INTEGER), attempted_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), worker_id=%(p_worker_id)s::VARCHAR, lease_until=coalesce(%(lease_at)s::TIMESTAMP WITH TIME ZONE, now() + %(lease_s)s * interval '1 second'), fence=(ket_jobs.fence + %(fence_1)s::BIGINT), cancel_requested=%(cancel_requested)s WHERE ket_jobs.id = ANY (%(ids)b::BIGINT[]) RETURNING ket_jobs.id, ket_jobs.name, ket_jobs.queue, ket_jobs.payload, ket_jobs.payload_version, ket_jobs.priority, ket_jobs.attempt, ket_jobs.max_attempts, ket_jobs.unique_key, ket_jobs.company, ket_jobs.run_at, ket_jobs.enqueued_at, ket_jobs.lease_until, ket_jobs.fence, ket_jobs.tick, ket_jobs.ticks_skipped, ket_jobs.trace_context"
+            'WITH recorded AS \n'
+            '(INSERT INTO ket_rate_starts (queue, scope, at, n) SELECT %(p_queue)s::VARCHAR AS anon_1, started.scope AS scope, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_1, started.n AS n \n'
+            'FROM unnest(%(scopes)b::TEXT[], %(ns)b::BIGINT[]) AS started(scope, n))\n'
+            " UPDATE ket_jobs SET state=%(state)s::VARCHAR, attempt=(ket_jobs.attempt + %(attempt_1)s::INTEGER), attempted_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), worker_id=%(p_worker_id)s::VARCHAR, lease_until=coalesce(%(lease_at)s::TIMESTAMP WITH TIME ZONE, now() + %(lease_s)s * interval '1 second'), fence=(ket_jobs.fence + %(fence_1)s::BIGINT), cancel_requested=%(cancel_requested)s WHERE ket_jobs.id = ANY (%(ids)b::BIGINT[]) RETURNING ket_jobs.id, ket_jobs.name, ket_jobs.queue, ket_jobs.payload, ket_jobs.payload_version, ket_jobs.priority, ket_jobs.attempt, ket_jobs.max_attempts, ket_jobs.unique_key, ket_jobs.company, ket_jobs.run_at, ket_jobs.enqueued_at, ket_jobs.lease_until, ket_jobs.fence, ket_jobs.tick, ket_jobs.ticks_skipped, ket_jobs.trace_context"
         ),
         constants={
             'state': 'executing',

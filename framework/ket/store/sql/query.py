@@ -461,13 +461,31 @@ def _candidates(time: TimeSql, dialect: str) -> Any:
 
 
 def _claimed_by_id(time: TimeSql, dialect: str) -> Any:
-    """The admitted candidates (`ids`) to executing, as the claim does."""
-    return (
+    """The admitted candidates (`ids`) to executing, as the claim does; on PostgreSQL, in the
+    same statement, their starts recorded (`p_queue`, and `scopes` with their `ns`: empty
+    arrays record none); SQLite records them with `rate_record`."""
+    claim = (
         update(jobs)
         .where(among(dialect, jobs.c.id, "ids", BigInteger))
         .values(_claim_values(time))
         .returning(*_CLAIMED)
     )
+    if dialect != "postgresql":
+        return claim
+    started = (
+        func.unnest(
+            bindparam("scopes", type_=postgresql.ARRAY(Text)),
+            bindparam("ns", type_=postgresql.ARRAY(BigInteger)),
+        )
+        .table_valued("scope", "n")
+        .render_derived(name="started")
+    )
+    record = insert(rate_starts).from_select(
+        ["queue", "scope", "at", "n"],
+        select(bindparam("p_queue", type_=Text), started.c.scope, time.now(), started.c.n),
+    )
+    # a data-modifying CTE runs whether or not the outer statement reads it
+    return claim.add_cte(record.cte("recorded"))
 
 
 def _claim_values(time: TimeSql) -> dict[str, Any]:

@@ -47,6 +47,12 @@ if TYPE_CHECKING:
 
 from ket.store.sql.capabilities.session import SqlSession
 
+# A queue whose limited claim here met a concurrency limit at work (a key or the queue full, a
+# job held back): for this long the attempts' ends here wake its waiters (NOTIFY, hints); with
+# no contention an end wakes nobody, and a drain under limits it never reaches pays nothing
+CONTENDED_SECONDS = 10.0
+# ... and a claim that met it looks again within this long, whatever wake-up it hears
+CONTENDED_RECHECK_SECONDS = 1.0
 # how often a SQLite claim discards its queue's expired jobs at most (`_expiry_due`)
 EXPIRE_EVERY = timedelta(seconds=1)
 # outcomes that, with no delay, make the job claimable at once: its queue's waiters are woken
@@ -127,12 +133,17 @@ class SqlJobs(SqlSession):
 
         limits = claim.limits
         if limits is not None:  # one at a time per queue: a transaction of its own
-            if limits.frees_on_end:
-                self._limited.add(claim.queue)  # its attempts' ends wake its waiters
             upkeep = self._expiry_due(claim.queue, params["now"] or datetime.now(UTC))
             rows, admitted = await self._hot(
                 lambda conn: limited_claim(conn, claim, limits, params, upkeep=upkeep)
             )
+            if admitted.contended:
+                # for a while, this process's attempts of the queue wake its waiters as they
+                # end (here and, by NOTIFY, elsewhere); and this one looks again within
+                # CONTENDED_RECHECK_SECONDS whatever it hears: an end elsewhere may come from
+                # a process that saw no contention
+                self._limited[claim.queue] = time.monotonic()
+                self.wake_in(claim.queue, CONTENDED_RECHECK_SECONDS)
             if admitted.retry_at is not None:  # a rate held a job back: look again then
                 wait = (admitted.retry_at - (self._now() or datetime.now(UTC))).total_seconds()
                 self.wake_in(claim.queue, max(wait, 0.0))
@@ -145,6 +156,14 @@ class SqlJobs(SqlSession):
         self._claimed_at[claim.queue] = began[0]
         claimed = [stmt.claimed_job(row) for row in rows]
         return sorted(claimed, key=lambda job: (job.priority, job.run_at, job.id))
+
+    def _contended(self) -> set[str]:
+        """The queues whose limited claims here met a concurrency limit at work within the
+        last CONTENDED_SECONDS: an attempt's end there may let a waiting job start."""
+        if not self._limited:
+            return set()
+        since = time.monotonic() - CONTENDED_SECONDS
+        return {queue for queue, at in self._limited.items() if at >= since}
 
     def _expiry_due(self, queue: str, now: datetime | None) -> bool:
         """SQLite: whether this claim also discards the queue's expired jobs, at most once every
@@ -185,7 +204,7 @@ class SqlJobs(SqlSession):
         others = [s for s in settlements if s.outcome != "completed"]
         woken: set[str] = set()
         later: list[tuple[str, float]] = []  # retries and snoozes: wake their queue when due
-        limited = self._limited
+        limited = self._contended()
 
         async def body(conn: Rows) -> set[JobId]:
             applied: set[JobId] = set()
@@ -271,7 +290,7 @@ class SqlJobs(SqlSession):
                 )
                 # a job rescued to retryable is due now (run_at = now): wake its queue; and
                 # one under a concurrency limit freed a place
-                freed = {row.queue for row in rows if row.queue in self._limited}
+                freed = {row.queue for row in rows if row.queue in self._contended()}
                 await command.wake(conn, _retryable_queues(rows) | freed)
             return [
                 Rescued(

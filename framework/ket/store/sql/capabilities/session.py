@@ -93,8 +93,8 @@ class SqlSession:
         self._path = WakePath(self._wakeups, self._channel)
         # queue -> when its last claim here began its statement (monotonic)
         self._claimed_at: dict[str, float] = {}
-        # queues claimed here under a concurrency limit: an attempt's end wakes their waiters
-        self._limited: set[str] = set()
+        # queue -> when a limited claim here last met a concurrency limit at work (monotonic)
+        self._limited: dict[str, float] = {}
         # SQLite: queue -> the store's now when a claim here last discarded its expired jobs
         self._expired_at: dict[str, datetime] = {}
         # queue -> (loop time, timer): a wake-up when the queue's next job is due
