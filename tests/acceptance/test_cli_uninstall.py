@@ -23,6 +23,7 @@ KET_TABLES = {
     "ket_jobs",
     "ket_migrations",
     "ket_queue_pauses",
+    "ket_rate_starts",
     "ket_schedule_fires",
     "ket_schedules",
     "ket_sent_messages",

@@ -122,7 +122,8 @@ async def test_sessions_refuse_what_no_store_could_keep(t: Tck) -> None:
 @on_store_time
 async def test_on_the_store_own_clock_a_session_expires(t: Tck) -> None:
     sessions = _sessions(t)
-    await sessions.session_open(_session(), ttl_seconds=0.05)
+    # a second: long enough for the find that follows on a busy machine (50 ms was not)
+    await sessions.session_open(_session(), ttl_seconds=1.0)
     assert await sessions.session_find("digest-1") is not None
-    await asyncio.sleep(0.1)  # real time: the store's own clock (the database's) moves on
+    await asyncio.sleep(1.1)  # real time: the store's own clock (the database's) moves on
     assert await sessions.session_find("digest-1") is None
