@@ -184,6 +184,46 @@ def test_a_driver_error_on_the_lane_says_what_the_engine_would_without_the_passw
     )
 
 
+def test_a_column_of_a_later_migration_missing_says_the_database_is_older_than_this_ket() -> None:
+    import sqlite3
+
+    import psycopg
+
+    from ket.connection.url import make_url
+    from ket.store.sql.failure import driver_error
+
+    url = make_url("postgresql://app@db/erp")
+    older = "this database's ket tables are older than this version of ket; run `ket migrate`"
+    for error in (
+        psycopg.errors.UndefinedColumn("column ket_jobs.expires_at does not exist"),
+        psycopg.errors.UndefinedColumn('column "rate_key" of relation "ket_jobs" does not exist'),
+        sqlite3.OperationalError("no such column: concurrency_key"),
+    ):
+        assert driver_error(error, url).message.endswith(older), error
+    # an app's own column, or a column of an app's table, gets no ket cure
+    for error in (
+        sqlite3.OperationalError("no such column: customer_id"),
+        psycopg.errors.UndefinedColumn('column "expires_at" of relation "orders" does not exist'),
+    ):
+        assert "ket migrate" not in driver_error(error, url).message, error
+
+
+def test_the_later_columns_are_the_ones_later_migrations_add() -> None:
+    import re
+
+    from ket.store.sql.failure import LATER_COLUMNS
+    from ket.store.sql.migration import MIGRATIONS
+
+    for dialect in ("postgresql", "sqlite"):
+        added = {
+            column
+            for migration in MIGRATIONS[1:]
+            for statement in migration.statements[dialect]
+            for column in re.findall(r"ADD COLUMN (\w+)", statement)
+        }
+        assert added == LATER_COLUMNS, dialect
+
+
 def test_the_first_migration_s_tables_are_the_ones_whose_absence_means_no_ket_tables() -> None:
     import re
 

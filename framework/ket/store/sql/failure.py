@@ -26,6 +26,17 @@ if TYPE_CHECKING:
 _DRIVERS = frozenset({"psycopg", "psycopg_pool", "sqlite3", "aiosqlite"})
 _MISSING_TABLE = ("no such table: ket_", 'relation "ket_')
 _MISSING_NAME = re.compile(r'(?:no such table: |relation ")(ket_\w+)')
+# a column missing: SQLite names the column alone, PostgreSQL its ket table too
+_MISSING_COLUMN = re.compile(
+    r'no such column: (?P<column>\w+)\b|column (?:ket_\w+\.(?P<qualified>\w+)|"(?P<quoted>\w+)" '
+    r'of relation "ket_\w+") does not exist'
+)
+# the columns later migrations add to the tables of earlier ones: one missing means the
+# database is older than this ket (tests/unit/store/test_sql_failure.py keeps this list equal to
+# the migrations' ADD COLUMN); an app's own columns are not among them
+LATER_COLUMNS = frozenset(
+    {"paused", "tags", "trace_context", "rerun_of", "expires_at", "concurrency_key", "rate_key"}
+)
 # the tables of ket's first migration: one of them missing means none is there yet; a table of a
 # later migration missing means the database is at an older version than this ket
 # (tests/unit/store/test_sql_failure.py keeps this list equal to migration 1's)
@@ -128,7 +139,14 @@ def reason(error: DBAPIError) -> str:
 
 
 def _cured(text: str) -> str:
-    """`text`, with the cure when it says that ket's tables are missing."""
+    """`text`, with the cure when it says that ket's tables, or a column a later migration
+    gives them, are missing."""
+    column = _MISSING_COLUMN.search(text)
+    if column is not None and (column[1] or column[2] or column[3]) in LATER_COLUMNS:
+        return (
+            f"{text}: this database's ket tables are older than this version of ket; "
+            "run `ket migrate`"
+        )
     if any(m in text for m in _MISSING_TABLE) and (
         "no such table" in text or "does not exist" in text
     ):
