@@ -125,6 +125,7 @@ class EnqueueOptions:
 NO_OPTIONS = EnqueueOptions()
 
 
+_NO_KEYS: tuple[None, None] = (None, None)  # a job under no fleet-wide limit
 # a key's values as compact JSON (an encoder made once: a call per enqueued job)
 _KEY_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
@@ -153,12 +154,9 @@ class LimitKeys:
             return None
         return cls(name, fields, None if rate is None else rate.key)
 
-    def of_payload(self, payload: Mapping[str, Any]) -> dict[str, str | None]:
-        """The keys of a job with this (validated, JSON-ready) payload."""
-        return {
-            "concurrency_key": self._key(self.concurrency, payload),
-            "rate_key": self._key(self.rate, payload),
-        }
+    def of_payload(self, payload: Mapping[str, Any]) -> tuple[str | None, str | None]:
+        """The concurrency and rate keys of a job with this (validated, JSON-ready) payload."""
+        return self._key(self.concurrency, payload), self._key(self.rate, payload)
 
     def _key(self, fields: tuple[str, ...] | None, payload: Mapping[str, Any]) -> str | None:
         if fields is None:
@@ -312,6 +310,7 @@ class Catalog:
                 expires_in = delay_seconds(options.expires_in, name="expires_in", positive=True)
             except ValueError as error:
                 raise JobRejected(f"job {name!r}: {error}") from None
+        keys = _NO_KEYS if spec.limit_keys is None else spec.limit_keys.of_payload(payload)
         job = NewJob(
             name=name,
             queue=spec.queue,
@@ -328,7 +327,8 @@ class Catalog:
             tags=spec.tags if tags is None else tags,
             trace_context=trace.enqueue_context(name, spec.queue) if self.tracing else None,
             expires_in_seconds=expires_in,
-            **({} if spec.limit_keys is None else spec.limit_keys.of_payload(payload)),
+            concurrency_key=keys[0],
+            rate_key=keys[1],
         )
         if bare and spec.no_input and not self.tracing:  # a traced enqueue is a span of its own
             self._plain[name] = job

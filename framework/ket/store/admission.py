@@ -92,9 +92,8 @@ class Counts:
                 in_period[scope] += start.n
         return cls(limits=limits, now=now, running=counted, starts=kept, in_period=in_period)
 
-    def started(self, scope: str, rate: Rate) -> int:
-        """How many attempts of `scope` started within the last `rate.period_seconds` (the
-        rate of that scope)."""
+    def started(self, scope: str) -> int:
+        """How many attempts of `scope` started within its rate's period."""
         return self.in_period[scope]
 
     def full(self) -> tuple[list[str], list[str], bool]:
@@ -113,7 +112,7 @@ class Counts:
             for scope in {s.scope for s in self.starts} - {QUEUE_SCOPE}
             if (job := limits.jobs.get(_name(scope))) is not None
             and job.rate is not None
-            and self.started(scope, job.rate) >= job.rate.limit
+            and self.started(scope) >= job.rate.limit
         )
         return concurrency, rate, self._room() <= 0
 
@@ -124,7 +123,7 @@ class Counts:
         if limits.concurrency is not None:
             room = min(room, limits.concurrency - sum(self.running.values()))
         if limits.rate is not None:
-            room = min(room, limits.rate.limit - self.started(QUEUE_SCOPE, limits.rate))
+            room = min(room, limits.rate.limit - self.started(QUEUE_SCOPE))
         return room
 
     def admit(self, candidates: Sequence[Candidate], limit: int) -> Admitted:
@@ -144,7 +143,7 @@ class Counts:
                     continue
             if rules is not None and rules.rate is not None and job.rate_key:
                 scope = job.rate_key
-                if self.started(scope, rules.rate) + admitted.starts[scope] >= rules.rate.limit:
+                if self.started(scope) + admitted.starts[scope] >= rules.rate.limit:
                     held_by_rate.add(scope)
                     continue
                 admitted.starts[scope] += 1
@@ -170,7 +169,7 @@ class Counts:
             assert rate is not None
             scopes[scope] = rate
         queue = limits.rate
-        started = 0 if queue is None else self.started(QUEUE_SCOPE, queue)
+        started = 0 if queue is None else self.started(QUEUE_SCOPE)
         if queue is not None and started + admitted.starts[QUEUE_SCOPE] >= queue.limit:
             scopes[QUEUE_SCOPE] = queue
         ends = [

@@ -129,8 +129,7 @@ async def test_a_rate_limit_starts_at_most_its_limit_in_any_span_of_its_period(t
     queue = fresh_queue("rate")
     limits = ClaimLimits(jobs={JOB: JobLimits(rate=Rate(limit=3, period_seconds=10))})
     key = _key("p")
-    await insert(t.store, *[_job(queue, "p", concurrency_key=None, rate_key=key)] * 1)
-    await insert(t.store, *[_job(queue, "p", concurrency_key=None, rate_key=key) for _ in range(6)])
+    await insert(t.store, *[_job(queue, "p", concurrency_key=None, rate_key=key) for _ in range(7)])
     other = await insert_one(t.store, _job(queue, "q", concurrency_key=None, rate_key=_key("q")))
     assert len(await _claim(t.store, queue, limits, limit=2)) == 2
     t.clock.advance(seconds=4)

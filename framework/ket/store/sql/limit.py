@@ -36,23 +36,21 @@ async def limited_claim(
     assert now is not None  # SQLite's instants come from Python
     params = {**params, "now": now}
     if upkeep:
-        await _expire(rows, params)
-    period = longest_period(limits)
-    since = now - timedelta(seconds=period)
+        await expire(rows, params)
     counts = await counts_of(rows, queue, limits, now)
     full_concurrency, full_rate, queue_full = counts.full()
-    if queue_full:
-        admitted = counts.admit([], claim.limit)
-        admitted.contended = admitted.contended or bool(full_concurrency)
-        return [], admitted
-    found = await rows.tuples(
-        stmt.LIMIT_CANDIDATES,
-        {
-            **params,
-            "full_concurrency": full_concurrency,
-            "full_rate": full_rate,
-            "limit": claim.limit,
-        },
+    found = (
+        []
+        if queue_full
+        else await rows.tuples(
+            stmt.LIMIT_CANDIDATES,
+            {
+                **params,
+                "full_concurrency": full_concurrency,
+                "full_rate": full_rate,
+                "limit": claim.limit,
+            },
+        )
     )
     admitted = counts.admit([Candidate(*row) for row in found], claim.limit)
     admitted.contended = admitted.contended or bool(full_concurrency)
@@ -69,15 +67,14 @@ async def limited_claim(
             stmt.RATE_RECORD,
             [{"now": now, "p_queue": queue, "p_scope": scope, "p_n": n} for scope, n in starts],
         )
-    if period and upkeep:  # starts past every period count no more
-        await rows.rows(stmt.RATE_FORGET, {"p_queue": queue, "p_since": since})
+    if upkeep and longest_period(limits):  # starts past every period count no more
+        await rows.rows(stmt.RATE_FORGET, {"p_queue": queue, "p_since": _since(limits, now)})
     return claimed, admitted
 
 
 async def counts_of(rows: Rows, queue: str, limits: ClaimLimits, now: datetime) -> Counts:
     """What runs and what started of `queue` at `now`, as a limited claim reads them."""
-    since = now - timedelta(seconds=longest_period(limits))
-    read = await rows.tuples(stmt.LIMIT_COUNTS, {"p_queue": queue, "p_since": since})
+    read = await rows.tuples(stmt.LIMIT_COUNTS, {"p_queue": queue, "p_since": _since(limits, now)})
     return Counts.read(
         limits,
         now,
@@ -108,8 +105,14 @@ async def held_back(rows: Rows, limits: Mapping[str, ClaimLimits], now: datetime
     return held
 
 
-async def _expire(rows: Rows, params: dict[str, Any]) -> None:
-    """The queue's expired jobs discarded, each with its record, as the plain claim does."""
+def _since(limits: ClaimLimits, now: datetime) -> datetime:
+    """Where the longest rate period of `limits` begins at `now`: older starts count no more."""
+    return now - timedelta(seconds=longest_period(limits))
+
+
+async def expire(rows: Rows, params: dict[str, Any]) -> None:
+    """Up to `limit` of the queue's expired jobs discarded, each with its record `expired` (the
+    plain claim does it in its own statement on PostgreSQL; SQLite and limited claims here)."""
     expired = await rows.tuples(stmt.EXPIRE, params)
     if expired:
         await rows.many(

@@ -24,7 +24,7 @@ from ket.store.sql.app_connection import (
 )
 from ket.store.sql.fetch import EngineRows, Rows
 from ket.store.sql.insert import insert_plan, one_statement, run_plan, run_sync
-from ket.store.sql.limit import limited_claim
+from ket.store.sql.limit import expire, limited_claim
 from ket.store.sql.now import time_params
 from ket.store.types import (
     ClaimedJob,
@@ -53,7 +53,7 @@ from ket.store.sql.capabilities.session import SqlSession
 CONTENDED_SECONDS = 10.0
 # ... and a claim that met it looks again within this long, whatever wake-up it hears
 CONTENDED_RECHECK_SECONDS = 1.0
-# how often a SQLite claim discards its queue's expired jobs at most (`_expiry_due`)
+# how often a claim discards its queue's expired jobs at most, where that costs a statement
 EXPIRE_EVERY = timedelta(seconds=1)
 # outcomes that, with no delay, make the job claimable at once: its queue's waiters are woken
 _RUNNABLE_AGAIN = frozenset({"retryable", "snoozed"})
@@ -122,18 +122,13 @@ class SqlJobs(SqlSession):
 
         async def expiring(rows: Rows) -> list[Any]:
             """SQLite: the queue's expired jobs discarded, and why, then the claim (on
-            PostgreSQL the claim's one statement does all three)."""
-            expired = await rows.tuples(stmt.EXPIRE, params)
-            if expired:
-                await rows.many(
-                    stmt.EXPIRED_ERRORS,
-                    [{"now": params["now"], "p_job_id": i, "p_attempt": a} for i, a in expired],
-                )
+            PostgreSQL the claim's one statement does both)."""
+            await expire(rows, params)
             return await statement(rows)
 
         limits = claim.limits
         if limits is not None:  # one at a time per queue: a transaction of its own
-            upkeep = self._expiry_due(claim.queue, params["now"] or datetime.now(UTC))
+            upkeep = self._upkeep_due(claim.queue, params["now"] or datetime.now(UTC))
             rows, admitted = await self._hot(
                 lambda conn: limited_claim(conn, claim, limits, params, upkeep=upkeep)
             )
@@ -147,7 +142,7 @@ class SqlJobs(SqlSession):
             if admitted.retry_at is not None:  # a rate held a job back: look again then
                 wait = (admitted.retry_at - (self._now() or datetime.now(UTC))).total_seconds()
                 self.wake_in(claim.queue, max(wait, 0.0))
-        elif self.dialect == "sqlite" and self._expiry_due(claim.queue, params["now"]):
+        elif self.dialect == "sqlite" and self._upkeep_due(claim.queue, params["now"]):
             rows = await self._hot(expiring)
         elif self._channel is None:  # one tenant: its connections are its own
             rows = await self._hot(statement, single=True)
@@ -165,11 +160,11 @@ class SqlJobs(SqlSession):
         since = time.monotonic() - CONTENDED_SECONDS
         return {queue for queue, at in self._limited.items() if at >= since}
 
-    def _expiry_due(self, queue: str, now: datetime | None) -> bool:
-        """SQLite: whether this claim also discards the queue's expired jobs, at most once every
-        EXPIRE_EVERY of the store's time a queue. The claim's own filter keeps an expired job
-        from ever starting; the discard only records it, and costs the claim a transaction of
-        two statements instead of one autocommit statement."""
+    def _upkeep_due(self, queue: str, now: datetime | None) -> bool:
+        """Whether this claim also discards the queue's expired jobs (and, limited, forgets
+        its old starts): at most once every EXPIRE_EVERY of the store's time a queue, where it
+        costs a statement (SQLite's claims, limited claims). The claim's own filter keeps an
+        expired job from ever starting; the discard only records it."""
         if now is None:  # not SQLite's way (its instants come from Python): do it every time
             return True
         last = self._expired_at.get(queue)
