@@ -12,7 +12,7 @@ import json
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -23,7 +23,7 @@ from ket.check import error_messages, run_checks
 from ket.declare import resolve
 from ket.declare.deployment import DeploymentDecl
 from ket.declare.effect import Effect
-from ket.declare.flow import ConcurrencyLimit, QueueLimits, RateLimit
+from ket.declare.flow import ConcurrencyLimit, Debounce, QueueLimits, RateLimit, UniqueWindow
 from ket.declare.job import JobDecl, Upgrade, default_backoff_seconds
 from ket.declare.operation import Handler, OperationDecl
 from ket.declare.serve import ServeConfig
@@ -39,7 +39,7 @@ from ket.secret import (
     plain_payload,
     seal_payload,
 )
-from ket.store.types import ClaimLimits, JobLimits, ModelTable, NewJob, Rate
+from ket.store.types import ClaimLimits, JobLimits, ModelTable, NewJob, Rate, Window
 
 Backoff = Callable[[int], float]
 
@@ -204,6 +204,10 @@ class JobSpec(OperationSpec):
     concurrency_limit: ConcurrencyLimit | None = None
     rate_limit: RateLimit | None = None
     limit_keys: LimitKeys | None = None
+    # how an enqueue joins an earlier job of its key (None: only by an active unique_key), and
+    # the input fields that make the key
+    window: Window | None = None
+    window_fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -311,6 +315,17 @@ class Catalog:
             except ValueError as error:
                 raise JobRejected(f"job {name!r}: {error}") from None
         keys = _NO_KEYS if spec.limit_keys is None else spec.limit_keys.of_payload(payload)
+        unique_key, window_key = options.unique_key, None
+        if spec.window is not None:  # the window is keyed by the enqueue's key, or the fields'
+            window_key = unique_key
+            if window_key is None:
+                window_key = _KEY_JSON([payload.get(name) for name in spec.window_fields])
+            unique_key = None
+            if spec.window.debounce:  # it runs a period after its enqueue's run time
+                if at is None:
+                    delay += spec.window.seconds
+                else:
+                    at += timedelta(seconds=spec.window.seconds)
         job = NewJob(
             name=name,
             queue=spec.queue,
@@ -320,7 +335,7 @@ class Catalog:
             priority=spec.priority if options.priority is None else options.priority,
             max_attempts=spec.max_attempts,
             payload_version=spec.input_version,
-            unique_key=options.unique_key,
+            unique_key=unique_key,
             company=options.company,
             tick=tick,
             ticks_skipped=ticks_skipped,
@@ -329,6 +344,8 @@ class Catalog:
             expires_in_seconds=expires_in,
             concurrency_key=keys[0],
             rate_key=keys[1],
+            window_key=window_key,
+            window=spec.window,
         )
         if bare and spec.no_input and not self.tracing:  # a traced enqueue is a span of its own
             self._plain[name] = job
@@ -486,7 +503,20 @@ def _job(decl: JobDecl, timezone: str | None, worker: WorkerConfig) -> JobSpec:
         limit_keys=LimitKeys.of(
             decl.qualified_name, concurrency, rate, worker.limits.get(str(decl.queue))
         ),
+        window=_window(unique := resolve.unique(decl), debounce := resolve.debounce(decl)),
+        window_fields=unique.key if unique else debounce.key if debounce else (),
     )
+
+
+def _window(unique: UniqueWindow | None, debounce: Debounce | None) -> Window | None:
+    """The store's view of a job's uniqueness window or debounce (ket check allows one)."""
+    if unique is not None:
+        return Window(seconds=unique.seconds, states=unique.states)  # type: ignore[arg-type]
+    if debounce is not None:
+        return Window(
+            seconds=debounce.seconds, debounce=True, max_wait_seconds=debounce.max_wait_seconds
+        )
+    return None
 
 
 def _claim_limits(jobs: Mapping[str, JobSpec], worker: WorkerConfig) -> dict[str, ClaimLimits]:

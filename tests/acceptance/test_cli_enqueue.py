@@ -209,3 +209,57 @@ def test_rerun_refuses_work_that_has_not_finished_and_unknown_ids(project: Proje
     missing = run_ket("jobs", "rerun", "99", cwd=root)
     assert (missing.code, missing.err) == (1, "ket: job 99: no such job\n")
     assert len(run_ket("jobs", "list", cwd=root).out.splitlines()) == 2  # the header and job 1
+
+
+WINDOWED = """
+from ket import define_deployment, define_job, define_module
+
+def noop(ctx, input):
+    pass
+
+crm = define_module(
+    name="crm",
+    jobs={
+        "welcome": define_job(
+            idempotent=True,
+            input={"customer_id": "id"},
+            unique={"period": "1d", "key": ["customer_id"]},
+            handler=noop,
+        ),
+        "reindex": define_job(
+            idempotent=True,
+            input={"document_id": "id", "revision": "int"},
+            debounce={"period": "30s", "key": ["document_id"]},
+            handler=noop,
+        ),
+    },
+)
+main = define_deployment(name="main", modules=[crm])
+"""
+
+
+def test_an_operator_s_enqueue_joins_the_job_of_its_window_or_debounce_key(
+    project: Project,
+) -> None:
+    root = project({"app/workspace.py": WINDOWED})
+    assert run_ket("migrate", cwd=root).code == 0
+    first = run_ket("jobs", "enqueue", "crm.welcome", '{"customer_id": "c1"}', cwd=root)
+    assert first.out == "enqueued job 1 (crm.welcome)\n", first.err
+    again = run_ket("jobs", "enqueue", "crm.welcome", '{"customer_id": "c1"}', cwd=root)
+    assert again.out == (
+        "coalesced with job 1 (crm.welcome), enqueued within the unique window of its key\n"
+    )
+    edit = '{"document_id": "d1", "revision": %d}'
+    assert run_ket("jobs", "enqueue", "crm.reindex", edit % 1, cwd=root).out == (
+        "enqueued job 2 (crm.reindex)\n"
+    )
+    later = run_ket("jobs", "enqueue", "crm.reindex", edit % 2, cwd=root)
+    assert later.out == (
+        "coalesced with job 2 (crm.reindex), not started yet: it takes this input and its run "
+        "time moves (debounce)\n"
+    )
+    shown = _show(root, 2)
+    assert (shown["state"], shown["window_key"]) == ("scheduled", '["d1"]')
+    shown_text = run_ket("jobs", "show", "2", cwd=root).out
+    assert 'window_key:   ["d1"]\n' in shown_text
+    assert '"revision": 2' in shown_text

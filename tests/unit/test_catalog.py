@@ -12,7 +12,7 @@ from pydantic import BaseModel, SecretStr, ValidationError, field_validator
 from ket import define_deployment, define_function, define_job, define_module
 from ket.catalog import Catalog, EnqueueOptions, UpgradeFailed, validate_input
 from ket.errors import JobRejected, SecretKeyError
-from ket.store.types import JobLimits, Rate
+from ket.store.types import JobLimits, Rate, Window
 
 KEY = Fernet.generate_key().decode()
 
@@ -290,3 +290,52 @@ def test_a_limited_job_carries_its_keys_and_its_queue_s_claims_keep_its_limits()
     limits = catalog.claim_limits["partners"]
     assert limits.jobs["t.sync"] == JobLimits(concurrency=1, rate=Rate(limit=20, period_seconds=1))
     assert (limits.concurrency, limits.rate) == (None, Rate(limit=100, period_seconds=60))
+
+
+def _windowed_app() -> Any:
+    return define_deployment(
+        name="main",
+        modules=[
+            define_module(
+                name="t",
+                jobs={
+                    "welcome": define_job(
+                        input={"customer_id": "id", "plan": "string?"},
+                        idempotent=True,
+                        unique={"period": "1d", "key": ["customer_id"], "states": ["completed"]},
+                        handler=_noop,
+                    ),
+                    "reindex": define_job(
+                        input={"document_id": "id"},
+                        idempotent=True,
+                        debounce={"period": "30s", "max_wait": "5m"},
+                        handler=_noop,
+                    ),
+                },
+            )
+        ],
+    )
+
+
+def test_a_windowed_job_is_keyed_by_its_fields_or_by_the_enqueue_s_unique_key() -> None:
+    catalog = Catalog.build(_windowed_app(), environ={})
+    job = catalog.new_job("t.welcome", {"customer_id": "c1", "plan": "pro"})
+    assert (job.window_key, job.unique_key) == ('["c1"]', None)
+    assert job.window == Window(seconds=86_400, states=("completed",))
+    given = catalog.new_job("t.welcome", {"customer_id": "c1"}, EnqueueOptions(unique_key="vip"))
+    # the enqueue's key takes the fields' place, under the window: no active-only unique key
+    assert (given.window_key, given.unique_key) == ("vip", None)
+    assert given.run_at is None and given.delay_seconds == 0  # a window does not delay
+
+
+def test_a_debounced_job_runs_its_period_after_its_enqueue_s_run_time() -> None:
+    catalog = Catalog.build(_windowed_app(), environ={})
+    now = catalog.new_job("t.reindex", {"document_id": "d1"})
+    assert (now.window_key, now.run_at, now.delay_seconds) == ("[]", None, 30.0)
+    assert now.window == Window(seconds=30, debounce=True, max_wait_seconds=300)
+    later = catalog.new_job("t.reindex", {"document_id": "d1"}, EnqueueOptions(run_in="1m"))
+    assert (later.run_at, later.delay_seconds) == (None, 90.0)
+    at = catalog.new_job(
+        "t.reindex", {"document_id": "d1"}, EnqueueOptions(run_at="2026-12-24T09:00:00+01:00")
+    )
+    assert at.run_at is not None and at.run_at.isoformat() == "2026-12-24T09:00:30+01:00"

@@ -244,16 +244,16 @@ CODES: dict[str, Code] = {
         Code(
             id="KET704",
             level=E,
-            title="limit key names a field the input lacks",
+            title="key of a limit, window or debounce names a field the input lacks",
             hint="Name fields of the job's input in key, or add the field to the input.",
         ),
         Code(
             id="KET705",
             level=E,
-            title="limit key field is not a scalar",
-            hint="Key a limit by input fields of type id, string, int, number, bool, date or "
-            "datetime; not json, whose value is a structure, nor secret, whose value a key "
-            "would keep in clear.",
+            title="key field of a limit, window or debounce is not a scalar",
+            hint="Key a limit, window or debounce by input fields of type id, string, int, "
+            "number, bool, date or datetime; not json, whose value is a structure, nor secret, "
+            "whose value a key would keep in clear.",
         ),
         Code(
             id="KET706",
@@ -269,6 +269,39 @@ CODES: dict[str, Code] = {
             title="expires_in is within the worker's poll_max_ms",
             hint="Lengthen expires_in well past poll_max_ms, or lower poll_max_ms: an idle "
             "worker that missed a wake-up looks at the queue only every poll_max_ms.",
+        ),
+        Code(
+            id="KET708",
+            level=E,
+            title="unique is malformed",
+            hint="Give unique as {'period': '1h', 'key': ['customer_id']}: a period from 1s to "
+            "365d, with 'key': [fields] to join only jobs of the same values, and 'states': "
+            "[states] to join jobs in other states than available, scheduled, executing, "
+            "retryable and completed.",
+        ),
+        Code(
+            id="KET709",
+            level=E,
+            title="debounce is malformed",
+            hint="Give debounce as {'period': '30s', 'key': ['customer_id']}: a period from 1s "
+            "to 365d, with 'key': [fields] to debounce each of their values on its own, and "
+            "'max_wait': '5m', at least the period, to run a job enqueued again and again at "
+            "last.",
+        ),
+        Code(
+            id="KET710",
+            level=E,
+            title="job declares both unique and debounce",
+            hint="Choose one: debounce to run a job once the enqueues of its key stop, with the "
+            "last input; unique to join the job already enqueued within the period, which keeps "
+            "its input.",
+        ),
+        Code(
+            id="KET711",
+            level=W,
+            title="unique period outlives the retention of finished jobs",
+            hint="Shorten the period to the retention, lengthen the worker's retention_ms for "
+            "that state (None keeps its jobs), or leave the state out of the window's states.",
         ),
     ]
 }

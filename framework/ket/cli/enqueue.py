@@ -4,7 +4,8 @@ The job is validated and written exactly as `open_client(...).enqueue` does it (
 used: the input checked against the job's declaration, the options read by the catalog, the
 waiting workers woken after the commit), then recorded in the tenant's audit log as `ket jobs
 retry` and `ket jobs cancel` are. Exit codes: 0 enqueued (or coalesced with the active job
-holding its unique key), 2 bad input, nothing written.
+holding its unique key, or the job of its key under a unique window or debounce), 2 bad input,
+nothing written.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ket.cli.call import invalid_input, parse_input
 from ket.cli.options import deployment_of, workspace_parent
 from ket.cli.output import clip, escape, print_json
 from ket.cli.runtime import open_store, single_tenant
+from ket.declare.deployment import DeploymentDecl
 from ket.store.types import Inserted
 
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
@@ -83,8 +85,18 @@ def run(args: argparse.Namespace) -> int:
         except ValidationError as error:
             raise invalid_input(args.job, error) from None
     asyncio.run(_traced(url, args.job, inserted, tenant))
-    _report(args, inserted)
+    _report(args, inserted, _joined(deployment, args))
     return 0
+
+
+def _joined(deployment: DeploymentDecl, args: argparse.Namespace) -> str:
+    """What a coalesced enqueue of `args.job` joined, as the report says it."""
+    decl = next((job for job in deployment.jobs() if job.qualified_name == args.job), None)
+    if decl is not None and decl.debounce is not None:
+        return "not started yet: it takes this input and its run time moves (debounce)"
+    if decl is not None and decl.unique is not None:
+        return "enqueued within the unique window of its key"
+    return f"active with unique key {escape(repr(args.unique_key))}"
 
 
 async def _traced(url: str, name: str, inserted: Inserted, tenant: str) -> None:
@@ -98,15 +110,12 @@ async def _traced(url: str, name: str, inserted: Inserted, tenant: str) -> None:
         await store.close()
 
 
-def _report(args: argparse.Namespace, inserted: Inserted) -> None:
+def _report(args: argparse.Namespace, inserted: Inserted, joined: str) -> None:
     name = escape(args.job)
     if args.format == "json":
         value = {"id": inserted.id, "job": args.job, "coalesced": inserted.coalesced}
         print_json(value)
     elif inserted.coalesced:
-        key = escape(repr(args.unique_key))
-        sys.stdout.write(
-            f"coalesced with job {inserted.id} ({name}), active with unique key {key}\n"
-        )
+        sys.stdout.write(f"coalesced with job {inserted.id} ({name}), {joined}\n")
     else:
         sys.stdout.write(f"enqueued job {inserted.id} ({name})\n")

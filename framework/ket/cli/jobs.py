@@ -196,6 +196,7 @@ def _show(args: argparse.Namespace) -> int:
         "attempt",
         "max_attempts",
         "unique_key",
+        "window_key",
         "company",
         "run_at",
         "enqueued_at",

@@ -1,12 +1,14 @@
 """Flow control, as declared on a job or on a queue of the worker: how long a job may wait to
 start (`expires_in`), how many of its attempts may run at once across the fleet
-(`concurrency_limit`) and how many may start in a period (`rate_limit`).
+(`concurrency_limit`), how many may start in a period (`rate_limit`), and when an enqueue joins
+an earlier job instead of writing one (`unique`: a window over a period and chosen states;
+`debounce`: the pending job takes the new input and waits again).
 
-A job's limit may be kept per key: one or more of its input fields, each distinct combination of
-their values limited on its own. A queue's jobs have different inputs, so a queue's limits take
-no key. The parsers here turn values as written into frozen values, or raise DeclarationError
-naming the offending value; `ket check` reports those, and the runtime reads only checked
-declarations.
+A job's limit, window or debounce may be kept per key: one or more of its input fields, each
+distinct combination of their values on its own. A queue's jobs have different inputs, so a
+queue's limits take no key. The parsers here turn values as written into frozen values, or
+raise DeclarationError naming the offending value; `ket check` reports those, and the runtime
+reads only checked declarations.
 """
 
 from __future__ import annotations
@@ -50,7 +52,21 @@ _KEY_CLASSES = (
     *(AwareDatetime, NaiveDatetime, FutureDatetime, PastDatetime, FutureDate, PastDate),
 )
 
-Option = Literal["concurrency_limit", "rate_limit"]
+Option = Literal["concurrency_limit", "rate_limit", "unique", "debounce"]
+# The states a uniqueness window looks at unless it names its own: all but the two that mean the
+# work was given up (a cancelled or discarded job does not stand for work done or to do).
+JOB_STATES = (
+    "available",
+    "scheduled",
+    "executing",
+    "retryable",
+    "completed",
+    "discarded",
+    "cancelled",
+)
+DEFAULT_UNIQUE_STATES = ("available", "scheduled", "executing", "retryable", "completed")
+# A window or a debounce longer than a year is a typo, as an expiry is.
+MAX_WINDOW_SECONDS = MAX_EXPIRES_SECONDS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +117,49 @@ class QueueLimits:
             written["concurrency_limit"] = self.concurrency_limit.declared()
         if self.rate_limit is not None:
             written["rate_limit"] = self.rate_limit.declared()
+        return written
+
+
+@dataclass(frozen=True, kw_only=True)
+class UniqueWindow:
+    """An enqueue joins the newest job of its name and key enqueued within the last `period`
+    (`seconds` long) that is in one of `states`, and writes nothing; the key is the `key`
+    fields' values (the job as a whole when empty), or the enqueue's `unique_key`."""
+
+    period: str
+    seconds: float
+    key: tuple[str, ...] = ()
+    states: tuple[str, ...] = DEFAULT_UNIQUE_STATES
+
+    def declared(self) -> dict[str, object]:
+        """The value as a declaration writes it (the default states left out)."""
+        written: dict[str, object] = {"period": self.period}
+        if self.key:
+            written["key"] = list(self.key)
+        if self.states != DEFAULT_UNIQUE_STATES:
+            written["states"] = list(self.states)
+        return written
+
+
+@dataclass(frozen=True, kw_only=True)
+class Debounce:
+    """A job runs `period` (`seconds`) after the last enqueue of its key: an enqueue while a job
+    of its name and key has not started gives that job its input and run time, no sooner than
+    `max_wait` after that job's first enqueue when given."""
+
+    period: str
+    seconds: float
+    key: tuple[str, ...] = ()
+    max_wait: str | None = None
+    max_wait_seconds: float | None = None
+
+    def declared(self) -> dict[str, object]:
+        """The value as a declaration writes it."""
+        written: dict[str, object] = {"period": self.period}
+        if self.key:
+            written["key"] = list(self.key)
+        if self.max_wait is not None:
+            written["max_wait"] = self.max_wait
         return written
 
 
@@ -161,6 +220,68 @@ def parse_rate_limit(value: object, *, keyed: bool = True) -> RateLimit:
     )
 
 
+def parse_unique(value: object) -> UniqueWindow:
+    """A uniqueness window from `{"period": "1h", "key": [fields], "states": [states]}` (`key`
+    and `states` optional), or DeclarationError naming the value."""
+    if not isinstance(value, Mapping):
+        raise DeclarationError(
+            "unique must be a dict such as {'period': '1h', 'key': ['customer_id']}, "
+            f"got {value!r}"
+        )
+    _keys("unique", value, required=("period",), optional=("key", "states"), keyed=True)
+    period = value["period"]
+    states = value.get("states", DEFAULT_UNIQUE_STATES)
+    if (
+        not isinstance(states, list | tuple)
+        or not states
+        or not all(isinstance(state, str) for state in states)
+    ):
+        raise DeclarationError(
+            "unique: states must be a list of job states such as ['available', 'scheduled'], "
+            f"got {states!r}"
+        )
+    unknown = [state for state in states if state not in JOB_STATES]
+    if unknown:
+        raise DeclarationError(
+            f"unique: {unknown[0]!r} is not a job state; the states are {_listed(JOB_STATES)}"
+        )
+    repeated = sorted({state for state in states if states.count(state) > 1})
+    if repeated:
+        raise DeclarationError(f"unique: states names {repeated[0]!r} twice, got {list(states)!r}")
+    return UniqueWindow(
+        period=period,
+        seconds=_window("unique", "period", period),
+        key=_key("unique", value["key"]) if "key" in value else (),
+        # in the states' own order, so that the order written is no change
+        states=tuple(state for state in JOB_STATES if state in states),
+    )
+
+
+def parse_debounce(value: object) -> Debounce:
+    """A debounce from `{"period": "30s", "key": [fields], "max_wait": "5m"}` (`key` and
+    `max_wait` optional), or DeclarationError naming the value."""
+    if not isinstance(value, Mapping):
+        raise DeclarationError(
+            "debounce must be a dict such as {'period': '30s', 'key': ['customer_id']}, "
+            f"got {value!r}"
+        )
+    _keys("debounce", value, required=("period",), optional=("key", "max_wait"), keyed=True)
+    period, max_wait = value["period"], value.get("max_wait")
+    seconds = _window("debounce", "period", period)
+    max_wait_seconds = None if max_wait is None else _window("debounce", "max_wait", max_wait)
+    if max_wait_seconds is not None and max_wait_seconds < seconds:
+        raise DeclarationError(
+            f"debounce: max_wait must be at least the period ({period!r}), got {max_wait!r}"
+        )
+    return Debounce(
+        period=period,
+        seconds=seconds,
+        key=_key("debounce", value["key"]) if "key" in value else (),
+        max_wait=max_wait,
+        max_wait_seconds=max_wait_seconds,
+    )
+
+
 def parse_queue_limits(entry: object) -> QueueLimits:
     """The limits of a queue given as a dict (`{"concurrency": 4, "concurrency_limit": 10,
     "rate_limit": {...}}`; its `concurrency` is the worker's to read), or DeclarationError."""
@@ -192,7 +313,7 @@ def declared_limit(value: object) -> object:
 
 @dataclass(frozen=True, kw_only=True)
 class KeyProblem:
-    """A key field that cannot key a limit: missing from the input, or not a scalar."""
+    """A key field that cannot be part of a key: missing from the input, or not a scalar."""
 
     field: str
     missing: bool
@@ -202,8 +323,9 @@ class KeyProblem:
 def key_problems(
     option: Option, key: Sequence[str], model: type[BaseModel], spec: object
 ) -> list[KeyProblem]:
-    """What keeps each field of `key` from keying a limit on an input compiled to `model` from
-    `spec` (as written: a shorthand dict or the model class), one problem per field."""
+    """What keeps each field of `key` from keying a limit, window or debounce on an input
+    compiled to `model` from `spec` (as written: a shorthand dict or the model class), one
+    problem per field."""
     fields = model.model_fields
     problems: list[KeyProblem] = []
     for name in key:
@@ -220,7 +342,7 @@ def key_problems(
 
 
 def check_key(option: Option, key: Sequence[str], model: type[BaseModel], spec: object) -> None:
-    """DeclarationError naming the first field of `key` that cannot key a limit."""
+    """DeclarationError naming the first field of `key` that cannot be part of a key."""
     problems = key_problems(option, key, model, spec)
     if problems:
         raise DeclarationError(problems[0].message)
@@ -254,6 +376,18 @@ def _duration(value: object) -> int | None:
     if not isinstance(value, str) or value.startswith("0"):
         return None
     return duration_seconds(value)
+
+
+def _window(option: Option, name: str, value: object) -> float:
+    seconds = _duration(value)
+    if seconds is None:
+        raise DeclarationError(
+            f"{option}: {name} must be a duration '<count><s|m|h|d>' such as '30s' or '1h', "
+            f"got {value!r}"
+        )
+    if seconds > MAX_WINDOW_SECONDS:
+        raise DeclarationError(f"{option}: {name} must be at most 365d, got {value!r}")
+    return float(seconds)
 
 
 def _limit(option: Option, value: object) -> int:
@@ -303,7 +437,7 @@ def _key(option: Option, value: object) -> tuple[str, ...]:
         )
     if not value:
         raise DeclarationError(
-            f"{option}: key must name at least one input field (leave it out to limit the job "
+            f"{option}: key must name at least one input field (leave it out to key the job "
             "as a whole), got []"
         )
     repeated = sorted({field for field in value if value.count(field) > 1})

@@ -41,6 +41,8 @@ class JobDecl(OperationDecl):
     expires_in: object = None
     concurrency_limit: object = None
     rate_limit: object = None
+    unique: object = None
+    debounce: object = None
 
 
 def define_job(
@@ -62,6 +64,8 @@ def define_job(
     expires_in: str | None = None,
     concurrency_limit: int | Mapping[str, object] | None = None,
     rate_limit: Mapping[str, object] | None = None,
+    unique: Mapping[str, object] | None = None,
+    debounce: Mapping[str, object] | None = None,
 ) -> JobDecl:
     """Declare a job: `handler(ctx, input) -> None`, sync or async, run at least once.
 
@@ -103,6 +107,14 @@ def define_job(
             rate_limit={"limit": 10, "period": "1m", "key": ["partner"]},
             handler=sync_customer,
         )
+
+    An enqueue may join an earlier job of the same key instead of writing one:
+
+    - `unique={"period": "1h", "key": ["customer_id"]}`: at most one job per key enqueued in
+      any hour, counting jobs that are active or completed (`"states": [...]` chooses others);
+    - `debounce={"period": "30s", "key": ["customer_id"]}`: the job runs 30 s after the last
+      enqueue of its key; an enqueue before it starts gives it the new input and moves it back
+      (`"max_wait": "5m"` bounds how far from its first enqueue).
     """
     source = caller()
     return JobDecl(
@@ -123,5 +135,7 @@ def define_job(
         expires_in=expires_in,
         concurrency_limit=concurrency_limit,
         rate_limit=rate_limit,
+        unique=unique,
+        debounce=debounce,
         source=source,
     )

@@ -17,11 +17,15 @@ from ket.declare.deployment import DeploymentDecl
 from ket.declare.effect import Effect, parse_effect
 from ket.declare.flow import (
     ConcurrencyLimit,
+    Debounce,
     RateLimit,
+    UniqueWindow,
     check_key,
     parse_concurrency_limit,
+    parse_debounce,
     parse_expires_in,
     parse_rate_limit,
+    parse_unique,
 )
 from ket.declare.input import build_input_model
 from ket.declare.job import JobDecl
@@ -83,6 +87,24 @@ def rate_limit(job: JobDecl) -> RateLimit | None:
     limit = parse_rate_limit(job.rate_limit)
     check_key("rate_limit", limit.key, input_model(job), job.input)
     return limit
+
+
+def unique(job: JobDecl) -> UniqueWindow | None:
+    """The job's uniqueness window, its key fields checked against its input; None without."""
+    if job.unique is None:
+        return None
+    window = parse_unique(job.unique)
+    check_key("unique", window.key, input_model(job), job.input)
+    return window
+
+
+def debounce(job: JobDecl) -> Debounce | None:
+    """The job's debounce, its key fields checked against its input; None without."""
+    if job.debounce is None:
+        return None
+    found = parse_debounce(job.debounce)
+    check_key("debounce", found.key, input_model(job), job.input)
+    return found
 
 
 def worker_config(deployment: DeploymentDecl) -> WorkerConfig:

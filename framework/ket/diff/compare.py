@@ -9,7 +9,13 @@ from pydantic import BaseModel
 
 from ket.diff.change import Change, Severity, ordered
 from ket.diff.field import FieldRule, dump, field_changed, field_findings
-from ket.diff.flow import expiry_findings, job_limit_findings, queue_limit_findings
+from ket.diff.flow import (
+    debounce_findings,
+    expiry_findings,
+    job_limit_findings,
+    queue_limit_findings,
+    unique_findings,
+)
 from ket.diff.operation import FUNCTION_RULES, JOB_RULES, QUEUED, bound, changed
 from ket.diff.rule import Finding, classify
 from ket.diff.schema import input_findings
@@ -167,10 +173,17 @@ def _queue_limits(old: WorkerEntry, new: WorkerEntry) -> Iterator[Change]:
 
 
 def _job_flow(old: Mapping[str, JobEntry], new: Mapping[str, JobEntry]) -> Iterator[Change]:
-    """A job's expiry and limits, compared with their durations read (see diff.flow)."""
+    """A job's expiry, limits, uniqueness window and debounce, compared with their durations
+    read (see diff.flow)."""
     for name in sorted(old.keys() & new.keys()):
         before, after = old[name], new[name]
-        for finding in [*expiry_findings(before, after), *job_limit_findings(before, after)]:
+        findings = [
+            *expiry_findings(before, after),
+            *job_limit_findings(before, after),
+            *unique_findings(before.unique, after.unique),
+            *debounce_findings(before.debounce, after.debounce),
+        ]
+        for finding in findings:
             yield classify(f"job {name}", finding)
 
 
@@ -222,7 +235,10 @@ JOBS = Family(
     rules=JOB_RULES,
     # see _job_inputs and _job_flow
     skip=frozenset(
-        {"input", "input_version", "upgrades_from", "expires_in", "concurrency_limit", "rate_limit"}
+        {
+            *("input", "input_version", "upgrades_from"),
+            *("expires_in", "concurrency_limit", "rate_limit", "unique", "debounce"),
+        }
     ),
 )
 # No queued row names a function, so what breaks its callers is for review, never breaking.

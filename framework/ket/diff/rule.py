@@ -77,6 +77,23 @@ RULES: Mapping[str, Severity] = {
     "rate_limit_reshaped": "review",
     "rate_limit_removed": "review",
     "rate_limit_key_changed": "review",
+    # An enqueue that joins an earlier job writes none, so its work is skipped: a uniqueness
+    # window added, lengthened, or keyed or stated otherwise skips work that ran, and one removed
+    # or shortened lets duplicates run again. A debounce makes jobs wait: added or lengthened,
+    # they wait longer; removed, every enqueue runs; re-keyed, enqueues join other jobs. A
+    # max_wait removed or lengthened lets a job enqueued again and again wait longer; added or
+    # shortened, it runs sooner.
+    "unique_added": "review",
+    "unique_removed": "review",
+    "unique_lengthened": "review",
+    "unique_shortened": "review",
+    "unique_key_changed": "review",
+    "unique_states_changed": "review",
+    "debounce_added": "review",
+    "debounce_removed": "review",
+    "debounce_lengthened": "review",
+    "debounce_key_changed": "review",
+    "debounce_max_wait_loosened": "review",
     # Everything else that differs.
     "module_added": "safe",
     "module_removed": "safe",
@@ -108,6 +125,10 @@ RULES: Mapping[str, Severity] = {
     "concurrency_limit_loosened": "safe",
     "rate_limit_loosened": "safe",
     "rate_limit_restated": "safe",
+    "unique_restated": "safe",
+    "debounce_shortened": "safe",
+    "debounce_max_wait_tightened": "safe",
+    "debounce_restated": "safe",
     "backoff_changed": "safe",
     "handler_changed": "safe",
     "idempotent_changed": "safe",

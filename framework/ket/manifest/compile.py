@@ -5,7 +5,7 @@ from __future__ import annotations
 from ket.check import error_messages, run_checks
 from ket.declare import resolve
 from ket.declare.deployment import DeploymentDecl
-from ket.declare.flow import ConcurrencyLimit, QueueLimits, RateLimit
+from ket.declare.flow import ConcurrencyLimit, Debounce, QueueLimits, RateLimit, UniqueWindow
 from ket.declare.function import FunctionDecl
 from ket.declare.job import JobDecl
 from ket.declare.model import ModelDecl
@@ -13,6 +13,7 @@ from ket.declare.module import ModuleDecl
 from ket.errors import CheckFailed
 from ket.manifest.model import (
     ConcurrencyLimitEntry,
+    DebounceEntry,
     FunctionEntry,
     JobEntry,
     Manifest,
@@ -22,6 +23,7 @@ from ket.manifest.model import (
     RateLimitEntry,
     ScheduleEntry,
     ServeEntry,
+    UniqueEntry,
     WorkerEntry,
 )
 
@@ -70,6 +72,19 @@ def _rate_limit(limit: RateLimit | None) -> RateLimitEntry | None:
     if limit is None:
         return None
     return RateLimitEntry(limit=limit.limit, period=limit.period, key=list(limit.key))
+
+
+def _unique(window: UniqueWindow | None) -> UniqueEntry | None:
+    if window is None:
+        return None
+    # the effective states, default or not: a change of the default shows in the manifest
+    return UniqueEntry(period=window.period, key=list(window.key), states=list(window.states))
+
+
+def _debounce(debounce: Debounce | None) -> DebounceEntry | None:
+    if debounce is None:
+        return None
+    return DebounceEntry(period=debounce.period, key=list(debounce.key), max_wait=debounce.max_wait)
 
 
 def _serve(deployment: DeploymentDecl) -> ServeEntry:
@@ -126,4 +141,6 @@ def _job(job: JobDecl, timezone: str | None) -> JobEntry:
         expires_in=None if job.expires_in is None else str(job.expires_in),
         concurrency_limit=_concurrency_limit(resolve.concurrency_limit(job)),
         rate_limit=_rate_limit(resolve.rate_limit(job)),
+        unique=_unique(resolve.unique(job)),
+        debounce=_debounce(resolve.debounce(job)),
     )

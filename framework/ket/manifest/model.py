@@ -18,7 +18,14 @@ from pydantic import (
     model_validator,
 )
 
-from ket.declare.flow import MAX_EXPIRES_SECONDS, MAX_LIMIT, MAX_PERIOD_SECONDS
+from ket.declare.flow import (
+    DEFAULT_UNIQUE_STATES,
+    JOB_STATES,
+    MAX_EXPIRES_SECONDS,
+    MAX_LIMIT,
+    MAX_PERIOD_SECONDS,
+    MAX_WINDOW_SECONDS,
+)
 from ket.declare.serve import (
     BEARER,
     DEFAULT_DASHBOARD,
@@ -113,6 +120,86 @@ class QueueLimitsEntry(Entry):
         return {k: v for k, v in handler(self).items() if v is not None}
 
 
+class UniqueEntry(Entry):
+    """An enqueue joins the newest job of its name and key enqueued within the last `period`
+    that is in one of `states` (always written, in the order of the job states, so that a
+    change of the default shows); no key: the job as a whole."""
+
+    period: str
+    key: list[str] = []
+    states: list[str]
+
+    @field_validator("period")
+    @classmethod
+    def _period(cls, value: str) -> str:
+        _seconds(value, MAX_WINDOW_SECONDS)
+        return value
+
+    @field_validator("states")
+    @classmethod
+    def _states(cls, value: list[str]) -> list[str]:
+        unknown = [state for state in value if state not in JOB_STATES]
+        if unknown:
+            raise ValueError(f"not a job state: {unknown[0]!r}")
+        if not value or len(set(value)) != len(value):
+            raise ValueError(f"states must name job states, each once, got {value!r}")
+        # in the states' own order, as a declaration's are: another order is no change
+        return [state for state in JOB_STATES if state in value]
+
+    @property
+    def seconds(self) -> int:
+        """The period in seconds."""
+        return _seconds(self.period, MAX_WINDOW_SECONDS)
+
+    @property
+    def default_states(self) -> bool:
+        """Whether the window counts the states of a declaration that names none."""
+        return tuple(self.states) == DEFAULT_UNIQUE_STATES
+
+    @model_serializer(mode="wrap")
+    def _omit_no_key(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_empty(handler(self), "key")
+
+
+class DebounceEntry(Entry):
+    """A job runs `period` after the last enqueue of its key, no later than `max_wait` after
+    its first when given; no key: the job as a whole."""
+
+    period: str
+    key: list[str] = []
+    max_wait: str | None = None
+
+    @field_validator("period", "max_wait")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            _seconds(value, MAX_WINDOW_SECONDS)
+        return value
+
+    @model_validator(mode="after")
+    def _max_wait_past_period(self) -> DebounceEntry:
+        # a declaration's max_wait is never shorter than its period (KET709)
+        if self.max_wait_seconds is not None and self.max_wait_seconds < self.seconds:
+            raise ValueError(
+                f"max_wait must be at least the period ({self.period!r}), got {self.max_wait!r}"
+            )
+        return self
+
+    @property
+    def seconds(self) -> int:
+        """The period in seconds."""
+        return _seconds(self.period, MAX_WINDOW_SECONDS)
+
+    @property
+    def max_wait_seconds(self) -> int | None:
+        """`max_wait` in seconds; None when a job may wait as long as it is enqueued again."""
+        return None if self.max_wait is None else _seconds(self.max_wait, MAX_WINDOW_SECONDS)
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_empty(handler(self), "key", "max_wait")
+
+
 def _without_empty(data: dict[str, Any], *names: str) -> dict[str, Any]:
     """`data` without the named keys whose values are empty or None: what older manifests lack."""
     return {k: v for k, v in data.items() if k not in names or v}
@@ -148,10 +235,12 @@ class JobEntry(OperationEntry):
     # the tags its jobs carry unless an enqueue gives others (older manifests: none)
     tags: list[str] = []
     # flow control (older manifests: none): how long a job may wait to start, as declared
-    # ('10m'), and its fleet-wide limits
+    # ('10m'), its fleet-wide limits, and when an enqueue joins an earlier job
     expires_in: str | None = None
     concurrency_limit: ConcurrencyLimitEntry | None = None
     rate_limit: RateLimitEntry | None = None
+    unique: UniqueEntry | None = None
+    debounce: DebounceEntry | None = None
 
     @field_validator("expires_in")
     @classmethod
@@ -159,6 +248,13 @@ class JobEntry(OperationEntry):
         if value is not None:
             _seconds(value, MAX_EXPIRES_SECONDS)
         return value
+
+    @model_validator(mode="after")
+    def _unique_or_debounce(self) -> JobEntry:
+        # `ket check` refuses both (KET710): a debounced job has one pending job per key already
+        if self.unique is not None and self.debounce is not None:
+            raise ValueError("a job has unique or debounce, not both")
+        return self
 
     @property
     def expires_in_seconds(self) -> int | None:
@@ -175,6 +271,8 @@ class JobEntry(OperationEntry):
             "expires_in",
             "concurrency_limit",
             "rate_limit",
+            "unique",
+            "debounce",
         )
 
 

@@ -47,6 +47,27 @@ EXPIRED = "expired"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Window:
+    """How an enqueue joins an earlier job of its name and `window_key` instead of writing one.
+
+    A uniqueness window (`debounce` false): the newest such job enqueued within the last
+    `seconds` that is in one of `states` is the enqueue's outcome, and nothing is written. A
+    debounce: such a job that has not started (available or scheduled, no attempt spent) takes
+    the new job's input, options and run time (no later than `max_wait_seconds` after its own
+    enqueue, when given) and keeps its id; the new job's run time is already its enqueue's plus
+    the period (catalog.py)."""
+
+    seconds: float
+    states: tuple[JobState, ...] = ()
+    debounce: bool = False
+    max_wait_seconds: float | None = None
+
+
+# what a debounce may replace: a job not yet started
+DEBOUNCED_STATES: tuple[JobState, ...] = ("available", "scheduled")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class NewJob:
     """A job to persist. `run_at` None means now (the store's now) plus `delay_seconds`, which
     the store counts from its own now at the insert (never with a `run_at`); `payload` is JSON."""
@@ -72,6 +93,10 @@ class NewJob:
     # its job or queue has a concurrency limit, the rate one when its job has a rate limit
     concurrency_key: str | None = None
     rate_key: str | None = None
+    # the key of its uniqueness window or debounce (`window`): the key fields' values as JSON,
+    # or the enqueue's unique_key in their place
+    window_key: str | None = None
+    window: Window | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -372,6 +397,7 @@ class JobRecord:
     trace_context: dict[str, str] | None = None
     rerun_of: JobId | None = None  # the finished job this one reruns (`ket jobs rerun`)
     expires_at: datetime | None = None  # discarded as EXPIRED if not started by then
+    window_key: str | None = None  # the key of its uniqueness window or debounce
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

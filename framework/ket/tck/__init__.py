@@ -45,6 +45,7 @@ AREAS = (
     "queues",
     "expiry",
     "limits",
+    "windows",
     "errors",
 )
 
@@ -77,6 +78,7 @@ from ket.tck import (
     settle,
     transaction,
     vacuum,
+    windows,
 )
 from ket.tck.audit import *
 from ket.tck.bulk import *
@@ -104,6 +106,7 @@ from ket.tck.session import *
 from ket.tck.settle import *
 from ket.tck.transaction import *
 from ket.tck.vacuum import *
+from ket.tck.windows import *
 
 __all__ = [
     "FaultyStoreFactory",
@@ -135,5 +138,6 @@ __all__ = [
     *queues.__all__,
     *expiry.__all__,
     *limits.__all__,
+    *windows.__all__,
     *errors.__all__,
 ]

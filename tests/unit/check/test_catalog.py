@@ -18,12 +18,16 @@ def test_every_code_has_a_title_and_a_hint() -> None:
     assert [key for key, code in CODES.items() if not (code.title and code.hint)] == []
 
 
-def test_only_a_duplicate_effect_and_an_expiry_within_the_poll_are_warnings() -> None:
+def test_only_a_duplicate_effect_an_expiry_within_the_poll_and_a_window_past_retention_warn() -> (
+    None
+):
     assert {key for key, code in CODES.items() if code.level != Level.ERROR} == {
         "KET303",
         "KET707",
+        "KET711",
     }
-    assert CODES["KET303"].level == CODES["KET707"].level == Level.WARNING
+    assert CODES["KET303"].level == CODES["KET707"].level == CODES["KET711"].level
+    assert CODES["KET711"].level == Level.WARNING
 
 
 def test_every_catalogued_id_has_a_check_test_named_for_it() -> None:

@@ -1,4 +1,5 @@
-"""Flow checks: expiry, concurrency and rate limits of jobs and queues, and the keys of limits."""
+"""Flow checks: expiry, concurrency and rate limits of jobs and queues, uniqueness windows and
+debounces, and the keys of limits, windows and debounces."""
 
 from __future__ import annotations
 
@@ -326,3 +327,253 @@ def test_queue_limits_and_other_worker_problems_are_reported_apart() -> None:
             "2147483647, got 0",
         ),
     ]
+
+
+# unique and debounce: well formed
+
+
+def test_well_formed_unique_and_debounce_are_silent() -> None:
+    unique = {"period": "1h", "key": ["customer_id", "partner"], "states": ["available"]}
+    assert run_checks(shop(limited(unique=unique))) == []
+    assert run_checks(shop(limited(unique={"period": "7d"}))) == []
+    debounce = {"period": "30s", "key": ["partner"], "max_wait": "30s"}
+    assert run_checks(shop(limited(debounce=debounce))) == []
+    assert run_checks(shop(limited(debounce={"period": "365d"}))) == []
+
+
+# KET708: unique is malformed
+
+
+@pytest.mark.parametrize(
+    ("value", "msg"),
+    [
+        (
+            "1h",
+            "unique must be a dict such as {'period': '1h', 'key': ['customer_id']}, got '1h'",
+        ),
+        ({"key": ["customer_id"]}, "unique: 'period' is required, got {'key': ['customer_id']}"),
+        (
+            {"period": "1h", "within": "1d"},
+            "unique: unknown key 'within'; its keys are 'period', 'key' and 'states'",
+        ),
+        (
+            {"period": "an hour"},
+            "unique: period must be a duration '<count><s|m|h|d>' such as '30s' or '1h', "
+            "got 'an hour'",
+        ),
+        ({"period": "400d"}, "unique: period must be at most 365d, got '400d'"),
+        (
+            {"period": "1h", "key": []},
+            "unique: key must name at least one input field (leave it out to key the job as a "
+            "whole), got []",
+        ),
+        (
+            {"period": "1h", "states": ["active"]},
+            "unique: 'active' is not a job state; the states are 'available', 'scheduled', "
+            "'executing', 'retryable', 'completed', 'discarded' and 'cancelled'",
+        ),
+        (
+            {"period": "1h", "states": ["completed", "completed"]},
+            "unique: states names 'completed' twice, got ['completed', 'completed']",
+        ),
+        (
+            {"period": "1h", "states": []},
+            "unique: states must be a list of job states such as ['available', 'scheduled'], "
+            "got []",
+        ),
+    ],
+    ids=[
+        "text",
+        "no-period",
+        "unknown-key",
+        "words",
+        "past-a-year",
+        "empty-key",
+        "unknown-state",
+        "state-twice",
+        "no-states",
+    ],
+)
+def test_malformed_unique_is_KET708(value: Any, msg: str) -> None:
+    job = limited(unique=value)
+    assert run_checks(shop(job)) == [error("KET708", msg, obj="job sales.sync", source=job.source)]
+
+
+# KET709: debounce is malformed
+
+
+@pytest.mark.parametrize(
+    ("value", "msg"),
+    [
+        (
+            30,
+            "debounce must be a dict such as {'period': '30s', 'key': ['customer_id']}, got 30",
+        ),
+        ({"max_wait": "5m"}, "debounce: 'period' is required, got {'max_wait': '5m'}"),
+        (
+            {"period": "30s", "states": ["available"]},
+            "debounce: unknown key 'states'; its keys are 'period', 'key' and 'max_wait'",
+        ),
+        (
+            {"period": "0s"},
+            "debounce: period must be a duration '<count><s|m|h|d>' such as '30s' or '1h', "
+            "got '0s'",
+        ),
+        (
+            {"period": "30s", "max_wait": "2y"},
+            "debounce: max_wait must be a duration "
+            "'<count><s|m|h|d>' such as '30s' or '1h', got '2y'",
+        ),
+        (
+            {"period": "5m", "max_wait": "1m"},
+            "debounce: max_wait must be at least the period ('5m'), got '1m'",
+        ),
+        (
+            {"period": "30s", "key": ["partner", "partner"]},
+            "debounce: key names 'partner' twice, got ['partner', 'partner']",
+        ),
+    ],
+    ids=["number", "no-period", "unknown-key", "zero", "bad-max-wait", "short-max-wait", "twice"],
+)
+def test_malformed_debounce_is_KET709(value: Any, msg: str) -> None:
+    job = limited(debounce=value)
+    assert run_checks(shop(job)) == [error("KET709", msg, obj="job sales.sync", source=job.source)]
+
+
+def test_a_malformed_unique_or_debounce_never_hints_at_a_pause_KET708() -> None:
+    job = limited(unique={"period": "1h", "limit": 0})
+    [found] = run_checks(shop(job))
+    assert (found.id, found.hint) == ("KET708", CODES["KET708"].hint)
+
+
+# KET704 and KET705 on the key of a window or a debounce
+
+
+@pytest.mark.parametrize("option", ["unique", "debounce"])
+def test_a_window_or_debounce_key_field_the_input_lacks_is_KET704(option: str) -> None:
+    job = limited(**{option: {"period": "1h", "key": ["partnr"]}})
+    assert run_checks(shop(job)) == [
+        with_hint(
+            "KET704",
+            f"{option} key field 'partnr' is not a field of the input "
+            "(fields: customer_id, partner, lines, token)",
+            "Write 'partner', the input field closest to 'partnr', or add 'partnr' to the "
+            "job's input.",
+            obj="job sales.sync",
+            job=job,
+        )
+    ]
+
+
+@pytest.mark.parametrize("option", ["unique", "debounce"])
+def test_a_window_or_debounce_keyed_by_json_or_secret_is_KET705(option: str) -> None:
+    job = limited(**{option: {"period": "1h", "key": ["customer_id", "lines", "token"]}})
+    assert run_checks(shop(job)) == [
+        error(
+            "KET705",
+            f"{option} key field 'lines' is json, not a scalar type",
+            obj="job sales.sync",
+            source=job.source,
+        ),
+        error(
+            "KET705",
+            f"{option} key field 'token' is secret, not a scalar type",
+            obj="job sales.sync",
+            source=job.source,
+        ),
+    ]
+
+
+# KET710: unique and debounce on one job
+
+
+def test_a_job_with_both_unique_and_debounce_is_KET710() -> None:
+    job = limited(unique={"period": "1h"}, debounce={"period": "30s", "key": ["partner"]})
+    assert run_checks(shop(job)) == [
+        error(
+            "KET710",
+            "unique {'period': '1h'} and debounce {'period': '30s', 'key': ['partner']} are "
+            "both declared: a debounced job already has at most one pending job per key",
+            obj="job sales.sync",
+            source=job.source,
+        )
+    ]
+
+
+def test_both_declared_is_KET710_even_when_one_is_malformed() -> None:
+    job = limited(unique={"period": "1h"}, debounce={"period": "soon"})
+    assert [m.id for m in run_checks(shop(job))] == ["KET709", "KET710"]
+
+
+# KET711: a window longer than the retention of a finished state it counts
+
+
+def retention_msg(period: str, state: str, kept: int) -> str:
+    return (
+        f"unique period {period!r} is longer than the worker's retention_ms for {state} jobs "
+        f"({kept} ms): the pruner deletes them before the window ends, and a pruned job no "
+        "longer holds its key"
+    )
+
+
+def test_a_window_past_the_default_retention_of_completed_jobs_is_the_warning_KET711() -> None:
+    job = limited(unique={"period": "30d", "key": ["customer_id"]})
+    assert run_checks(shop(job)) == [
+        warning(
+            "KET711",
+            retention_msg("30d", "completed", 604_800_000),
+            obj="job sales.sync",
+            source=job.source,
+        )
+    ]
+
+
+def test_each_finished_state_kept_shorter_than_the_window_is_its_own_KET711() -> None:
+    job = limited(unique={"period": "2h", "states": ["cancelled", "discarded", "completed"]})
+    worker = {
+        "queues": {"default": 1},
+        "retention_ms": {"completed": None, "discarded": 3_600_000, "cancelled": 60_000},
+    }
+    assert run_checks(shop(job, worker)) == [
+        warning(
+            "KET711",
+            retention_msg("2h", "cancelled", 60_000),
+            obj="job sales.sync",
+            source=job.source,
+        ),
+        warning(
+            "KET711",
+            retention_msg("2h", "discarded", 3_600_000),
+            obj="job sales.sync",
+            source=job.source,
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("unique", "retention_ms"),
+    [
+        ({"period": "30d"}, {"completed": None}),
+        ({"period": "30d"}, {"completed": 31 * 86_400_000}),
+        ({"period": "1h"}, {"completed": 3_600_000}),
+        ({"period": "30d", "states": ["available", "scheduled"]}, {"completed": 1}),
+        (
+            {"period": "30d", "states": ["completed"]},
+            {"completed": None, "discarded": 1, "cancelled": 1},
+        ),
+    ],
+    ids=["kept-for-ever", "kept-longer", "kept-as-long", "no-finished-state", "other-states"],
+)
+def test_a_window_within_the_retention_of_the_states_it_counts_is_silent_KET711(
+    unique: dict[str, Any], retention_ms: dict[str, Any]
+) -> None:
+    worker = {"queues": {"default": 1}, "retention_ms": retention_ms}
+    assert run_checks(shop(limited(unique=unique), worker)) == []
+
+
+def test_the_retention_is_not_checked_on_an_invalid_worker_or_window_KET711() -> None:
+    job = limited(unique={"period": "30d"})
+    worker = {"queues": {"default": 1}, "retention_ms": {"completed": 0}}
+    assert [m.id for m in run_checks(shop(job, worker))] == ["KET402"]
+    malformed = limited(unique={"period": "30d", "states": ["done"]})
+    assert [m.id for m in run_checks(shop(malformed))] == ["KET708"]

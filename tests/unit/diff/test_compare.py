@@ -395,6 +395,8 @@ PERTURBED_JOB: dict[str, Any] = {
     "expires_in": "10m",
     "concurrency_limit": {"limit": 3},
     "rate_limit": {"limit": 20, "period": "1s", "key": ["x"]},
+    "unique": {"period": "1h", "states": ["completed"]},
+    "debounce": {"period": "30s"},
 }
 PERTURBED_WORKER: dict[str, Any] = {name: 1 for name in WORKER} | {
     "queues": {"default": 2},

@@ -1,4 +1,5 @@
-"""Flow control in ket diff: expiry and limits that may hold back or discard work are for review."""
+"""Flow control in ket diff: expiry, limits, uniqueness windows and debounces that may hold back,
+discard or skip work are for review."""
 
 from __future__ import annotations
 
@@ -321,4 +322,250 @@ def test_a_queue_added_with_limits_is_only_a_queue_added() -> None:
     worker = with_limits({"partners": {"rate_limit": rate(5, "1s")}}, partners=3)
     assert [(c.kind, c.subject) for c in diff_manifests(manifest(), manifest(worker=worker))] == [
         ("queue_added", "queue partners")
+    ]
+
+
+DEFAULT_STATES = ["available", "scheduled", "executing", "retryable", "completed"]
+
+
+def window(period: str, *key: str, states: list[str] | None = None) -> dict[str, Any]:
+    """A unique entry as a manifest has it: its states always written."""
+    found = {"period": period, "states": states or DEFAULT_STATES}
+    return found | ({"key": list(key)} if key else {})
+
+
+def test_a_unique_window_added_or_removed_is_for_review() -> None:
+    keyed = window("1h", "customer_id")
+    assert diff_job(job(), job(unique=keyed)) == [
+        change(
+            "review",
+            "unique_added",
+            SUBJECT,
+            "unique added: 1h for each customer_id; enqueues that wrote a job may now join an "
+            "earlier one, and their work is skipped",
+            new=keyed,
+        )
+    ]
+    states = window("1d", states=["available", "scheduled"])
+    assert diff_job(job(unique=states), job()) == [
+        change(
+            "review",
+            "unique_removed",
+            SUBJECT,
+            "unique removed (was 1d over (available, scheduled)); the duplicates it prevented "
+            "are written again",
+            old=states,
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "kind", "severity", "message"),
+    [
+        (
+            window("1h"),
+            window("1d"),
+            "unique_lengthened",
+            "review",
+            "unique period lengthened from 1h to 1d; enqueues join jobs enqueued longer ago, "
+            "and more work is skipped",
+        ),
+        (
+            window("1d"),
+            window("1h"),
+            "unique_shortened",
+            "review",
+            "unique period shortened from 1d to 1h; enqueues that joined an earlier job may "
+            "write one again",
+        ),
+        (
+            window("1h", "customer_id"),
+            window("1h", "customer_id", "partner"),
+            "unique_key_changed",
+            "review",
+            "unique key changed from customer_id to (customer_id, partner); other enqueues are "
+            "duplicates, and jobs enqueued so far hold the old key",
+        ),
+        (
+            window("1h"),
+            window("1h", states=["available", "scheduled"]),
+            "unique_states_changed",
+            "review",
+            "unique states changed from (available, scheduled, executing, retryable, completed) "
+            "to (available, scheduled); enqueues join jobs in other states",
+        ),
+        (
+            window("60m", "customer_id"),
+            window("1h", "customer_id"),
+            "unique_restated",
+            "safe",
+            "unique period rewritten from 60m to 1h; same window",
+        ),
+    ],
+    ids=["lengthened", "shortened", "rekeyed", "other-states", "rewritten"],
+)
+def test_a_unique_window_changed_is_classified_by_what_joins(
+    before: dict[str, Any], after: dict[str, Any], kind: str, severity: Any, message: str
+) -> None:
+    assert diff_job(job(unique=before), job(unique=after)) == [
+        change(severity, kind, SUBJECT, message, old=before, new=after)
+    ]
+    assert diff_job(job(unique=before), job(unique=before)) == []
+
+
+def test_a_unique_window_rekeyed_and_lengthened_gives_both() -> None:
+    changes = diff_job(job(unique=window("1h")), job(unique=window("2h", "customer_id")))
+    assert [(c.severity, c.kind) for c in changes] == [
+        ("review", "unique_key_changed"),
+        ("review", "unique_lengthened"),
+    ]
+
+
+def debounced(period: str, *key: str, max_wait: str | None = None) -> dict[str, Any]:
+    found: dict[str, Any] = {"period": period} | ({"key": list(key)} if key else {})
+    return found | ({"max_wait": max_wait} if max_wait else {})
+
+
+def test_a_debounce_added_or_removed_is_for_review() -> None:
+    keyed = debounced("30s", "customer_id", max_wait="5m")
+    assert diff_job(job(), job(debounce=keyed)) == [
+        change(
+            "review",
+            "debounce_added",
+            SUBJECT,
+            "debounce added: 30s for each customer_id, at most 5m; jobs wait 30s after the last "
+            "enqueue of their key, and the enqueues before they start join them",
+            new=keyed,
+        )
+    ]
+    assert diff_job(job(debounce=debounced("30s")), job()) == [
+        change(
+            "review",
+            "debounce_removed",
+            SUBJECT,
+            "debounce removed (was 30s); every enqueue writes a job that runs on its own",
+            old=debounced("30s"),
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "kind", "severity", "message"),
+    [
+        (
+            debounced("30s"),
+            debounced("1m"),
+            "debounce_lengthened",
+            "review",
+            "debounce period lengthened from 30s to 1m; jobs wait longer to run",
+        ),
+        (
+            debounced("1m"),
+            debounced("30s"),
+            "debounce_shortened",
+            "safe",
+            "debounce period shortened from 1m to 30s; jobs run sooner",
+        ),
+        (
+            debounced("60s"),
+            debounced("1m"),
+            "debounce_restated",
+            "safe",
+            "debounce period rewritten from 60s to 1m; same wait",
+        ),
+        (
+            debounced("30s", "customer_id"),
+            debounced("30s", "partner"),
+            "debounce_key_changed",
+            "review",
+            "debounce key changed from customer_id to partner; enqueues join other waiting "
+            "jobs, and jobs waiting now were keyed otherwise",
+        ),
+        (
+            debounced("30s", max_wait="5m"),
+            debounced("30s"),
+            "debounce_max_wait_loosened",
+            "review",
+            "debounce max_wait removed (was 5m); a job enqueued again and again may wait as "
+            "long as the enqueues go on",
+        ),
+        (
+            debounced("30s", max_wait="5m"),
+            debounced("30s", max_wait="1h"),
+            "debounce_max_wait_loosened",
+            "review",
+            "debounce max_wait lengthened from 5m to 1h; a job enqueued again and again waits "
+            "longer",
+        ),
+        (
+            debounced("30s"),
+            debounced("30s", max_wait="5m"),
+            "debounce_max_wait_tightened",
+            "safe",
+            "debounce max_wait added: 5m; a job enqueued again and again runs at most 5m after "
+            "its first enqueue",
+        ),
+        (
+            debounced("30s", max_wait="1h"),
+            debounced("30s", max_wait="5m"),
+            "debounce_max_wait_tightened",
+            "safe",
+            "debounce max_wait shortened from 1h to 5m; a job enqueued again and again runs sooner",
+        ),
+        (
+            debounced("30s", max_wait="300s"),
+            debounced("30s", max_wait="5m"),
+            "debounce_restated",
+            "safe",
+            "debounce max_wait rewritten from 300s to 5m; same wait",
+        ),
+    ],
+    ids=[
+        "lengthened",
+        "shortened",
+        "rewritten",
+        "rekeyed",
+        "max-wait-removed",
+        "max-wait-lengthened",
+        "max-wait-added",
+        "max-wait-shortened",
+        "max-wait-rewritten",
+    ],
+)
+def test_a_debounce_changed_is_classified_by_how_long_jobs_wait(
+    before: dict[str, Any], after: dict[str, Any], kind: str, severity: Any, message: str
+) -> None:
+    assert diff_job(job(debounce=before), job(debounce=after)) == [
+        change(severity, kind, SUBJECT, message, old=before, new=after)
+    ]
+    assert diff_job(job(debounce=before), job(debounce=before)) == []
+
+
+def test_a_debounce_shortened_with_its_max_wait_lengthened_gives_both() -> None:
+    changes = diff_job(
+        job(debounce=debounced("1m", max_wait="5m")),
+        job(debounce=debounced("30s", max_wait="10m")),
+    )
+    assert [(c.severity, c.kind) for c in changes] == [
+        ("review", "debounce_max_wait_loosened"),
+        ("safe", "debounce_shortened"),
+    ]
+
+
+def test_a_unique_window_swapped_for_a_debounce_is_both_for_review() -> None:
+    changes = diff_job(job(unique=window("1h")), job(debounce=debounced("30s")))
+    assert [(c.severity, c.kind) for c in changes] == [
+        ("review", "debounce_added"),
+        ("review", "unique_removed"),
+    ]
+
+
+def test_a_job_added_with_a_window_or_a_debounce_is_only_a_job_added() -> None:
+    old = manifest(modules=("sales",))
+    new = manifest(
+        jobs={"sales.send": job(unique=window("1h")), "sales.ping": job(debounce=debounced("1s"))}
+    )
+    assert [(c.kind, c.subject) for c in diff_manifests(old, new)] == [
+        ("job_added", "job sales.ping"),
+        ("job_added", SUBJECT),
     ]

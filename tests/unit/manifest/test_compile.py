@@ -20,6 +20,7 @@ from ket.manifest import (
     compile_manifest,
     dump_manifest,
 )
+from ket.manifest.model import DebounceEntry, UniqueEntry
 
 WORKER = {"queues": {"default": 1}}
 
@@ -283,8 +284,61 @@ def test_a_concurrency_limit_given_as_a_number_is_recorded_as_its_limit() -> Non
 
 def test_a_job_without_flow_options_writes_none_of_them() -> None:
     text = dump_manifest(compile_manifest(one_job(define_job(handler=handle, idempotent=True))))
-    for name in ("expires_in", "concurrency_limit", "rate_limit", "limits"):
+    for name in ("expires_in", "concurrency_limit", "rate_limit", "limits", "unique", "debounce"):
         assert name not in text
+
+
+def test_a_unique_window_is_recorded_with_its_effective_states_always() -> None:
+    job = define_job(
+        handler=handle,
+        idempotent=True,
+        input={"customer_id": "id", "partner": "string"},
+        unique={"period": "1h", "key": ["partner", "customer_id"]},
+    )
+    entry = compile_manifest(one_job(job)).jobs()["sales.send"]
+    assert entry.unique == UniqueEntry(
+        period="1h",
+        key=["partner", "customer_id"],
+        states=["available", "scheduled", "executing", "retryable", "completed"],
+    )
+    assert entry.debounce is None
+    text = dump_manifest(compile_manifest(one_job(job)))
+    assert (
+        "        unique:\n          key:\n          - partner\n          - customer_id\n"
+        "          period: 1h\n          states:\n          - available\n"
+    ) in text
+    chosen = define_job(
+        handler=handle,
+        idempotent=True,
+        unique={"period": "1d", "states": ["cancelled", "available"]},
+    )
+    entry = compile_manifest(one_job(chosen)).jobs()["sales.send"]
+    assert entry.unique == UniqueEntry(period="1d", states=["available", "cancelled"])
+    assert "        unique:\n          period: 1d\n          states:\n" in dump_manifest(
+        compile_manifest(one_job(chosen))
+    )  # no key
+
+
+def test_a_debounce_is_recorded_leaving_out_what_it_does_not_declare() -> None:
+    job = define_job(
+        handler=handle,
+        idempotent=True,
+        input={"customer_id": "id"},
+        debounce={"period": "30s", "key": ["customer_id"], "max_wait": "5m"},
+    )
+    entry = compile_manifest(one_job(job)).jobs()["sales.send"]
+    assert entry.debounce == DebounceEntry(period="30s", key=["customer_id"], max_wait="5m")
+    assert entry.unique is None
+    assert (
+        "        debounce:\n          key:\n          - customer_id\n"
+        "          max_wait: 5m\n          period: 30s\n"
+    ) in dump_manifest(compile_manifest(one_job(job)))
+    bare = define_job(handler=handle, idempotent=True, debounce={"period": "30s"})
+    entry = compile_manifest(one_job(bare)).jobs()["sales.send"]
+    assert entry.debounce == DebounceEntry(period="30s")
+    assert "        debounce:\n          period: 30s\n        effects:" in dump_manifest(
+        compile_manifest(one_job(bare))
+    )
 
 
 def test_queue_limits_are_recorded_on_the_worker_and_none_are_left_out() -> None:

@@ -87,7 +87,7 @@ def test_manifest_format_is_1() -> None:
 
 def test_a_job_entry_without_flow_options_dumps_as_an_older_manifest_has_it() -> None:
     dumped = JOB.model_dump()
-    assert not {"expires_in", "concurrency_limit", "rate_limit"} & set(dumped)
+    assert not {"expires_in", "concurrency_limit", "rate_limit", "unique", "debounce"} & set(dumped)
     assert JobEntry.model_validate(dumped) == JOB
     assert (
         WORKER.model_dump().keys()
@@ -120,6 +120,16 @@ def test_flow_entries_round_trip_leaving_out_an_empty_key() -> None:
         {"rate_limit": {"limit": 5, "period": "2d"}},
         {"rate_limit": {"limit": 5}},
         {"rate_limit": {"limit": 5, "period": "1s", "burst": 2}},
+        {"unique": {"period": "1h"}},
+        {"unique": {"period": "400d", "states": ["completed"]}},
+        {"unique": {"period": "1h", "states": ["done"]}},
+        {"unique": {"period": "1h", "states": []}},
+        {"unique": {"period": "1h", "states": ["completed", "completed"]}},
+        {"debounce": {"period": "0s"}},
+        {"debounce": {"period": "5m", "max_wait": "1m"}},
+        {"debounce": {"period": "5m", "max_wait": "soon"}},
+        {"debounce": {"period": "5m", "states": ["available"]}},
+        {"unique": {"period": "1h", "states": ["available"]}, "debounce": {"period": "30s"}},
     ],
 )
 def test_a_manifest_flow_value_no_declaration_could_give_is_refused(
@@ -127,6 +137,40 @@ def test_a_manifest_flow_value_no_declaration_could_give_is_refused(
 ) -> None:
     with pytest.raises(ValidationError):
         JobEntry.model_validate({**JOB.model_dump(), **flow})
+
+
+def test_window_and_debounce_entries_round_trip_leaving_out_what_is_unset() -> None:
+    unique = {"period": "1h", "key": ["b", "a"], "states": ["available", "completed"]}
+    job = JobEntry.model_validate({**JOB.model_dump(), "unique": unique})
+    assert job.model_dump()["unique"] == unique
+    assert job.unique is not None
+    assert (job.unique.seconds, job.unique.default_states) == (3600, False)
+    assert JobEntry.model_validate(job.model_dump()) == job
+    whole = JobEntry.model_validate(
+        {**JOB.model_dump(), "unique": {"period": "1d", "key": [], "states": ["completed"]}}
+    )
+    assert whole.model_dump()["unique"] == {"period": "1d", "states": ["completed"]}
+    debounced = JobEntry.model_validate(
+        {**JOB.model_dump(), "debounce": {"period": "30s", "key": [], "max_wait": None}}
+    )
+    assert debounced.model_dump()["debounce"] == {"period": "30s"}
+    assert debounced.debounce is not None
+    assert (debounced.debounce.seconds, debounced.debounce.max_wait_seconds) == (30, None)
+    waited = {"period": "30s", "key": ["a"], "max_wait": "5m"}
+    job = JobEntry.model_validate({**JOB.model_dump(), "debounce": waited})
+    assert job.model_dump()["debounce"] == waited
+    assert job.debounce is not None and job.debounce.max_wait_seconds == 300
+    assert JobEntry.model_validate(job.model_dump()) == job
+
+
+def test_a_window_takes_its_states_in_the_order_of_the_job_states() -> None:
+    states = ["completed", "available", "retryable", "executing", "scheduled"]
+    job = JobEntry.model_validate(
+        {**JOB.model_dump(), "unique": {"period": "1h", "states": states}}
+    )
+    assert job.unique is not None
+    assert job.unique.states == ["available", "scheduled", "executing", "retryable", "completed"]
+    assert job.unique.default_states
 
 
 def test_queue_limits_take_no_key_and_name_only_queues_of_the_worker() -> None:

@@ -56,6 +56,7 @@ def test_every_handle_resolves_to_a_statement_on_each_side(handle: statement.Sta
         statement.LIMIT_LOCK,
         statement.INSERT_UNNESTED,
         statement.INSERT_TICKED,
+        statement.INSERT_WINDOW_LOCK,
     }
     if handle.postgres:
         assert statement.built(handle, "postgresql") is not None

@@ -38,6 +38,7 @@ class JobRow:
     expires_at: datetime | None = None
     concurrency_key: str | None = None
     rate_key: str | None = None
+    window_key: str | None = None
     attempt: int = 0
     fence: int = 0
     attempted_at: datetime | None = None
@@ -130,6 +131,7 @@ class JobRow:
             trace_context=_copy(self.trace_context),
             rerun_of=self.rerun_of,
             expires_at=self.expires_at,
+            window_key=self.window_key,
         )
 
 

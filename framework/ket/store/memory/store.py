@@ -657,15 +657,18 @@ class MemoryStore:
 
     # -- inside -----------------------------------------------------------------------------
 
-    def _insert(self, jobs: Sequence[NewJob]) -> tuple[list[Inserted], set[str]]:
-        """Insert (validated first, all or nothing); also the queues that have new due work."""
+    def _insert(
+        self, jobs: Sequence[NewJob], undo: list[Callable[[], None]] | None = None
+    ) -> tuple[list[Inserted], set[str]]:
+        """Insert (validated first, all or nothing); also the queues that have new due work.
+        `undo` (a transaction's) gets what puts back a job a debounce changed."""
         self._check_open()
         payloads = encode_payloads(jobs)
         with self._locked():
             now = self._now()
             jobs = delays_ended(jobs, now)
             inserted = [
-                self.database.insert(job, payload, now)
+                self.database.insert(job, payload, now, undo=undo)
                 for job, payload in zip(jobs, payloads, strict=True)
             ]
         queues = {

@@ -10,8 +10,9 @@ from ket.store.memory.database import MemoryDatabase
 from ket.store.memory.records import MemoryRecords
 from ket.store.types import Inserted, JobId, NewJob, Where
 
-# Inserts validated jobs; returns their results and the queues that got work due now.
-Insert = Callable[[Sequence[NewJob]], tuple[list[Inserted], set[str]]]
+# Inserts validated jobs, a debounced job's undo kept in the list given; returns their results
+# and the queues that got work due now.
+Insert = Callable[[Sequence[NewJob], list[Callable[[], None]]], tuple[list[Inserted], set[str]]]
 
 
 class MemoryTransaction:
@@ -22,6 +23,7 @@ class MemoryTransaction:
         self._insert = insert
         self._records = records
         self._inserted: list[JobId] = []
+        self._undo: list[Callable[[], None]] = []  # what puts back the jobs a debounce changed
         self._queues: set[str] = set()
         self._open = True
 
@@ -34,7 +36,7 @@ class MemoryTransaction:
         """Insert jobs that stay only if the transaction commits."""
         if not self._open:
             raise StoreError("transaction is closed")
-        inserted, queues = self._insert(jobs)
+        inserted, queues = self._insert(jobs, self._undo)
         self._inserted.extend(result.id for result in inserted if not result.coalesced)
         self._queues |= queues
         return inserted
@@ -49,6 +51,8 @@ class MemoryTransaction:
         self._open = False
         with self._database.lock:
             self._database.delete(self._inserted)
+            for undo in reversed(self._undo):
+                undo()
             self._records.rollback()
 
     # -- model rows: applied at once, undone on rollback ------------------------------------

@@ -35,7 +35,10 @@ _MISSING_COLUMN = re.compile(
 # database is older than this ket (tests/unit/store/test_sql_failure.py keeps this list equal to
 # the migrations' ADD COLUMN); an app's own columns are not among them
 LATER_COLUMNS = frozenset(
-    {"paused", "tags", "trace_context", "rerun_of", "expires_at", "concurrency_key", "rate_key"}
+    {
+        *("paused", "tags", "trace_context", "rerun_of", "expires_at", "concurrency_key"),
+        *("rate_key", "window_key"),
+    }
 )
 # the tables of ket's first migration: one of them missing means none is there yet; a table of a
 # later migration missing means the database is at an older version than this ket

@@ -1,8 +1,15 @@
 """Inserting jobs, written once as a plan of statements that any connection can run.
 
 The same plan runs on the store's async connections and on an application's own connection,
-synchronous or not (enqueue inside the app's transaction: app_connection.py), so the unique-key
-logic exists once.
+synchronous or not (enqueue inside the app's transaction: app_connection.py), so the unique-key,
+window and debounce logic exists once.
+
+A job under a uniqueness window or a debounce (`NewJob.window`) looks for the earlier job of its
+key before it is written, so enqueues of one key are serialised: on PostgreSQL by an advisory
+lock on the key held to the end of the transaction, taken before the look (each statement of a
+READ COMMITTED transaction sees what committed before it); on SQLite by the write lock, which a
+transaction that read a state since overwritten cannot take (WAL refuses its write), so two
+enqueues never both find the key free.
 Wake-ups need no statement here: on PostgreSQL a statement-level trigger sends one NOTIFY per
 queue that got available work, and PostgreSQL delivers it only when the transaction commits.
 """
@@ -21,7 +28,7 @@ from ket.store.sql import statement as stmt
 from ket.store.sql.fetch import Rows, SyncRows
 from ket.store.sql.now import TimeSql
 from ket.store.sql.statement import Statement
-from ket.store.types import Inserted, NewJob
+from ket.store.types import DEBOUNCED_STATES, Inserted, NewJob
 from ket.store.validate import encode_tags, encode_trace_context
 from ket.wakeup.listener import CHANNEL as CHANNEL  # the channel an insert NOTIFYs
 
@@ -73,6 +80,9 @@ class InsertSql:
     last_id: Any
     numbered: Any
     ticked: Any  # None on SQLite: a schedule's tick, its job and its fire as one statement
+    window_lock: Any  # None on SQLite: the key of a window or debounce, locked to the commit
+    window_holder: Any
+    debounced: Any
 
 
 @cache
@@ -95,6 +105,7 @@ def insert_sql(dialect: str) -> InsertSql:
     from sqlalchemy.dialects import postgresql, sqlite
 
     from ket.store.sql.column import Instant
+    from ket.store.sql.query import among
     from ket.store.sql.schema import ACTIVE, UNIQUE_ACTIVE, jobs, schedule_fires
 
     time = TimeSql(dialect)
@@ -133,6 +144,7 @@ def insert_sql(dialect: str) -> InsertSql:
         "expires_at": time.after(run_at, bindparam("p_expires_s", type_=Float)),
         "concurrency_key": bindparam("p_concurrency_key", type_=Text),
         "rate_key": bindparam("p_rate_key", type_=Text),
+        "window_key": bindparam("p_window_key", type_=Text),
     }
     dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return InsertSql(
@@ -154,6 +166,81 @@ def insert_sql(dialect: str) -> InsertSql:
             jobs.c.unique_key == bindparam("p_unique_key"),
             ACTIVE,
         ),
+        window_lock=_window_lock() if dialect == "postgresql" else None,
+        window_holder=select(jobs.c.id)
+        .where(
+            jobs.c.name == bindparam("p_name"),
+            jobs.c.window_key == bindparam("p_window_key"),
+            jobs.c.enqueued_at > time.after(now, -bindparam("p_window_s", type_=Float)),
+            among(dialect, jobs.c.state, "p_states", Text()),
+        )
+        .order_by(jobs.c.id.desc())
+        .limit(1),
+        debounced=_debounced(dialect, values, jobs),
+    )
+
+
+# The advisory locks of window keys: the two-number form, whose keys never meet the one-number
+# form's (the migrations' and the limits' locks), with this first number.
+_WINDOW_LOCK_CLASS = 0x6B65
+
+
+def _window_lock() -> Any:
+    """PostgreSQL: lock the key of a window or debounce (`p_name`, `p_window_key`) until the
+    transaction ends: enqueues of one key take turns from the look to the commit."""
+    from sqlalchemy import Text, bindparam, func, literal_column, select
+
+    key = func.concat(
+        bindparam("p_name", type_=Text),
+        literal_column("'|'"),
+        bindparam("p_window_key", type_=Text),
+    )
+    return select(
+        func.pg_advisory_xact_lock(literal_column(str(_WINDOW_LOCK_CLASS)), func.hashtext(key))
+    )
+
+
+def _debounced(dialect: str, values: dict[str, Any], jobs: Any) -> Any:
+    """The newest job of the key (`p_name`, `p_window_key`) not yet started takes the new job's
+    input, options and run time, no later than `p_max_wait_s` after its own enqueue (when not
+    NULL); returns its id, or no row when there is none."""
+    from sqlalchemy import Float, and_, bindparam, case, cast, literal_column, or_, select, update
+
+    time = TimeSql(dialect)
+    now = time.now()
+    pending = jobs.c.state.in_([literal_column(f"'{state}'") for state in DEBOUNCED_STATES])
+    newest = (
+        select(jobs.c.id)
+        .where(
+            jobs.c.name == bindparam("p_name"),
+            jobs.c.window_key == bindparam("p_window_key"),
+            pending,
+            jobs.c.attempt == literal_column("0"),
+        )
+        .order_by(jobs.c.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    wanted = values["run_at"]
+    max_wait = cast(bindparam("p_max_wait_s", type_=Float), Float)  # typed for its IS NULL
+    latest = time.after(jobs.c.enqueued_at, max_wait)
+    run_at = case((or_(max_wait.is_(None), wanted <= latest), wanted), else_=latest)
+    kept = ("payload", "payload_version", "priority", "max_attempts", "tags", "trace_context")
+    return (
+        update(jobs)
+        .where(and_(jobs.c.id == newest, pending))
+        .values(
+            {
+                **{name: values[name] for name in (*kept, "concurrency_key", "rate_key")},
+                "run_at": run_at,
+                "state": case(
+                    (run_at <= now, literal_column("'available'")),
+                    else_=literal_column("'scheduled'"),
+                ),
+                "expires_at": time.after(run_at, bindparam("p_expires_s", type_=Float)),
+            }
+        )
+        .returning(jobs.c.id)
     )
 
 
@@ -297,7 +384,7 @@ def insert_plan(
             now = row[0]
         batch = delays_ended(batch, now)
     results: list[Inserted | None] = [None] * len(batch)
-    plain = [i for i, job in enumerate(batch) if job.unique_key is None]
+    plain = [i for i, job in enumerate(batch) if job.unique_key is None and job.window_key is None]
     # PostgreSQL: any batch as one statement; SQLite: large batches numbered by hand
     bulk = dialect == "postgresql" or (write_locked and len(plain) >= NUMBERED_FROM)
     if len(plain) > 1 and bulk:
@@ -316,22 +403,25 @@ def insert_plan(
         for index, row in zip(plain, rows, strict=True):
             results[index] = Inserted(id=row[0], coalesced=False)
     for index, job in enumerate(batch):
-        if job.unique_key is not None:
+        if job.window_key is not None:
+            results[index] = yield from _insert_windowed(dialect, job, payloads[index], now)
+        elif job.unique_key is not None:
             results[index] = yield from _insert_unique(job, payloads[index], now)
     return [r for r in results if r is not None]
 
 
 def ticks_in_one(dialect: str, job: NewJob) -> bool:
     """Whether a schedule's tick that fires `job` is one statement (`ticked`): on PostgreSQL,
-    when the job has no unique key (one with a key may coalesce: statements of its own)."""
-    return dialect == "postgresql" and job.unique_key is None
+    when the job has no unique or window key (one with a key may coalesce: statements of its
+    own)."""
+    return dialect == "postgresql" and job.unique_key is None and job.window_key is None
 
 
 def one_statement(dialect: str, batch: Sequence[NewJob]) -> bool:
     """Whether `insert_plan` inserts `batch` with one statement (so it needs no transaction):
-    one plain job, or on PostgreSQL any number of them; a unique key takes statements of its own.
-    """
-    if any(job.unique_key is not None for job in batch):
+    one plain job, or on PostgreSQL any number of them; a unique or window key takes statements
+    of its own."""
+    if any(job.unique_key is not None or job.window_key is not None for job in batch):
         return False
     return len(batch) == 1 or dialect == "postgresql"
 
@@ -371,6 +461,32 @@ def _insert_unique(
     raise StoreError(
         f"job {job.name!r}: unique key {job.unique_key!r} kept changing hands; try again"
     )
+
+
+def _insert_windowed(
+    dialect: str, job: NewJob, payload: str, now: datetime | None
+) -> Generator[Step, list[Any], Inserted]:
+    """Insert `job` unless an earlier job of its window key is its outcome (a window's holder,
+    or a debounced job that took its input), with the key locked first on PostgreSQL."""
+    window = job.window
+    assert window is not None and job.window_key is not None
+    key = {"p_name": job.name, "p_window_key": job.window_key}
+    if dialect == "postgresql":
+        yield Step(stmt.INSERT_WINDOW_LOCK, key)
+    if window.debounce:
+        rows = yield Step(
+            stmt.INSERT_DEBOUNCED,
+            {**job_parameters(job, payload, now), "p_max_wait_s": window.max_wait_seconds},
+        )
+    else:
+        rows = yield Step(
+            stmt.INSERT_WINDOW_HOLDER,
+            {**key, "now": now, "p_window_s": window.seconds, "p_states": list(window.states)},
+        )
+    if rows:
+        return Inserted(id=rows[0][0], coalesced=True)
+    [row] = yield Step(stmt.INSERT_PLAIN, job_parameters(job, payload, now))
+    return Inserted(id=row[0], coalesced=False)
 
 
 def wake_queues(batch: Sequence[NewJob], now: datetime | None) -> set[str]:
@@ -439,6 +555,7 @@ def job_parameters(job: NewJob, payload: str, now: datetime | None) -> dict[str,
         "p_expires_s": job.expires_in_seconds,
         "p_concurrency_key": job.concurrency_key,
         "p_rate_key": job.rate_key,
+        "p_window_key": job.window_key,
     }
 
 

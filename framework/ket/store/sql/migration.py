@@ -347,6 +347,20 @@ MIGRATIONS += (
         },
     ),
 )
+# The key of a job's uniqueness window or debounce (types.NewJob.window_key), indexed for the
+# few rows that hold one: an enqueue looks for the earlier job of its name and key.
+_WINDOW_KEY = (
+    "ALTER TABLE ket_jobs ADD COLUMN window_key TEXT",
+    "CREATE INDEX ket_jobs_window ON ket_jobs (name, window_key, enqueued_at) "
+    "WHERE window_key IS NOT NULL",
+)
+MIGRATIONS += (
+    Migration(
+        version=10,
+        name="jobs keyed by a uniqueness window or a debounce",
+        statements={"postgresql": _WINDOW_KEY, "sqlite": _WINDOW_KEY},
+    ),
+)
 LATEST = MIGRATIONS[-1].version
 
 _LEDGER = {

@@ -70,6 +70,18 @@ TEXT: dict[str, Compiled] = {
         },
         returning=False,
     ),
+    'insert.debounced': Compiled(
+        text=(
+            "UPDATE ket_jobs SET state=CASE WHEN (CASE WHEN (CAST(%(p_max_wait_s)s AS FLOAT) IS NULL OR coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= ket_jobs.enqueued_at + CAST(%(p_max_wait_s)s AS FLOAT) * interval '1 second') THEN coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) ELSE ket_jobs.enqueued_at + CAST(%(p_max_wait_s)s AS FLOAT) * interval '1 second' END <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END, priority=%(p_priority)s::INTEGER, payload=CAST(%(p_payload)s::VARCHAR AS JSONB), payload_version=%(p_payload_version)s::INTEGER, max_attempts=%(p_max_attempts)s::INTEGER, run_at=CASE WHEN (CAST(%(p_max_wait_s)s AS FLOAT) IS NULL OR coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= ket_jobs.enqueued_at + CAST(%(p_max_wait_s)s AS FLOAT) * interval '1 second') THEN coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) ELSE ket_jobs.enqueued_at + CAST(%(p_max_wait_s)s AS FLOAT) * interval '1 second' END, tags=CAST(%(p_tags)s::VARCHAR AS JSONB), trace_context=CAST(%(p_trace_context)s::VARCHAR AS JSONB), expires_at=(CASE WHEN (CAST(%(p_max_wait_s)s AS FLOAT) IS NULL OR coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= ket_jobs.enqueued_at + CAST(%(p_max_wait_s)s AS FLOAT) * interval '1 second') THEN coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) ELSE ket_jobs.enqueued_at + CAST(%(p_max_wait_s)s AS FLOAT) * interval '1 second' END + %(p_expires_s)s * interval '1 second'), concurrency_key=%(p_concurrency_key)s::VARCHAR, rate_key=%(p_rate_key)s::VARCHAR WHERE ket_jobs.id = (SELECT ket_jobs.id \n"
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.name = %(p_name)s::VARCHAR AND ket_jobs.window_key = %(p_window_key)s::VARCHAR AND ket_jobs.state IN ('available', 'scheduled') AND ket_jobs.attempt = 0 ORDER BY ket_jobs.id DESC \n"
+            " LIMIT %(param_1)s::INTEGER) AND ket_jobs.state IN ('available', 'scheduled') RETURNING ket_jobs.id"
+        ),
+        constants={
+            'param_1': 1,
+        },
+        returning=True,
+    ),
     'insert.holder': Compiled(
         text=(
             'SELECT ket_jobs.id \n'
@@ -82,7 +94,7 @@ TEXT: dict[str, Compiled] = {
     ),
     'insert.ignoring_unique': Compiled(
         text=(
-            "INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped, tags, trace_context, expires_at, concurrency_key, rate_key) VALUES (%(p_name)s::VARCHAR, %(p_queue)s::VARCHAR, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END, %(p_priority)s::INTEGER, CAST(%(p_payload)s::VARCHAR AS JSONB), %(p_payload_version)s::INTEGER, 0, %(p_max_attempts)s::INTEGER, %(p_unique_key)s::VARCHAR, %(p_company)s::VARCHAR, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())), coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), 0, false, %(p_tick)s::TIMESTAMP WITH TIME ZONE, %(p_ticks_skipped)s::INTEGER, CAST(%(p_tags)s::VARCHAR AS JSONB), CAST(%(p_trace_context)s::VARCHAR AS JSONB), (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) + %(p_expires_s)s * interval '1 second'), %(p_concurrency_key)s::VARCHAR, %(p_rate_key)s::VARCHAR) ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state IN ('available', 'scheduled', 'executing', 'retryable') DO NOTHING RETURNING ket_jobs.id"
+            "INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped, tags, trace_context, expires_at, concurrency_key, rate_key, window_key) VALUES (%(p_name)s::VARCHAR, %(p_queue)s::VARCHAR, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END, %(p_priority)s::INTEGER, CAST(%(p_payload)s::VARCHAR AS JSONB), %(p_payload_version)s::INTEGER, 0, %(p_max_attempts)s::INTEGER, %(p_unique_key)s::VARCHAR, %(p_company)s::VARCHAR, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())), coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), 0, false, %(p_tick)s::TIMESTAMP WITH TIME ZONE, %(p_ticks_skipped)s::INTEGER, CAST(%(p_tags)s::VARCHAR AS JSONB), CAST(%(p_trace_context)s::VARCHAR AS JSONB), (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) + %(p_expires_s)s * interval '1 second'), %(p_concurrency_key)s::VARCHAR, %(p_rate_key)s::VARCHAR, %(p_window_key)s::VARCHAR) ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state IN ('available', 'scheduled', 'executing', 'retryable') DO NOTHING RETURNING ket_jobs.id"
         ),
         constants={
         },
@@ -90,7 +102,7 @@ TEXT: dict[str, Compiled] = {
     ),
     'insert.plain': Compiled(
         text=(
-            "INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped, tags, trace_context, expires_at, concurrency_key, rate_key) VALUES (%(p_name)s::VARCHAR, %(p_queue)s::VARCHAR, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END, %(p_priority)s::INTEGER, CAST(%(p_payload)s::VARCHAR AS JSONB), %(p_payload_version)s::INTEGER, 0, %(p_max_attempts)s::INTEGER, %(p_unique_key)s::VARCHAR, %(p_company)s::VARCHAR, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())), coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), 0, false, %(p_tick)s::TIMESTAMP WITH TIME ZONE, %(p_ticks_skipped)s::INTEGER, CAST(%(p_tags)s::VARCHAR AS JSONB), CAST(%(p_trace_context)s::VARCHAR AS JSONB), (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) + %(p_expires_s)s * interval '1 second'), %(p_concurrency_key)s::VARCHAR, %(p_rate_key)s::VARCHAR) RETURNING ket_jobs.id"
+            "INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped, tags, trace_context, expires_at, concurrency_key, rate_key, window_key) VALUES (%(p_name)s::VARCHAR, %(p_queue)s::VARCHAR, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END, %(p_priority)s::INTEGER, CAST(%(p_payload)s::VARCHAR AS JSONB), %(p_payload_version)s::INTEGER, 0, %(p_max_attempts)s::INTEGER, %(p_unique_key)s::VARCHAR, %(p_company)s::VARCHAR, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())), coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), 0, false, %(p_tick)s::TIMESTAMP WITH TIME ZONE, %(p_ticks_skipped)s::INTEGER, CAST(%(p_tags)s::VARCHAR AS JSONB), CAST(%(p_trace_context)s::VARCHAR AS JSONB), (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) + %(p_expires_s)s * interval '1 second'), %(p_concurrency_key)s::VARCHAR, %(p_rate_key)s::VARCHAR, %(p_window_key)s::VARCHAR) RETURNING ket_jobs.id"
         ),
         constants={
         },
@@ -101,7 +113,7 @@ TEXT: dict[str, Compiled] = {
             'WITH moved AS \n'
             '(UPDATE ket_schedules SET fingerprint=%(p_fingerprint)s::VARCHAR, last_tick=%(p_tick)s::TIMESTAMP WITH TIME ZONE, updated_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) WHERE ket_schedules.schedule_id = %(p_schedule_id)s::VARCHAR AND ket_schedules.fingerprint = %(p_expected_fingerprint)s::VARCHAR AND ket_schedules.last_tick = %(p_expected_tick)s::TIMESTAMP WITH TIME ZONE RETURNING ket_schedules.schedule_id), \n'
             'job AS \n'
-            "(INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped, tags, trace_context, expires_at, concurrency_key, rate_key) SELECT %(p_name)s AS anon_5, %(p_queue)s AS anon_6, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END AS anon_7, %(p_priority)s AS anon_8, CAST(%(p_payload)s::VARCHAR AS JSONB) AS anon_9, %(p_payload_version)s AS anon_10, 0, %(p_max_attempts)s AS anon_11, %(p_unique_key)s AS anon_12, %(p_company)s AS anon_13, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) AS coalesce_2, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_1, 0, false AS anon_14, %(p_tick)s::TIMESTAMP WITH TIME ZONE AS anon_15, %(p_ticks_skipped)s AS anon_16, CAST(%(p_tags)s::VARCHAR AS JSONB) AS anon_17, CAST(%(p_trace_context)s::VARCHAR AS JSONB) AS anon_18, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) + %(p_expires_s)s * interval '1 second' AS anon_19, %(p_concurrency_key)s::VARCHAR AS anon_20, %(p_rate_key)s::VARCHAR AS anon_21 \n"
+            "(INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version, attempt, max_attempts, unique_key, company, run_at, enqueued_at, fence, cancel_requested, tick, ticks_skipped, tags, trace_context, expires_at, concurrency_key, rate_key, window_key) SELECT %(p_name)s AS anon_5, %(p_queue)s AS anon_6, CASE WHEN (coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN 'available' ELSE 'scheduled' END AS anon_7, %(p_priority)s AS anon_8, CAST(%(p_payload)s::VARCHAR AS JSONB) AS anon_9, %(p_payload_version)s AS anon_10, 0, %(p_max_attempts)s AS anon_11, %(p_unique_key)s AS anon_12, %(p_company)s AS anon_13, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) AS coalesce_2, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_1, 0, false AS anon_14, %(p_tick)s::TIMESTAMP WITH TIME ZONE AS anon_15, %(p_ticks_skipped)s AS anon_16, CAST(%(p_tags)s::VARCHAR AS JSONB) AS anon_17, CAST(%(p_trace_context)s::VARCHAR AS JSONB) AS anon_18, coalesce(%(p_run_at)s::TIMESTAMP WITH TIME ZONE, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) + %(p_expires_s)s * interval '1 second' AS anon_19, %(p_concurrency_key)s::VARCHAR AS anon_20, %(p_rate_key)s::VARCHAR AS anon_21, %(p_window_key)s::VARCHAR AS anon_22 \n"
             'FROM moved RETURNING ket_jobs.id), \n'
             'fire AS \n'
             '(INSERT INTO ket_schedule_fires (schedule_id, fingerprint, tick, skipped, job_id, fired_at) SELECT %(p_schedule_id)s AS anon_1, %(p_fingerprint)s AS anon_2, %(p_tick)s::TIMESTAMP WITH TIME ZONE AS anon_3, %(p_skipped)s AS anon_4, job.id AS id, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_1 \n'
@@ -123,6 +135,26 @@ TEXT: dict[str, Compiled] = {
             'FROM numbered)\n'
             ' SELECT array_agg(numbered.id ORDER BY numbered.ord) AS array_agg_1 \n'
             'FROM numbered'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'insert.window_holder': Compiled(
+        text=(
+            'SELECT ket_jobs.id \n'
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.name = %(p_name)s::VARCHAR AND ket_jobs.window_key = %(p_window_key)s::VARCHAR AND ket_jobs.enqueued_at > coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) + (-%(p_window_s)s) * interval '1 second' AND ket_jobs.state = ANY (%(p_states)b::TEXT[]) ORDER BY ket_jobs.id DESC \n"
+            ' LIMIT %(param_1)s::INTEGER'
+        ),
+        constants={
+            'param_1': 1,
+        },
+        returning=False,
+    ),
+    'insert.window_lock': Compiled(
+        text=(
+            "SELECT pg_advisory_xact_lock(27493, hashtext(concat(%(p_name)s::VARCHAR, '|', %(p_window_key)s::VARCHAR))) AS pg_advisory_xact_lock_1"
         ),
         constants={
         },
@@ -377,7 +409,7 @@ TEXT: dict[str, Compiled] = {
     ),
     'query.lock_job': Compiled(
         text=(
-            'SELECT ket_jobs.id, ket_jobs.name, ket_jobs.queue, ket_jobs.state, ket_jobs.priority, ket_jobs.payload, ket_jobs.payload_version, ket_jobs.attempt, ket_jobs.max_attempts, ket_jobs.unique_key, ket_jobs.company, ket_jobs.run_at, ket_jobs.enqueued_at, ket_jobs.attempted_at, ket_jobs.finished_at, ket_jobs.worker_id, ket_jobs.lease_until, ket_jobs.fence, ket_jobs.cancel_requested, ket_jobs.tick, ket_jobs.ticks_skipped, ket_jobs.tags, ket_jobs.trace_context, ket_jobs.rerun_of, ket_jobs.expires_at, ket_jobs.concurrency_key, ket_jobs.rate_key \n'
+            'SELECT ket_jobs.id, ket_jobs.name, ket_jobs.queue, ket_jobs.state, ket_jobs.priority, ket_jobs.payload, ket_jobs.payload_version, ket_jobs.attempt, ket_jobs.max_attempts, ket_jobs.unique_key, ket_jobs.company, ket_jobs.run_at, ket_jobs.enqueued_at, ket_jobs.attempted_at, ket_jobs.finished_at, ket_jobs.worker_id, ket_jobs.lease_until, ket_jobs.fence, ket_jobs.cancel_requested, ket_jobs.tick, ket_jobs.ticks_skipped, ket_jobs.tags, ket_jobs.trace_context, ket_jobs.rerun_of, ket_jobs.expires_at, ket_jobs.concurrency_key, ket_jobs.rate_key, ket_jobs.window_key \n'
             'FROM ket_jobs \n'
             'WHERE ket_jobs.id = %(p_id)s::BIGINT FOR UPDATE'
         ),

@@ -687,6 +687,7 @@ def job_records(rows: Sequence[Any], history: Sequence[Any]) -> list[JobRecord]:
             trace_context=row.trace_context,
             rerun_of=row.rerun_of,
             expires_at=row.expires_at,
+            window_key=row.window_key,
         )
         for row in rows
     ]

@@ -69,6 +69,8 @@ jobs = Table(
     # its keys under fleet-wide limits (types.NewJob): attempts are counted by them
     Column("concurrency_key", Text),
     Column("rate_key", Text),
+    # the key of its uniqueness window or debounce (types.NewJob.window_key)
+    Column("window_key", Text),
     CheckConstraint(f"state IN ({_states(JOB_STATES)})", name="ket_jobs_state"),
     sqlite_autoincrement=True,
 )
@@ -99,6 +101,15 @@ Index(
     unique=True,
     postgresql_where=UNIQUE_ACTIVE,
     sqlite_where=UNIQUE_ACTIVE,
+)
+WINDOWED = jobs.c.window_key.is_not(None)
+Index(
+    "ket_jobs_window",
+    jobs.c.name,
+    jobs.c.window_key,
+    jobs.c.enqueued_at,
+    postgresql_where=WINDOWED,
+    sqlite_where=WINDOWED,
 )
 Index("ket_jobs_executing", jobs.c.id, postgresql_where=EXECUTING, sqlite_where=EXECUTING)
 Index(

@@ -117,6 +117,9 @@ INSERT_UNNESTED = Statement("insert", "unnested")  # PostgreSQL: a batch as arra
 INSERT_LAST_ID = Statement("insert", "last_id", postgres=False)  # SQLite numbers rows itself
 INSERT_NUMBERED = Statement("insert", "numbered", postgres=False)
 INSERT_TICKED = Statement("insert", "ticked")  # PostgreSQL: a tick, its job and its fire
+INSERT_WINDOW_LOCK = Statement("insert", "window_lock")  # PostgreSQL: a window key's lock
+INSERT_WINDOW_HOLDER = Statement("insert", "window_holder")
+INSERT_DEBOUNCED = Statement("insert", "debounced")
 
 LEDGER_CLAIM = Statement("ledger", "claim")
 LEDGER_CONFIRM = Statement("ledger", "confirm")
