@@ -91,6 +91,12 @@ class StoreUnavailable(StoreError):
     is shutting down or starting. Worth trying again later."""
 
 
+class NotMigrated(StoreError):
+    """The database lacks ket's tables, or a column or table of a later migration than it has:
+    it is older than this version of ket. An operator runs `ket migrate`; trying again does not
+    help until then."""
+
+
 class NoRoom(StoreUnavailable):
     """The database server refused a connection for want of room: its `max_connections` are
     taken (by ket's processes or by other clients). Nothing is wrong with ket or the database;

@@ -25,7 +25,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ket.catalog import Catalog
-from ket.errors import KetError, StoreError, StoreUnavailable
+from ket.errors import KetError, NotMigrated, StoreError, StoreUnavailable
 from ket.operate import (
     Actor,
     declared_queue,
@@ -69,6 +69,8 @@ class OperatorApi:
             rows = await queue_rows(pausable(store), self._catalog)
         except StoreUnavailable as error:
             raise self._stores.unavailable(caller.tenant, error) from None
+        except NotMigrated:
+            raise not_migrated(caller.tenant) from None
         return json_response({"queues": [row.to_json() for row in rows]})
 
     async def pause(self, request: Request) -> Response:
@@ -88,7 +90,20 @@ class OperatorApi:
             changed = await set_paused(store, queue, caller, source=SOURCE, paused=paused)
         except StoreUnavailable as error:
             raise self._stores.unavailable(caller.tenant, error) from None
+        except NotMigrated:
+            raise not_migrated(caller.tenant) from None
         return json_response({"queue": queue, "paused": paused, "changed": changed})
+
+
+def not_migrated(tenant: str) -> Refusal:
+    """A request that met `tenant`'s database older than this ket: 503, saying the cure (which
+    is an operator's, so no Retry-After)."""
+    return Refusal(
+        503,
+        "tenant_not_migrated",
+        f"the database of tenant {tenant!r} lacks the ket tables of this version: an operator "
+        "runs `ket migrate`",
+    )
 
 
 def pausable(store: JobStore) -> JobStore:

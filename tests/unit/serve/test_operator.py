@@ -141,3 +141,20 @@ def test_each_tenant_is_addressed_as_a_function_call_addresses_it(
     assert [q["paused"] for q in listed] == [False, False]
     unknown = client.get(Q, headers=auth("reader", X_Ket_Tenant="initech"))
     assert unknown.status_code == 404 and unknown.json()["error"] == "unknown_tenant"
+
+
+def test_a_tenant_whose_database_is_not_migrated_is_503_saying_the_cure(
+    serve: Serve, tmp_path: Path
+) -> None:
+    client = serve(deployment(), registered={"acme": None, "fresh": None})
+    (tmp_path / "fresh.db").unlink()  # a new database, never migrated: no ket tables yet
+    for answer in (
+        client.get(Q, headers=auth("reader", X_Ket_Tenant="fresh")),
+        client.post(f"{Q}/mail/pause", headers=auth("pauser", X_Ket_Tenant="fresh")),
+    ):
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"] == "tenant_not_migrated"
+        assert answer.json()["message"].endswith("an operator runs `ket migrate`")
+        assert "Retry-After" not in answer.headers
+    listed = client.get(Q, headers=auth("reader", X_Ket_Tenant="acme"))
+    assert listed.status_code == 200

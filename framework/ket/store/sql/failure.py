@@ -13,7 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ket.connection.budget import no_room
-from ket.errors import NoRoom, StoreError, StoreUnavailable
+from ket.errors import NoRoom, NotMigrated, StoreError, StoreUnavailable
 from ket.store.failure import describe
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def database_error(error: Exception, engine: AsyncEngine | Engine) -> StoreError
         message = f"database error: {_first_line(str(error))}"
     else:
         return driver_error(error, engine.url)
-    return StoreError(hide_password(message, engine.url))
+    return _kind_of(message)(hide_password(message, engine.url))
 
 
 def driver_error(error: Exception, url: Any) -> StoreError:
@@ -82,7 +82,13 @@ def driver_error(error: Exception, url: Any) -> StoreError:
         message = f"database error: {_cured(describe(error))}"
     else:
         message = f"the store failed: {describe(error)}"
-    return error_kind(error)(hide_password(message, url))
+    kind = error_kind(error)
+    return (_kind_of(message) if kind is StoreError else kind)(hide_password(message, url))
+
+
+def _kind_of(message: str) -> type[StoreError]:
+    """NotMigrated for a message that carries the cure of missing tables or columns."""
+    return NotMigrated if message.endswith(MIGRATE) else StoreError
 
 
 def error_kind(error: BaseException) -> type[StoreError]:
@@ -141,25 +147,24 @@ def reason(error: DBAPIError) -> str:
     return _cured(_first_line(str(error.orig)) if error.orig else _first_line(str(error)))
 
 
+MIGRATE = "run `ket migrate`"  # the cure a message ends with when ket's schema is behind
+
+
 def _cured(text: str) -> str:
     """`text`, with the cure when it says that ket's tables, or a column a later migration
     gives them, are missing."""
     column = _MISSING_COLUMN.search(text)
     if column is not None and (column[1] or column[2] or column[3]) in LATER_COLUMNS:
-        return (
-            f"{text}: this database's ket tables are older than this version of ket; "
-            "run `ket migrate`"
-        )
+        return f"{text}: this database's ket tables are older than this version of ket; {MIGRATE}"
     if any(m in text for m in _MISSING_TABLE) and (
         "no such table" in text or "does not exist" in text
     ):
         found = _MISSING_NAME.search(text)
         if found is not None and found[1] not in FIRST_TABLES:
             return (
-                f"{text}: this database's ket tables are older than this version of ket; "
-                "run `ket migrate`"
+                f"{text}: this database's ket tables are older than this version of ket; {MIGRATE}"
             )
-        return f"{text}: this database has no ket tables yet; run `ket migrate`"
+        return f"{text}: this database has no ket tables yet; {MIGRATE}"
     return text
 
 
