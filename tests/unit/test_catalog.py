@@ -11,8 +11,9 @@ from pydantic import BaseModel, SecretStr, ValidationError, field_validator
 
 from ket import define_deployment, define_function, define_job, define_module
 from ket.catalog import Catalog, EnqueueOptions, UpgradeFailed, validate_input
+from ket.declare import flow
 from ket.errors import JobRejected, SecretKeyError
-from ket.store.types import JobLimits, Rate, Window
+from ket.store.types import JOB_STATES, JobLimits, Rate, Window
 
 KEY = Fernet.generate_key().decode()
 
@@ -339,3 +340,9 @@ def test_a_debounced_job_runs_its_period_after_its_enqueue_s_run_time() -> None:
         "t.reindex", {"document_id": "d1"}, EnqueueOptions(run_at="2026-12-24T09:00:00+01:00")
     )
     assert at.run_at is not None and at.run_at.isoformat() == "2026-12-24T09:00:30+01:00"
+
+
+def test_the_states_a_window_may_name_are_the_store_s_job_states() -> None:
+    # declaring never imports the store: the two lists are kept equal here
+    assert flow.JOB_STATES == JOB_STATES
+    assert set(flow.DEFAULT_UNIQUE_STATES) == set(JOB_STATES) - {"discarded", "cancelled"}

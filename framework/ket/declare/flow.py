@@ -53,8 +53,10 @@ _KEY_CLASSES = (
 )
 
 Option = Literal["concurrency_limit", "rate_limit", "unique", "debounce"]
-# The states a uniqueness window looks at unless it names its own: all but the two that mean the
-# work was given up (a cancelled or discarded job does not stand for work done or to do).
+# The job states a uniqueness window may name (the store's, which declaring does not import;
+# tests/unit/test_catalog.py keeps the two equal), and those it looks at unless it names its
+# own: all but the two that mean the work was given up (a cancelled or discarded job does not
+# stand for work done or to do).
 JOB_STATES = (
     "available",
     "scheduled",

@@ -103,7 +103,7 @@ def test_key_fields_keep_their_declared_order() -> None:
         ),
         (
             {"limit": 1, "key": []},
-            "concurrency_limit: key must name at least one input field (leave it out to limit "
+            "concurrency_limit: key must name at least one input field (leave it out to key "
             "the job as a whole), got []",
         ),
         (
