@@ -53,7 +53,7 @@ def test_every_handle_resolves_to_a_statement_on_each_side(handle: statement.Sta
     postgres_only = {
         statement.NOTIFY,
         statement.LOOK,
-        statement.LIMIT_LOCK,
+        statement.LIMITED_CLAIM,
         statement.INSERT_UNNESTED,
         statement.INSERT_TICKED,
         statement.INSERT_WINDOW_LOCK,

@@ -1,12 +1,16 @@
-"""A claim within fleet-wide limits, in one transaction (the rule: ket.store.admission).
+"""A claim within fleet-wide limits (the rule: ket.store.admission).
 
-The queue's limited claims run one at a time (PostgreSQL: a transaction-scoped advisory lock on
-the queue; SQLite: the write lock every transaction takes at its start), so that two workers
-never both count the same free place. Each reads the running attempts and the starts within the
-longest rate period, discards the queue's expired jobs, reads the due jobs whose keys are not
-full, admits what the limits allow and claims those, and records their starts. The running
-attempts are the executing rows themselves: an attempt gives its place back in the transaction
-that ends it, and one whose worker was killed keeps it until rescue ends it.
+The queue's limited claims run one at a time, so that two workers never both count the same
+free place. Each reads the running attempts and the starts within the longest rate period,
+discards the queue's expired jobs, reads the due jobs whose keys are not full, admits what the
+limits allow and claims those, and records their starts. The running attempts are the executing
+rows themselves: an attempt gives its place back in the transaction that ends it, and one whose
+worker was killed keeps it until rescue ends it.
+
+PostgreSQL does all of it in one call of the function ket_limited_claim (migration 11), in
+autocommit, under a transaction-scoped advisory lock on the queue: one round trip, as the plain
+claim. SQLite does it here step by step, in a transaction (the write lock it takes at its start
+runs the claims one at a time), with admission.Counts.
 """
 
 from __future__ import annotations
@@ -25,16 +29,15 @@ async def limited_claim(
     rows: Rows, claim: JobClaim, limits: ClaimLimits, params: dict[str, Any], *, upkeep: bool
 ) -> tuple[list[Any], Admitted]:
     """Claim within `limits`; the claimed rows (as the plain claim returns them) and what was
-    admitted (its `retry_at`: when a rate that held a job back frees). With `upkeep` (at most
-    once a second a queue: the store decides), it also discards the queue's expired jobs and
-    forgets the starts past every period; in between, the claim's own filter keeps expired
-    jobs from starting, and the old starts only cost the read."""
-    queue = claim.queue
-    now: datetime | None = params["now"]
+    admitted (its `retry_at`: when a rate that held a job back frees). SQLite: with `upkeep`
+    (at most once a second a queue: the store decides), it also discards the queue's expired
+    jobs and forgets the starts past every period; in between, the claim's own filter keeps
+    expired jobs from starting, and the old starts only cost the read. PostgreSQL's function
+    does both each time (an index read when there is nothing to do)."""
     if rows.dialect == "postgresql":
-        [(now,)] = await rows.tuples(stmt.LIMIT_LOCK, {"p_queue": queue, "now": now})
-    assert now is not None  # SQLite's instants come from Python
-    params = {**params, "now": now}
+        return await _limited_claim_postgres(rows, limits, params)
+    queue = claim.queue
+    now: datetime = params["now"]  # SQLite's instants come from Python
     if upkeep:
         await expire(rows, params)
     counts = await counts_of(rows, queue, limits, now)
@@ -55,21 +58,46 @@ async def limited_claim(
     admitted = counts.admit([Candidate(*row) for row in found], claim.limit)
     admitted.contended = admitted.contended or bool(full_concurrency)
     claimed: list[Any] = []
-    starts = sorted(admitted.starts.items())
-    postgres = rows.dialect == "postgresql"
     if admitted.ids:
-        given = {**params, "ids": admitted.ids}
-        if postgres:  # the starts are recorded by the claim's statement
-            given.update(scopes=[scope for scope, _ in starts], ns=[n for _, n in starts])
-        claimed = await rows.tuples(stmt.LIMIT_CLAIM, given)
-    if starts and not postgres:
+        claimed = await rows.tuples(stmt.LIMIT_CLAIM, {**params, "ids": admitted.ids})
+    if admitted.starts:
         await rows.many(
             stmt.RATE_RECORD,
-            [{"now": now, "p_queue": queue, "p_scope": scope, "p_n": n} for scope, n in starts],
+            [
+                {"now": now, "p_queue": queue, "p_scope": scope, "p_n": n}
+                for scope, n in sorted(admitted.starts.items())
+            ],
         )
     if upkeep and longest_period(limits):  # starts past every period count no more
         await rows.rows(stmt.RATE_FORGET, {"p_queue": queue, "p_since": _since(limits, now)})
     return claimed, admitted
+
+
+async def _limited_claim_postgres(
+    rows: Rows, limits: ClaimLimits, params: dict[str, Any]
+) -> tuple[list[Any], Admitted]:
+    """The claim as one call of ket_limited_claim: the limits as arrays, by job name."""
+    names = sorted(limits.jobs)
+    jobs = [limits.jobs[name] for name in names]
+    queue_rate = limits.rate
+    found = await rows.tuples(
+        stmt.LIMITED_CLAIM,
+        {
+            **params,
+            "p_names": names,
+            "p_concurrency": [job.concurrency for job in jobs],
+            "p_rate": [None if job.rate is None else job.rate.limit for job in jobs],
+            "p_period": [None if job.rate is None else job.rate.period_seconds for job in jobs],
+            "p_queue_concurrency": limits.concurrency,
+            "p_queue_rate": None if queue_rate is None else queue_rate.limit,
+            "p_queue_period": None if queue_rate is None else queue_rate.period_seconds,
+        },
+    )
+    *claimed, last = found  # every row, and the last (no job) alone, says what was admitted
+    admitted = Admitted(
+        ids=[row[0] for row in claimed], retry_at=last[-1], contended=bool(last[-2])
+    )
+    return [row[:-2] for row in claimed], admitted
 
 
 async def counts_of(rows: Rows, queue: str, limits: ClaimLimits, now: datetime) -> Counts:

@@ -361,6 +361,200 @@ MIGRATIONS += (
         statements={"postgresql": _WINDOW_KEY, "sqlite": _WINDOW_KEY},
     ),
 )
+# PostgreSQL: a claim within fleet-wide limits as one statement (sql/limit.py), so that it costs
+# one round trip in autocommit, as the plain claim does, not a transaction of five. The rule is
+# ket.store.admission's, step by step (SQLite and the memory store run that module); the
+# conformance kit's area `limits` holds the two to the same behaviour. The queue's limited
+# claims run one at a time (the advisory lock), and count from the clock once it is held. Every
+# claimed row, then one row with no job, carry `contended` and `retry_at` (admission.Admitted).
+_PG_LIMITED_CLAIM = """CREATE OR REPLACE FUNCTION ket_limited_claim(
+    p_queue TEXT, p_limit INTEGER, p_worker_id TEXT, p_now TIMESTAMP WITH TIME ZONE,
+    p_lease_s DOUBLE PRECISION, p_lease_at TIMESTAMP WITH TIME ZONE,
+    p_names TEXT[], p_concurrency BIGINT[], p_rate BIGINT[], p_period DOUBLE PRECISION[],
+    p_queue_concurrency BIGINT, p_queue_rate BIGINT, p_queue_period DOUBLE PRECISION)
+RETURNS TABLE (
+    id BIGINT, name TEXT, queue TEXT, payload JSONB, payload_version INTEGER, priority INTEGER,
+    attempt INTEGER, max_attempts INTEGER, unique_key TEXT, company TEXT,
+    run_at TIMESTAMP WITH TIME ZONE, enqueued_at TIMESTAMP WITH TIME ZONE,
+    lease_until TIMESTAMP WITH TIME ZONE, fence BIGINT, tick TIMESTAMP WITH TIME ZONE,
+    ticks_skipped INTEGER, trace_context JSONB,
+    contended BOOLEAN, retry_at TIMESTAMP WITH TIME ZONE)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_now TIMESTAMP WITH TIME ZONE;
+    v_longest DOUBLE PRECISION;
+    v_running JSONB;  -- by concurrency key: the queue's executing attempts
+    v_total BIGINT;   -- all of them
+    v_started JSONB;  -- by rate scope: the starts within its rate's period
+    v_oldest JSONB;   -- by rate scope: the first of those
+    v_full_c TEXT[];
+    v_full_r TEXT[];
+    v_room BIGINT := 9223372036854775807;
+    v_mine JSONB := '{}';    -- by concurrency key: the attempts this claim starts
+    v_starts JSONB := '{}';  -- by rate scope: the starts this claim records
+    v_held TEXT[] := '{}';   -- the rate scopes that held a job back
+    v_ids BIGINT[] := '{}';
+    v_contended BOOLEAN;
+    v_retry TIMESTAMP WITH TIME ZONE;
+    v_own_period TIMESTAMP WITH TIME ZONE;  -- a held rate whose starts are all this claim's
+    v_i INTEGER;
+    v_n BIGINT;
+    c RECORD;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('ket limits ' || p_queue, 0));
+    v_now := coalesce(p_now, clock_timestamp());
+    v_longest := greatest(
+        (SELECT max(l.period) FROM unnest(p_rate, p_period) AS l(rate, period)
+         WHERE l.rate IS NOT NULL),
+        CASE WHEN p_queue_rate IS NOT NULL THEN p_queue_period END);
+
+    -- the expired jobs discarded, and why (as the plain claim does)
+    WITH expiring AS (
+        SELECT e.id FROM ket_jobs e
+        WHERE e.queue = p_queue AND e.expires_at IS NOT NULL
+          AND e.state IN ('available', 'scheduled', 'retryable') AND e.expires_at <= v_now
+        ORDER BY e.expires_at, e.id LIMIT p_limit FOR UPDATE SKIP LOCKED
+    ), expired AS (
+        UPDATE ket_jobs j SET state = 'discarded', finished_at = v_now, lease_until = NULL,
+            cancel_requested = false
+        FROM expiring WHERE j.id = expiring.id RETURNING j.id, j.attempt
+    )
+    INSERT INTO ket_job_errors (job_id, attempt, at, error)
+    SELECT expired.id, expired.attempt, v_now, 'expired' FROM expired;
+
+    SELECT coalesce(jsonb_object_agg(r.k, r.n) FILTER (WHERE r.k IS NOT NULL), '{}'),
+           coalesce(sum(r.n), 0)
+    INTO v_running, v_total
+    FROM (SELECT j.concurrency_key AS k, count(*) AS n FROM ket_jobs j
+          WHERE j.queue = p_queue AND j.state = 'executing'
+          GROUP BY j.concurrency_key) AS r;
+
+    IF v_longest IS NOT NULL THEN
+        DELETE FROM ket_rate_starts s  -- past every period: they count no more
+        WHERE s.queue = p_queue AND s.at <= v_now - v_longest * interval '1 second';
+        SELECT coalesce(jsonb_object_agg(w.scope, w.n), '{}'),
+               coalesce(jsonb_object_agg(w.scope, w.first), '{}')
+        INTO v_started, v_oldest
+        FROM (SELECT s.scope, sum(s.n) AS n, min(s.at) AS first
+              FROM ket_rate_starts s
+              LEFT JOIN unnest(p_names, p_rate, p_period) AS l(name, rate, period)
+                ON s.scope <> '*' AND l.name = split_part(s.scope, '|', 1)
+              WHERE s.queue = p_queue
+                AND s.at > v_now - v_longest * interval '1 second'
+                AND s.at > v_now - (CASE WHEN s.scope = '*' THEN p_queue_period
+                                         WHEN l.rate IS NOT NULL THEN l.period END)
+                                   * interval '1 second'
+              GROUP BY s.scope) AS w;
+    ELSE
+        v_started := '{}';
+        v_oldest := '{}';
+    END IF;
+
+    SELECT coalesce(array_agg(r.k), '{}') INTO v_full_c
+    FROM jsonb_each_text(v_running) AS r(k, n)
+    JOIN unnest(p_names, p_concurrency) AS l(name, lim) ON l.name = split_part(r.k, '|', 1)
+    WHERE l.lim IS NOT NULL AND r.n::BIGINT >= l.lim;
+    SELECT coalesce(array_agg(s.k), '{}') INTO v_full_r
+    FROM jsonb_each_text(v_started) AS s(k, n)
+    JOIN unnest(p_names, p_rate) AS l(name, lim) ON l.name = split_part(s.k, '|', 1)
+    WHERE s.k <> '*' AND l.lim IS NOT NULL AND s.n::BIGINT >= l.lim;
+    v_contended := cardinality(v_full_c) > 0;
+
+    IF p_queue_concurrency IS NOT NULL THEN
+        v_room := least(v_room, p_queue_concurrency - v_total);
+    END IF;
+    IF p_queue_rate IS NOT NULL THEN
+        v_room := least(v_room, p_queue_rate - coalesce((v_started->>'*')::BIGINT, 0));
+    END IF;
+
+    IF v_room > 0 THEN
+        FOR c IN
+            SELECT j.id, j.name, j.concurrency_key AS ck, j.rate_key AS rk FROM ket_jobs j
+            WHERE j.queue = p_queue AND j.state IN ('available', 'scheduled', 'retryable')
+              AND j.run_at <= v_now
+              AND NOT EXISTS (SELECT 1 FROM ket_queue_pauses p WHERE p.queue = p_queue)
+              AND (j.expires_at IS NULL OR j.expires_at > v_now)
+              AND (j.concurrency_key IS NULL OR NOT j.concurrency_key = ANY (v_full_c))
+              AND (j.rate_key IS NULL OR NOT j.rate_key = ANY (v_full_r))
+            ORDER BY j.priority, j.run_at, j.id
+            LIMIT p_limit FOR UPDATE SKIP LOCKED
+        LOOP
+            EXIT WHEN cardinality(v_ids) >= p_limit OR v_room <= 0;
+            v_i := array_position(p_names, c.name);
+            IF v_i IS NOT NULL AND p_concurrency[v_i] IS NOT NULL AND c.ck <> '' THEN
+                IF coalesce((v_running->>c.ck)::BIGINT, 0) + coalesce((v_mine->>c.ck)::BIGINT, 0)
+                        >= p_concurrency[v_i] THEN
+                    v_contended := true;
+                    CONTINUE;
+                END IF;
+            END IF;
+            IF v_i IS NOT NULL AND p_rate[v_i] IS NOT NULL AND c.rk <> '' THEN
+                v_n := coalesce((v_starts->>c.rk)::BIGINT, 0);
+                IF coalesce((v_started->>c.rk)::BIGINT, 0) + v_n >= p_rate[v_i] THEN
+                    v_held := v_held || c.rk;
+                    CONTINUE;
+                END IF;
+                v_starts := v_starts || jsonb_build_object(c.rk, v_n + 1);
+            END IF;
+            IF c.ck IS NOT NULL THEN
+                v_mine := v_mine || jsonb_build_object(
+                    c.ck, coalesce((v_mine->>c.ck)::BIGINT, 0) + 1);
+            END IF;
+            v_ids := v_ids || c.id;
+            v_room := v_room - 1;
+        END LOOP;
+    END IF;
+
+    IF p_queue_rate IS NOT NULL AND cardinality(v_ids) > 0 THEN
+        v_starts := v_starts || jsonb_build_object('*', cardinality(v_ids));
+    END IF;
+    IF p_queue_rate IS NOT NULL AND coalesce((v_started->>'*')::BIGINT, 0)
+            + coalesce((v_starts->>'*')::BIGINT, 0) >= p_queue_rate THEN
+        v_held := v_held || '*'::TEXT;
+    END IF;
+    IF p_queue_concurrency IS NOT NULL
+            AND v_total + cardinality(v_ids) >= p_queue_concurrency THEN
+        v_contended := true;
+    END IF;
+    IF cardinality(v_held) > 0 THEN  -- when the first start of a held rate leaves its period
+        SELECT min((v_oldest->>h.scope)::TIMESTAMP WITH TIME ZONE + h.period * interval '1 second'),
+               min(v_now + h.period * interval '1 second')
+        INTO v_retry, v_own_period
+        FROM (SELECT DISTINCT u.scope, CASE WHEN u.scope = '*' THEN p_queue_period
+                                            ELSE p_period[array_position(p_names,
+                                                 split_part(u.scope, '|', 1))] END AS period
+              FROM unnest(v_held) AS u(scope)) AS h;
+        v_retry := coalesce(v_retry, v_own_period);
+    END IF;
+
+    IF cardinality(v_ids) > 0 THEN
+        INSERT INTO ket_rate_starts (queue, scope, at, n)
+        SELECT p_queue, t.k, v_now, t.n::INTEGER FROM jsonb_each_text(v_starts) AS t(k, n);
+        RETURN QUERY
+        UPDATE ket_jobs j SET state = 'executing', attempt = j.attempt + 1,
+            worker_id = p_worker_id, attempted_at = v_now,
+            lease_until = coalesce(p_lease_at, v_now + p_lease_s * interval '1 second'),
+            fence = j.fence + 1, cancel_requested = false
+        WHERE j.id = ANY (v_ids)
+        RETURNING j.id, j.name, j.queue, j.payload, j.payload_version, j.priority, j.attempt,
+            j.max_attempts, j.unique_key, j.company, j.run_at, j.enqueued_at, j.lease_until,
+            j.fence, j.tick, j.ticks_skipped, j.trace_context, v_contended, v_retry;
+    END IF;
+    RETURN QUERY SELECT NULL::BIGINT, NULL::TEXT, NULL::TEXT, NULL::JSONB, NULL::INTEGER,
+        NULL::INTEGER, NULL::INTEGER, NULL::INTEGER, NULL::TEXT, NULL::TEXT,
+        NULL::TIMESTAMP WITH TIME ZONE, NULL::TIMESTAMP WITH TIME ZONE,
+        NULL::TIMESTAMP WITH TIME ZONE, NULL::BIGINT, NULL::TIMESTAMP WITH TIME ZONE,
+        NULL::INTEGER, NULL::JSONB, v_contended, v_retry;
+END
+$$"""
+MIGRATIONS += (
+    Migration(
+        version=11,
+        name="PostgreSQL: a claim within fleet-wide limits in one statement",
+        statements={"postgresql": (_PG_LIMITED_CLAIM,), "sqlite": ()},
+    ),
+)
 LATEST = MIGRATIONS[-1].version
 
 _LEDGER = {
@@ -446,4 +640,5 @@ def uninstall(connection: Connection, *, control: bool = True) -> list[str]:
         connection.execute(text(f"DROP TABLE {name}"))
     if dialect == "postgresql":
         connection.execute(text("DROP FUNCTION IF EXISTS ket_jobs_notify()"))
+        connection.execute(text("DROP FUNCTION IF EXISTS ket_limited_claim"))
     return dropped

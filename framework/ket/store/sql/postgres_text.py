@@ -284,22 +284,6 @@ TEXT: dict[str, Compiled] = {
         },
         returning=False,
     ),
-    'query.expire': Compiled(
-        text=(
-            'WITH expiring AS \n'
-            '(SELECT ket_jobs.id AS id \n'
-            'FROM ket_jobs \n'
-            "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.expires_at IS NOT NULL AND ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.expires_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) ORDER BY ket_jobs.expires_at, ket_jobs.id \n"
-            ' LIMIT %(limit)s FOR UPDATE SKIP LOCKED)\n'
-            ' UPDATE ket_jobs SET state=%(state)s::VARCHAR, finished_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), lease_until=%(lease_until)s::TIMESTAMP WITH TIME ZONE, cancel_requested=%(cancel_requested)s FROM expiring WHERE ket_jobs.id = expiring.id RETURNING ket_jobs.id, ket_jobs.attempt'
-        ),
-        constants={
-            'state': 'discarded',
-            'lease_until': None,
-            'cancel_requested': False,
-        },
-        returning=True,
-    ),
     'query.expired': Compiled(
         text=(
             'SELECT ket_jobs.queue, count(*) AS count_1 \n'
@@ -309,15 +293,6 @@ TEXT: dict[str, Compiled] = {
         constants={
         },
         returning=False,
-    ),
-    'query.expired_errors': Compiled(
-        text=(
-            'INSERT INTO ket_job_errors (job_id, attempt, at, error) VALUES (%(p_job_id)s::BIGINT, %(p_attempt)s::INTEGER, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), %(error)s::VARCHAR) RETURNING ket_job_errors.id'
-        ),
-        constants={
-            'error': 'expired',
-        },
-        returning=True,
     ),
     'query.grace': Compiled(
         text=(
@@ -346,34 +321,6 @@ TEXT: dict[str, Compiled] = {
         },
         returning=False,
     ),
-    'query.limit_candidates': Compiled(
-        text=(
-            'SELECT ket_jobs.id, ket_jobs.name, ket_jobs.concurrency_key, ket_jobs.rate_key \n'
-            'FROM ket_jobs \n'
-            "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.run_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AND NOT (EXISTS (SELECT ket_queue_pauses.queue \n"
-            'FROM ket_queue_pauses \n'
-            'WHERE ket_queue_pauses.queue = %(p_queue)s::VARCHAR)) AND (ket_jobs.expires_at IS NULL OR ket_jobs.expires_at > coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) AND (ket_jobs.concurrency_key IS NULL OR NOT (ket_jobs.concurrency_key = ANY (%(full_concurrency)b::TEXT[]))) AND (ket_jobs.rate_key IS NULL OR NOT (ket_jobs.rate_key = ANY (%(full_rate)b::TEXT[]))) ORDER BY ket_jobs.priority, ket_jobs.run_at, ket_jobs.id \n'
-            ' LIMIT %(limit)s FOR UPDATE SKIP LOCKED'
-        ),
-        constants={
-        },
-        returning=False,
-    ),
-    'query.limit_claim': Compiled(
-        text=(
-            'WITH recorded AS \n'
-            '(INSERT INTO ket_rate_starts (queue, scope, at, n) SELECT %(p_queue)s::VARCHAR AS anon_1, started.scope AS scope, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_1, started.n AS n \n'
-            'FROM unnest(%(scopes)b::TEXT[], %(ns)b::BIGINT[]) AS started(scope, n))\n'
-            " UPDATE ket_jobs SET state=%(state)s::VARCHAR, attempt=(ket_jobs.attempt + %(attempt_1)s::INTEGER), attempted_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), worker_id=%(p_worker_id)s::VARCHAR, lease_until=coalesce(%(lease_at)s::TIMESTAMP WITH TIME ZONE, now() + %(lease_s)s * interval '1 second'), fence=(ket_jobs.fence + %(fence_1)s::BIGINT), cancel_requested=%(cancel_requested)s WHERE ket_jobs.id = ANY (%(ids)b::BIGINT[]) RETURNING ket_jobs.id, ket_jobs.name, ket_jobs.queue, ket_jobs.payload, ket_jobs.payload_version, ket_jobs.priority, ket_jobs.attempt, ket_jobs.max_attempts, ket_jobs.unique_key, ket_jobs.company, ket_jobs.run_at, ket_jobs.enqueued_at, ket_jobs.lease_until, ket_jobs.fence, ket_jobs.tick, ket_jobs.ticks_skipped, ket_jobs.trace_context"
-        ),
-        constants={
-            'state': 'executing',
-            'attempt_1': 1,
-            'fence_1': 1,
-            'cancel_requested': False,
-        },
-        returning=True,
-    ),
     'query.limit_counts': Compiled(
         text=(
             'SELECT ket_jobs.concurrency_key AS key, NULL AS at, count(*) AS n \n'
@@ -386,15 +333,6 @@ TEXT: dict[str, Compiled] = {
         },
         returning=False,
     ),
-    'query.limit_lock': Compiled(
-        text=(
-            'SELECT coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, clock_timestamp()) AS coalesce_1 \n'
-            "FROM (SELECT pg_advisory_xact_lock(hashtextextended('ket limits ' || %(p_queue)s::VARCHAR, 0)) AS pg_advisory_xact_lock_1) AS held"
-        ),
-        constants={
-        },
-        returning=False,
-    ),
     'query.limit_waiting': Compiled(
         text=(
             'SELECT count(*) AS count_1 \n'
@@ -402,6 +340,15 @@ TEXT: dict[str, Compiled] = {
             "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.run_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AND NOT (EXISTS (SELECT ket_queue_pauses.queue \n"
             'FROM ket_queue_pauses \n'
             'WHERE ket_queue_pauses.queue = %(p_queue)s::VARCHAR)) AND (ket_jobs.expires_at IS NULL OR ket_jobs.expires_at > coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) AND (%(p_queue_full)s OR ket_jobs.concurrency_key = ANY (%(full_concurrency)b::TEXT[]) OR ket_jobs.rate_key = ANY (%(full_rate)b::TEXT[]))'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'query.limited_claim': Compiled(
+        text=(
+            'SELECT anon_1.id, anon_1.name, anon_1.queue, anon_1.payload, anon_1.payload_version, anon_1.priority, anon_1.attempt, anon_1.max_attempts, anon_1.unique_key, anon_1.company, anon_1.run_at, anon_1.enqueued_at, anon_1.lease_until, anon_1.fence, anon_1.tick, anon_1.ticks_skipped, anon_1.trace_context, anon_1.contended, anon_1.retry_at \n'
+            'FROM ket_limited_claim(%(p_queue)s::VARCHAR, %(limit)s::INTEGER, %(p_worker_id)s::VARCHAR, %(now)s::TIMESTAMP WITH TIME ZONE, %(lease_s)s, %(lease_at)s::TIMESTAMP WITH TIME ZONE, %(p_names)b::TEXT[], %(p_concurrency)b::BIGINT[], %(p_rate)b::BIGINT[], %(p_period)b::FLOAT[], %(p_queue_concurrency)s::BIGINT, %(p_queue_rate)s::BIGINT, %(p_queue_period)s) AS anon_1'
         ),
         constants={
         },
@@ -519,22 +466,6 @@ TEXT: dict[str, Compiled] = {
         constants={
         },
         returning=False,
-    ),
-    'query.rate_forget': Compiled(
-        text=(
-            'DELETE FROM ket_rate_starts WHERE ket_rate_starts.queue = %(p_queue)s::VARCHAR AND ket_rate_starts.at <= %(p_since)s::TIMESTAMP WITH TIME ZONE'
-        ),
-        constants={
-        },
-        returning=False,
-    ),
-    'query.rate_record': Compiled(
-        text=(
-            'INSERT INTO ket_rate_starts (queue, scope, at, n) VALUES (%(p_queue)s::VARCHAR, %(p_scope)s::VARCHAR, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), %(p_n)s::INTEGER) RETURNING ket_rate_starts.id'
-        ),
-        constants={
-        },
-        returning=True,
     ),
     'query.record_fire': Compiled(
         text=(

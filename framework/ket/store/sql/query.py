@@ -17,11 +17,14 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    Float,
+    Integer,
     Text,
     and_,
     any_,
     bindparam,
     case,
+    column,
     delete,
     func,
     insert,
@@ -86,12 +89,13 @@ class Statements:
     claim: Any  # PostgreSQL: also discards the queue's expired jobs (`expire`, in one statement)
     expire: Any  # a queue's expired jobs discarded (SQLite's claim, and a limited claim)
     expired_errors: Any  # their records (EXPIRED), from `expire`'s rows
-    # a claim within fleet-wide limits (limit.py): a queue's claims one at a time (PostgreSQL:
-    # a transaction-scoped advisory lock; SQLite's write lock does it), its running attempts by
-    # job and concurrency key, its starts within the longest rate period, the due jobs whose
-    # keys are not full, in claim order, and those admitted to executing; the starts recorded,
-    # and those past every period forgotten
-    limit_lock: Any
+    # a claim within fleet-wide limits (limit.py). PostgreSQL: one call of the function
+    # ket_limited_claim (migration 11), which does it all. SQLite, in a transaction (its write
+    # lock runs a queue's claims one at a time): the running attempts by job and concurrency
+    # key and the starts within the longest rate period (`limit_counts`, which stats read on
+    # both), the due jobs whose keys are not full, in claim order, those admitted to executing,
+    # their starts recorded, and those past every period forgotten
+    limited_claim: Any
     limit_counts: Any
     limit_waiting: Any
     limit_candidates: Any
@@ -145,10 +149,7 @@ def statements(dialect: str) -> Statements:
         expired_errors=insert(job_errors).values(
             job_id=bindparam("p_job_id"), attempt=bindparam("p_attempt"), at=now, error=EXPIRED
         ),
-        limit_lock=_limit_lock() if dialect == "postgresql" else None,
-        # the instant a limited claim counts from, read once it holds the lock: the clock's,
-        # not the transaction's start (a claim that waited for the lock would count from
-        # before the starts of the claim it waited for)
+        limited_claim=_limited_claim() if dialect == "postgresql" else None,
         # one row per running attempt's concurrency key (`at` NULL, `n` their number), then
         # one per start under a rate since `p_since` (its scope, `at`, `n`)
         limit_counts=union_all(
@@ -413,18 +414,35 @@ def _look(time: TimeSql) -> Any:
     return union_all(per_queue, lease)
 
 
-def _limit_lock() -> Any:
-    """PostgreSQL: the limited claims of one queue (`p_queue`) one after another, until commit;
-    it returns the instant the claim counts from, read once the lock is held: the clock's (or
-    `now`'s), not the transaction's start (a claim that waited for the lock would count from
-    before the starts of the claim it waited for). The counts come in a statement of their own:
-    this one's snapshot was taken before the wait."""
-    named = literal_column("'ket limits '", Text) + bindparam("p_queue", type_=Text)
-    held = select(
-        func.pg_advisory_xact_lock(func.hashtextextended(named, literal_column("0")))
-    ).subquery("held")
-    now = func.coalesce(bindparam("now", type_=Instant), func.clock_timestamp())
-    return select(now).select_from(held)
+def _limited_claim() -> Any:
+    """PostgreSQL: a claim of `p_queue` within its limits, one call of ket_limited_claim: the
+    claimed rows (the plain claim's columns), then a row with no job, each with `contended`
+    and `retry_at` (admission.Admitted). The limits travel as arrays, a job name's entry at
+    the same index in each (NULL: no such limit), and the queue's own as scalars."""
+
+    def array(name: str, of: Any) -> Any:
+        return bindparam(name, type_=postgresql.ARRAY(of))
+
+    called = func.ket_limited_claim(
+        bindparam("p_queue", type_=Text),
+        bindparam("limit", type_=Integer),
+        bindparam("p_worker_id", type_=Text),
+        bindparam("now", type_=Instant),
+        bindparam("lease_s", type_=Float),
+        bindparam("lease_at", type_=Instant),
+        array("p_names", Text),
+        array("p_concurrency", BigInteger),
+        array("p_rate", BigInteger),
+        array("p_period", Float),
+        bindparam("p_queue_concurrency", type_=BigInteger),
+        bindparam("p_queue_rate", type_=BigInteger),
+        bindparam("p_queue_period", type_=Float),
+    ).table_valued(
+        *(column(c.name, c.type) for c in _CLAIMED),
+        column("contended", Boolean),
+        column("retry_at", Instant),
+    )
+    return select(*called.c)
 
 
 def _claimable(time: TimeSql) -> list[Any]:
@@ -461,31 +479,13 @@ def _candidates(time: TimeSql, dialect: str) -> Any:
 
 
 def _claimed_by_id(time: TimeSql, dialect: str) -> Any:
-    """The admitted candidates (`ids`) to executing, as the claim does; on PostgreSQL, in the
-    same statement, their starts recorded (`p_queue`, and `scopes` with their `ns`: empty
-    arrays record none); SQLite records them with `rate_record`."""
-    claim = (
+    """SQLite: the admitted candidates (`ids`) to executing, as the claim does."""
+    return (
         update(jobs)
         .where(among(dialect, jobs.c.id, "ids", BigInteger))
         .values(_claim_values(time))
         .returning(*_CLAIMED)
     )
-    if dialect != "postgresql":
-        return claim
-    started = (
-        func.unnest(
-            bindparam("scopes", type_=postgresql.ARRAY(Text)),
-            bindparam("ns", type_=postgresql.ARRAY(BigInteger)),
-        )
-        .table_valued("scope", "n")
-        .render_derived(name="started")
-    )
-    record = insert(rate_starts).from_select(
-        ["queue", "scope", "at", "n"],
-        select(bindparam("p_queue", type_=Text), started.c.scope, time.now(), started.c.n),
-    )
-    # a data-modifying CTE runs whether or not the outer statement reads it
-    return claim.add_cte(record.cte("recorded"))
 
 
 def _claim_values(time: TimeSql) -> dict[str, Any]:

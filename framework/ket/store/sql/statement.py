@@ -71,15 +71,17 @@ def _query(name: str, *, postgres: bool = True) -> Statement:
 SETTLE_OUTCOMES = ("completed", "retryable", "discarded", "snoozed", "cancelled")
 
 CLAIM = _query("claim")
-EXPIRE = _query("expire")  # PostgreSQL's plain claim discards expired jobs itself
-EXPIRED_ERRORS = _query("expired_errors")
-LIMIT_LOCK = _query("limit_lock")  # PostgreSQL only (SQLite's write lock serializes)
+# SQLite's: PostgreSQL's claims (plain and limited) discard expired jobs themselves
+EXPIRE = _query("expire", postgres=False)
+EXPIRED_ERRORS = _query("expired_errors", postgres=False)
+LIMITED_CLAIM = _query("limited_claim")  # PostgreSQL only: the function ket_limited_claim
 LIMIT_COUNTS = _query("limit_counts")
 LIMIT_WAITING = _query("limit_waiting")
-LIMIT_CANDIDATES = _query("limit_candidates")
-LIMIT_CLAIM = _query("limit_claim")
-RATE_RECORD = _query("rate_record")
-RATE_FORGET = _query("rate_forget")
+# SQLite's steps of a limited claim (PostgreSQL's function takes them all)
+LIMIT_CANDIDATES = _query("limit_candidates", postgres=False)
+LIMIT_CLAIM = _query("limit_claim", postgres=False)
+RATE_RECORD = _query("rate_record", postgres=False)
+RATE_FORGET = _query("rate_forget", postgres=False)
 COMPLETE_MANY = _query("complete_many")
 SETTLE = {outcome: _query(f"settle.{outcome}") for outcome in SETTLE_OUTCOMES}
 APPEND_ERRORS = _query("append_errors")

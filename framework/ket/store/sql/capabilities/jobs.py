@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ket.connection import budget
 from ket.errors import StoreError
 from ket.store import validate
+from ket.store.admission import Admitted
 from ket.store.failure import translated
 from ket.store.sql import command
 from ket.store.sql import statement as stmt
@@ -127,11 +128,24 @@ class SqlJobs(SqlSession):
             return await statement(rows)
 
         limits = claim.limits
-        if limits is not None:  # one at a time per queue: a transaction of its own
-            upkeep = self._upkeep_due(claim.queue, params["now"] or datetime.now(UTC))
-            rows, admitted = await self._hot(
-                lambda conn: limited_claim(conn, claim, limits, params, upkeep=upkeep)
-            )
+        if limits is not None:  # one at a time per queue (limit.py)
+            postgres = self.dialect == "postgresql"
+            upkeep = not postgres and self._upkeep_due(claim.queue, params["now"])
+            admissions: list[Admitted] = []
+
+            async def limited(rows: Rows) -> list[Any]:
+                began[0] = time.monotonic()
+                claimed, admitted = await limited_claim(rows, claim, limits, params, upkeep=upkeep)
+                admissions.append(admitted)
+                return claimed
+
+            if not postgres:  # a transaction of its own
+                rows = await self._hot(limited)
+            elif self._channel is None:  # one statement, as the plain claim
+                rows = await self._hot(limited, single=True)
+            else:
+                rows = await self._claim_hinted(claim.queue, limited)
+            admitted = admissions[-1]  # a retried transaction ran it again
             if admitted.contended:
                 # for a while, this process's attempts of the queue wake its waiters as they
                 # end (here and, by NOTIFY, elsewhere); and this one looks again within
