@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, inspect, text
 
 from ket.store.sql import LATEST, MIGRATIONS, migrate, schema_version
+from ket.store.sql.migration import uninstall
 from ket.store.sql.schema import metadata
 
 KET_TABLES = [
@@ -135,3 +136,31 @@ def test_the_audit_log_keeps_its_entries_when_it_learns_enqueues_and_reruns(
         ]
         with pytest.raises(Exception, match="ket_audit_action"), connection.begin_nested():
             connection.execute(text(entry.format(at=at, action="delete")))
+
+
+def test_uninstall_on_postgresql_drops_ket_s_functions_and_migrate_brings_them_back(
+    postgres_url: str, postgres_schema: str
+) -> None:
+    url = postgres_url.replace("postgresql://", "postgresql+psycopg://")
+    engine = create_engine(url, connect_args={"options": f"-c search_path={postgres_schema}"})
+    functions = text(
+        "SELECT proname FROM pg_proc WHERE pronamespace = current_schema()::regnamespace "
+        "ORDER BY proname"
+    )
+    try:
+        with engine.begin() as connection:
+            migrate(connection)
+        with engine.connect() as connection:
+            assert connection.execute(functions).scalars().all() == [
+                "ket_jobs_notify",
+                "ket_limited_claim",
+            ]
+        with engine.begin() as connection:
+            uninstall(connection)
+        with engine.connect() as connection:
+            assert connection.execute(functions).scalars().all() == []
+            assert inspect(connection).get_table_names() == []
+        with engine.begin() as connection:
+            assert migrate(connection) == [m.version for m in MIGRATIONS]
+    finally:
+        engine.dispose()

@@ -10,6 +10,11 @@ in order and starts each one that every limit allows, counting it at once agains
 Keys are `<job name>|<key values as JSON>` (catalog.limit_key): a job's concurrency key names
 the attempts its concurrency limit counts together, its rate key the starts its rate counts.
 The queue's own rate counts its starts under QUEUE_SCOPE.
+
+The memory and SQLite stores run this module. PostgreSQL runs the same rule, step for step, in
+the database function ket_limited_claim (sql/migration.py, migration 11), so that a limited
+claim costs one round trip; a change here is a new migration there, and the conformance kit's
+area `limits` holds the three stores to the same behaviour.
 """
 
 from __future__ import annotations
