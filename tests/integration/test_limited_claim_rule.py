@@ -153,8 +153,8 @@ def test_the_function_admits_what_the_rule_admits(
 
     # the rule, as SQLite's claim applies it (sql/limit.py)
     since = NOW - timedelta(seconds=longest_period(limits))
-    running = Counter(_key(name, c) for _, name, c, _, _, run, _ in rows if run)
-    counts = Counts.read(limits, NOW, running.items(), [s for s in recorded if s.at > since])
+    executing = Counter(_key(name, c) for _, name, c, _, _, run, _ in rows if run)
+    counts = Counts.read(limits, NOW, executing.items(), [s for s in recorded if s.at > since])
     full_concurrency, full_rate, queue_full = counts.full()
     due = sorted(
         (row for row in rows if not row[5]),
@@ -173,7 +173,7 @@ def test_the_function_admits_what_the_rule_admits(
     rules = [limits.jobs[name] for name in names]
     query = TEXT["query.limited_claim"].text
     found = database.execute(
-        query,  # type: ignore[arg-type]  # the generated text, named parameters
+        query,
         {
             "p_queue": "q",
             "limit": limit,

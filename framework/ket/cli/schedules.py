@@ -10,12 +10,11 @@ import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ket.catalog import Catalog, JobSpec
+from ket.catalog import Catalog
+from ket.cli.bulk import cli_actor
 from ket.cli.output import escape, print_json
 from ket.cli.runtime import on_tenant_store
-from ket.errors import KetError
-from ket.operate import ScheduleRow, schedule_rows
-from ket.store.contract import QueryableStore, ScheduleControl
+from ket.operate import ScheduleRow, pause_schedule, run_schedule_now, schedule_rows
 
 if TYPE_CHECKING:
     from ket.store.sql import SqlStore
@@ -45,14 +44,6 @@ def add_parser(
         action.add_argument("name", metavar="JOB", help="the scheduled job, e.g. hotel.night_audit")
         action.add_argument("--format", choices=["text", "json"], default="text")
         action.set_defaults(run=run)
-
-
-def _scheduled(catalog: Catalog, name: str) -> JobSpec:
-    spec = catalog.jobs.get(name)
-    if spec is None or spec.schedule is None:
-        known = ", ".join(sorted(n for n, s in catalog.jobs.items() if s.schedule)) or "none"
-        raise KetError(f"no scheduled job {name!r} in deployment {catalog.deployment!r} ({known})")
-    return spec
 
 
 def row_json(row: ScheduleRow) -> dict[str, Any]:
@@ -120,8 +111,9 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _set_paused(args: argparse.Namespace, *, paused: bool) -> int:
     async def act(store: SqlStore, catalog: Catalog, tenant: str) -> bool:
-        spec = _scheduled(catalog, args.name)
-        return await _control(store).schedule_pause(spec.name, paused)
+        return await pause_schedule(
+            store, catalog, args.name, cli_actor(), tenant=tenant, paused=paused
+        )
 
     changed = on_tenant_store(args, act)
     word = "paused" if paused else "resumed"
@@ -136,11 +128,8 @@ def _set_paused(args: argparse.Namespace, *, paused: bool) -> int:
 
 
 def _run_now(args: argparse.Namespace) -> int:
-    from ket.runtime.sweep import run_now
-
     async def act(store: SqlStore, catalog: Catalog, tenant: str) -> int:
-        spec = _scheduled(catalog, args.name)
-        return (await run_now(store, catalog, spec.name)).id
+        return (await run_schedule_now(store, catalog, args.name, cli_actor(), tenant=tenant)).id
 
     job_id = on_tenant_store(args, act)
     if args.format == "json":
@@ -148,12 +137,6 @@ def _run_now(args: argparse.Namespace) -> int:
         return 0
     sys.stdout.write(f"schedule {escape(args.name)} fired now: job {job_id}\n")
     return 0
-
-
-def _control(store: object) -> ScheduleControl:
-    if not isinstance(store, ScheduleControl) or not isinstance(store, QueryableStore):
-        raise KetError("this store cannot pause schedules")
-    return store
 
 
 def _iso(value: datetime | None) -> str | None:

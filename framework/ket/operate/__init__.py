@@ -20,7 +20,13 @@ from ket.operate.queue import (
     resume_queue,
 )
 from ket.operate.rerun import rerun_job, rerun_text
-from ket.operate.schedule import ScheduleRow, schedule_rows
+from ket.operate.schedule import (
+    ScheduleRow,
+    pause_schedule,
+    run_schedule_now,
+    schedule_rows,
+    scheduled_job,
+)
 
 __all__ = [
     "Actor",
@@ -34,6 +40,7 @@ __all__ = [
     "declared_queues",
     "enqueue_traced",
     "pause_queue",
+    "pause_schedule",
     "queue_pauses",
     "queue_rows",
     "rerun_job",
@@ -41,6 +48,8 @@ __all__ = [
     "resumable_queue",
     "resume_queue",
     "retry_job",
+    "run_schedule_now",
     "schedule_rows",
+    "scheduled_job",
     "selection_of",
 ]

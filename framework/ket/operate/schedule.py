@@ -1,15 +1,19 @@
 """The deployment's schedules in one tenant as an operator sees them (`ket schedules list`, the
-dashboard): last tick claimed, last fire with its skipped ticks, next tick, a pause."""
+dashboard): last tick claimed, last fire with its skipped ticks, next tick, a pause; and what an
+operator does to them (pause, resume, run now), each written to the tenant's audit log."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from ket.catalog import Catalog
+from ket.catalog import Catalog, JobSpec
 from ket.errors import KetError
-from ket.store.contract import JobStore, QueryableStore
-from ket.store.types import Fire
+from ket.operate.action import Actor
+from ket.operate.audit import record
+from ket.runtime.sweep import run_now
+from ket.store.contract import JobStore, QueryableStore, ScheduleControl
+from ket.store.types import AuditEntry, Fire, Inserted
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -58,3 +62,66 @@ async def schedule_rows(store: JobStore, catalog: Catalog) -> list[ScheduleRow]:
             )
         )
     return found
+
+
+def scheduled_job(catalog: Catalog, name: str) -> JobSpec:
+    """The scheduled job `name` of the deployment; KetError naming the scheduled jobs
+    otherwise."""
+    spec = catalog.jobs.get(name)
+    if spec is None or spec.schedule is None:
+        known = ", ".join(sorted(n for n, s in catalog.jobs.items() if s.schedule)) or "none"
+        raise KetError(f"no scheduled job {name!r} in deployment {catalog.deployment!r} ({known})")
+    return spec
+
+
+async def pause_schedule(
+    store: JobStore, catalog: Catalog, name: str, actor: Actor, *, tenant: str, paused: bool
+) -> bool:
+    """Pause (or resume) the schedule of job `name` in the tenant: a paused schedule fires no
+    tick, and counts the ones it passed as skipped at its next fire; True when it changed.
+    Recorded as `actor`'s."""
+    spec = scheduled_job(catalog, name)
+    changed = await _control(store).schedule_pause(spec.name, paused)
+    word = "paused" if paused else "resumed"
+    entry = AuditEntry(
+        subject=actor.subject,
+        source=actor.source,
+        action="pause" if paused else "resume",
+        selection={"schedule": spec.name},
+        matched=1,
+        changed=int(changed),
+        skipped=int(not changed),
+        detail=f"schedule {spec.name} {word}"
+        if changed
+        else f"schedule {spec.name} was already {word}",
+    )
+    await record(store, entry, tenant=tenant)
+    return changed
+
+
+async def run_schedule_now(
+    store: JobStore, catalog: Catalog, name: str, actor: Actor, *, tenant: str
+) -> Inserted:
+    """Fire the schedule of job `name` once, now, as a tick would; its own ticks go on as
+    before. Recorded as `actor`'s enqueue of the job it fired."""
+    spec = scheduled_job(catalog, name)
+    _control(store)
+    inserted = await run_now(store, catalog, spec.name)
+    entry = AuditEntry(
+        subject=actor.subject,
+        source=actor.source,
+        action="enqueue",
+        job_id=inserted.id,
+        selection={"schedule": spec.name},
+        matched=1,
+        changed=1,
+        detail=f"schedule {spec.name} run now: job {inserted.id}",
+    )
+    await record(store, entry, tenant=tenant)
+    return inserted
+
+
+def _control(store: JobStore) -> ScheduleControl:
+    if not isinstance(store, ScheduleControl):
+        raise KetError(f"store {type(store).__name__} cannot pause or run schedules")
+    return store

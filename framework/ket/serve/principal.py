@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 # permission itself, `call:<module>.*` or `call:*` (see Principal.allows).
 CALL = "call"
 # What operators hold (docs/serve.md#permissions): reading a tenant's jobs and queues, on the
-# dashboard and the operator API; retrying and cancelling jobs; pausing and resuming queues.
+# dashboard and the operator API; retrying and cancelling jobs; pausing and resuming queues;
+# pausing, resuming and running schedules now.
 JOBS_READ = "jobs:read"
 JOBS_WRITE = "jobs:write"
 QUEUES_WRITE = "queues:write"
+SCHEDULES_WRITE = "schedules:write"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -23,6 +23,7 @@ TOKENS = {
     "caller": Principal(subject="carl", permissions={"call:*"}),
     "ops": Principal(subject="otto", permissions={"jobs:read", "queues:write"}),
     "pauser": Principal(subject="paula", permissions={"queues:write"}),
+    "scheduler": Principal(subject="sam", permissions={"jobs:read", "schedules:write"}),
 }
 ACME_ADMIN = Principal(subject="acme-ops", permissions={"jobs:read", "jobs:write"})
 
@@ -160,3 +161,17 @@ def pause(url: str, queue: str, by: str = "someone") -> None:
             await store.close()
 
     asyncio.run(main())
+
+
+def schedule_states(url: str) -> dict[str, bool]:
+    """Scheduled job -> paused, of the schedules with a row in the tenant database at `url`."""
+
+    async def main() -> dict[str, bool]:
+        store = await SqlStore.open(url)
+        try:
+            found = await store.schedule_get(["desk.tick"])
+            return {name: state.paused for name, state in found.items()}
+        finally:
+            await store.close()
+
+    return asyncio.run(main())

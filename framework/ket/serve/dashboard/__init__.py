@@ -1,13 +1,13 @@
 """The dashboard `ket serve` mounts (at `serve={"dashboard": "/dashboard"}`, the default):
-jobs, queues, schedules, workers and the audit log of one tenant; retry and cancel, and the
-pause and resume of a queue.
+jobs, queues, schedules, workers and the audit log of one tenant; retry and cancel, the pause
+and resume of a queue, and the pause, resume and run now of a schedule.
 
 Server-rendered HTML (Jinja, autoescaped) with one stylesheet and one small script from the
 package, under a Content-Security-Policy that allows nothing inline. It fails closed: every
 path under the mount, the static files included, is admitted by the server's gate first, so
 without an authenticator, or without credentials it accepts, every answer is 401 (a sign-in
 form) or 403. Reading takes the `jobs:read` permission, retrying and cancelling `jobs:write`,
-pausing and resuming a queue `queues:write`.
+pausing and resuming a queue `queues:write`, acting on a schedule `schedules:write`.
 
     app.mount("/dashboard", dashboard_app(dashboard))
 """
@@ -53,6 +53,9 @@ def dashboard_app(dashboard: Dashboard) -> Starlette:
         Route(tenant + "/queues/{queue}/pause", actions.pause, methods=["POST"]),
         Route(tenant + "/queues/{queue}/resume", actions.resume, methods=["POST"]),
         Route(tenant + "/schedules", pages.schedules, methods=["GET"]),
+        Route(tenant + "/schedules/{job}/pause", actions.pause_schedule, methods=["POST"]),
+        Route(tenant + "/schedules/{job}/resume", actions.resume_schedule, methods=["POST"]),
+        Route(tenant + "/schedules/{job}/run", actions.run_schedule, methods=["POST"]),
         Route(tenant + "/workers", pages.workers, methods=["GET"]),
         Route(tenant + "/audit", pages.audit, methods=["GET"]),
         Route(tenant + "/signout", actions.sign_out, methods=["POST"]),

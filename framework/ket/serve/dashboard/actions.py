@@ -1,12 +1,12 @@
 """What changes something: signing in and out, retrying and cancelling, pausing and resuming
-a queue.
+a queue, pausing, resuming and running a schedule now.
 
 Every one is a POST (a GET changes nothing), refused when it says it comes from another site,
 and, but for signing in, carries the CSRF token its page was rendered with. Retry and cancel
-need `jobs:write` in the tenant the path names, pause and resume `queues:write`; they run
-through the same operations as `ket jobs retry/cancel` and `ket queues pause/resume`
-(ket.operate) and leave the same audit entry, with the principal's subject and source
-`dashboard`.
+need `jobs:write` in the tenant the path names, a queue's pause and resume `queues:write`, a
+schedule's `schedules:write`; they run through the same operations as `ket jobs retry/cancel`,
+`ket queues pause/resume` and `ket schedules pause/resume/run-now` (ket.operate) and leave the
+same audit entry, with the principal's subject and source `dashboard`.
 """
 
 from __future__ import annotations
@@ -18,13 +18,23 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from ket.errors import KetError
-from ket.operate import Actor, apply_bulk, cancel_job, count_bulk, retry_job, selection_of
+from ket.operate import (
+    Actor,
+    apply_bulk,
+    cancel_job,
+    count_bulk,
+    pause_schedule,
+    retry_job,
+    run_schedule_now,
+    scheduled_job,
+    selection_of,
+)
 from ket.operate.action import change_text
 from ket.serve.dashboard import form
 from ket.serve.dashboard.guard import forwarded_scheme, same_site
 from ket.serve.dashboard.pages import Pages, job_id_of, queryable, queues_of
 from ket.serve.dashboard.session import SESSION_SECONDS
-from ket.serve.dashboard.view import COOKIE, QUEUES, READ, WRITE, Dashboard, Visit
+from ket.serve.dashboard.view import COOKIE, QUEUES, READ, SCHEDULES, WRITE, Dashboard, Visit
 from ket.serve.operator import checked_queue, set_paused
 from ket.serve.refusal import Refusal
 from ket.store.contract import BulkStore
@@ -127,6 +137,46 @@ class Actions:
         word = "paused" if paused else "resumed"
         notice = word if changed else f"already_{word}"
         return RedirectResponse(self.d.tenant_path(visit.tenant, f"/queues?notice={notice}"), 303)
+
+    async def pause_schedule(self, request: Request) -> Response:
+        return await self._schedule(request, paused=True)
+
+    async def resume_schedule(self, request: Request) -> Response:
+        return await self._schedule(request, paused=False)
+
+    async def _schedule(self, request: Request, *, paused: bool) -> Response:
+        """Pause or resume the schedule of the job the path names, then the Schedules page
+        saying what came of it."""
+        visit = await self._posted(request, SCHEDULES)
+        name = self._scheduled(request)
+        actor = Actor(subject=visit.caller.principal.subject, source=SOURCE)
+        changed = await pause_schedule(
+            visit.store, self.d.catalog, name, actor, tenant=visit.tenant, paused=paused
+        )
+        word = "schedule_paused" if paused else "schedule_resumed"
+        notice = word if changed else f"{word}_already"
+        return RedirectResponse(
+            self.d.tenant_path(visit.tenant, f"/schedules?notice={notice}"), 303
+        )
+
+    async def run_schedule(self, request: Request) -> Response:
+        """Fire the schedule of the job the path names once, now, then the page of the job it
+        enqueued."""
+        visit = await self._posted(request, SCHEDULES)
+        name = self._scheduled(request)
+        actor = Actor(subject=visit.caller.principal.subject, source=SOURCE)
+        inserted = await run_schedule_now(
+            visit.store, self.d.catalog, name, actor, tenant=visit.tenant
+        )
+        where = f"/jobs/{inserted.id}?notice=schedule_run"
+        return RedirectResponse(self.d.tenant_path(visit.tenant, where), 303)
+
+    def _scheduled(self, request: Request) -> str:
+        """The scheduled job the path names; Refusal (404) naming the scheduled jobs."""
+        try:
+            return scheduled_job(self.d.catalog, request.path_params["job"]).name
+        except KetError as error:
+            raise Refusal(404, "unknown_schedule", error.message) from None
 
     async def confirm(self, request: Request) -> Response:
         """How many jobs a bulk action would change, the first of them, and the form that

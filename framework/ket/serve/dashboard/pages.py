@@ -42,6 +42,12 @@ NOTICES = {
     "resumed": "Resumed: the workers claim the queue's jobs again.",
     "already_paused": "Nothing changed: the queue was already paused.",
     "already_resumed": "Nothing changed: the queue was not paused.",
+    "schedule_paused": "Paused: the schedule fires no tick until it is resumed (the ticks it "
+    "passes are counted as skipped).",
+    "schedule_resumed": "Resumed: the schedule fires its ticks again.",
+    "schedule_paused_already": "Nothing changed: the schedule was already paused.",
+    "schedule_resumed_already": "Nothing changed: the schedule was not paused.",
+    "schedule_run": "Fired now: this job is the schedule's run; its own ticks go on as before.",
 }
 
 
@@ -194,9 +200,8 @@ class Pages:
     async def schedules(self, request: Request) -> Response:
         visit = await self.d.admit(request)
         rows = await schedule_rows(visit.store, self.d.catalog)
-        return self.d.render(
-            request, "schedules.html", {"nav": "schedules", "rows": rows}, visit=visit
-        )
+        context = {"nav": "schedules", "rows": rows, "notice": _notice(request)}
+        return self.d.render(request, "schedules.html", context, visit=visit)
 
     async def workers(self, request: Request) -> Response:
         visit = await self.d.admit(request)

@@ -4,7 +4,8 @@
 principal (the sign-in session the dashboard's cookie names, dashboard/session.py; else the one
 the deployment's authenticator returns for the request's own headers, such as `Authorization`
 or a single sign-on proxy's), and the permission the page needs (`jobs:read`; `jobs:write` to
-retry and cancel, `queues:write` to pause and resume a queue). Pages render from Jinja
+retry and cancel, `queues:write` to pause and resume a queue, `schedules:write` to pause,
+resume or run a schedule now). Pages render from Jinja
 templates with autoescaping on; every string that comes from a job goes through `visible` as
 well, which writes control characters and bidirectional overrides as escapes.
 """
@@ -28,7 +29,7 @@ from ket.display import escape
 from ket.serve.dashboard.guard import Csrf, dashboard_key
 from ket.serve.dashboard.session import Sessions
 from ket.serve.gate import Caller, Gate
-from ket.serve.principal import JOBS_READ, JOBS_WRITE, QUEUES_WRITE
+from ket.serve.principal import JOBS_READ, JOBS_WRITE, QUEUES_WRITE, SCHEDULES_WRITE
 from ket.serve.stores import TenantStores
 from ket.serve.tenant import TenantLookup
 from ket.store.contract import JobStore
@@ -37,6 +38,7 @@ from ket.store.roster import SeenWorker
 READ = JOBS_READ
 WRITE = JOBS_WRITE
 QUEUES = QUEUES_WRITE
+SCHEDULES = SCHEDULES_WRITE
 COOKIE = "ket_dashboard"
 STATIC_FILES = ("dashboard.css", "dashboard.js")
 
@@ -53,6 +55,7 @@ class Visit:
     csrf: str
     session: str = ""  # the sign-in session's key ("" when the request's headers admitted it)
     can_pause: bool = False  # may pause and resume queues
+    can_schedule: bool = False  # may pause, resume and run schedules now
 
     @property
     def tenant(self) -> str:
@@ -110,6 +113,7 @@ class Dashboard:
             csrf=self.csrf.issue(caller.tenant, subject, session),
             session=session,
             can_pause=caller.principal.allows(QUEUES),
+            can_schedule=caller.principal.allows(SCHEDULES),
         )
 
     async def _signed_in(
