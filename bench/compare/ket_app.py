@@ -26,8 +26,10 @@ def deployment(concurrency: int | None) -> DeploymentDecl:
 
     KET_CMP_LIMITS=declared declares fleet-wide limits that a drain never reaches (at most 10
     running per order, a million starts a second), to measure what keeping them costs;
-    KET_CMP_LIMITS=reached one that it does (at most 4 running at once)."""
+    KET_CMP_LIMITS=concurrency the concurrency limit of those alone; KET_CMP_LIMITS=reached
+    one that a drain does reach (at most 4 running at once)."""
     limits: dict[str, Any] = {
+        "concurrency": {"concurrency_limit": {"limit": 10, "key": ["order_id"]}},
         "declared": {
             "concurrency_limit": {"limit": 10, "key": ["order_id"]},
             "rate_limit": {"limit": 1_000_000, "period": "1s"},

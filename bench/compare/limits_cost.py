@@ -5,7 +5,8 @@ against ket, with and without limits, interleaved in one run.
     python3 bench/compare/limits_cost.py --kinds none,declared,reached --rounds 3
 
 Kinds (ket_app.py, KET_CMP_LIMITS): `none`, `declared` (at most 10 running per order and a
-million starts a second: never reached) and `reached` (at most 4 running at once). Each round
+million starts a second: never reached), `concurrency` (the first of those alone) and `reached`
+(at most 4 running at once). Each round
 drains a fresh backlog once per kind, the order turning each round (none, declared; declared,
 none; ...), with ket's default worker settings and with its best ones. Prints the medians, and
 each kind's ratio to `none` in the same run: the cost of its limits. The drain, its database
@@ -55,8 +56,8 @@ def main() -> None:
     parser.add_argument("--kinds", default="none,declared")
     args = parser.parse_args()
     kinds = args.kinds.split(",")
-    if kinds[0] != "none" or not set(kinds) <= {"none", "declared", "reached"}:
-        parser.error("--kinds: none first, then declared and/or reached")
+    if kinds[0] != "none" or not set(kinds) <= {"none", "declared", "concurrency", "reached"}:
+        parser.error("--kinds: none first, then any of declared, concurrency and reached")
     print(f"{args.jobs:,} jobs, {args.rounds} rounds interleaved; {describe().line()}")
     for best in (False, True):
         rates = asyncio.run(_run(kinds, args.jobs, args.rounds, best))
