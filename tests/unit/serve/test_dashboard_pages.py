@@ -86,7 +86,8 @@ def test_the_queues_page_shows_concurrency_counts_and_ages(serve: Serve, tmp_pat
 def test_the_schedules_page_shows_each_schedule(serve: Serve) -> None:
     client = serve(deployment())
     page = client.get(f"{D}/schedules", headers=ADMIN).text
-    assert "<td>desk.tick</td>" in page and "every 1m" in page and "not installed yet" in page
+    assert f'<td><a href="{D}/jobs?job=desk.tick">desk.tick</a></td>' in page
+    assert "every 1m" in page and "not installed yet" in page
 
 
 def _seen(
