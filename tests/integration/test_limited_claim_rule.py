@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 from sqlalchemy import create_engine
 
-from ket.store.admission import Candidate, Counts, Start, longest_period
+from ket.store.admission import Candidate, Counts, Start, kept_since, longest_period
 from ket.store.sql import migrate
 from ket.store.sql.postgres_text import TEXT
 from ket.store.types import ClaimLimits, JobLimits, Rate
@@ -152,7 +152,7 @@ def test_the_function_admits_what_the_rule_admits(
         )
 
     # the rule, as SQLite's claim applies it (sql/limit.py)
-    since = NOW - timedelta(seconds=longest_period(limits))
+    since = kept_since(limits, NOW)
     executing = Counter(_key(name, c) for _, name, c, _, _, run, _ in rows if run)
     counts = Counts.read(limits, NOW, executing.items(), [s for s in recorded if s.at > since])
     full_concurrency, full_rate, queue_full = counts.full()
@@ -193,8 +193,13 @@ def test_the_function_admits_what_the_rule_admits(
     *claimed, flags = found
     assert sorted(row[0] for row in claimed) == sorted(expected.ids)
     assert (flags[-2], flags[-1]) == (expected.contended, expected.retry_at)
-    # and the starts it recorded are the rule's
-    recorded_now = database.execute(
-        "SELECT scope, n FROM ket_rate_starts WHERE at = %s ORDER BY scope", (NOW,)
-    ).fetchall()
-    assert recorded_now == sorted(expected.starts.items())
+    # and the starts it keeps are the rule's: those that may still count, and its own added to
+    # the record of their tenth of the period
+    kept: Counter[tuple[str, datetime]] = Counter()
+    for start in [*recorded, *counts.recorded(expected)]:
+        if start.at > kept_since(limits, NOW) or not longest_period(limits):
+            kept[start.scope, start.at] += start.n
+    stored: Counter[tuple[str, datetime]] = Counter()
+    for scope, at, n in database.execute("SELECT scope, at, n FROM ket_rate_starts"):
+        stored[scope, at] += n
+    assert stored == +kept

@@ -11,6 +11,12 @@ Keys are `<job name>|<key values as JSON>` (catalog.limit_key): a job's concurre
 the attempts its concurrency limit counts together, its rate key the starts its rate counts.
 The queue's own rate counts its starts under QUEUE_SCOPE.
 
+Starts are kept by the tenth of their rate's period (RATE_BUCKETS): a start is recorded at the
+beginning of its tenth (`bucket_of`), and the starts of one tenth of one scope add up in one
+record, so that a claim reads at most eleven records a scope however many claims a period
+holds. A tenth counts while any of it lies within the period (`counts_at`): the limit holds in
+every span of the period, and a start leaves the count up to a tenth of the period late.
+
 The memory and SQLite stores run this module. PostgreSQL runs the same rule, step for step, in
 the database function ket_limited_claim (sql/migration.py, migration 11), so that a limited
 claim costs one round trip; a change here is a new migration there, and the conformance kit's
@@ -22,11 +28,37 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from ket.store.types import ClaimLimits, JobId, Rate
 
 QUEUE_SCOPE = "*"  # the queue's own rate, beside its jobs' rate keys (which hold a '|')
+RATE_BUCKETS = 10  # the starts of a tenth of a rate's period are kept together
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def bucket_width(rate: Rate) -> timedelta:
+    """A tenth of `rate`'s period, in whole microseconds (at least one)."""
+    return _MICROSECOND * max(round(rate.period_seconds * (1_000_000 // RATE_BUCKETS)), 1)
+
+
+def bucket_of(at: datetime, rate: Rate) -> datetime:
+    """The beginning of the tenth of `rate`'s period that `at` falls in, counted in whole
+    microseconds from the Unix epoch (PostgreSQL's ket_limited_claim computes the same)."""
+    width = bucket_width(rate) // _MICROSECOND
+    return _EPOCH + _MICROSECOND * ((at - _EPOCH) // _MICROSECOND // width * width)
+
+
+def counts_at(start: datetime, rate: Rate, now: datetime) -> bool:
+    """Whether the starts recorded at `start` (the beginning of a tenth) count against `rate`
+    at `now`: some of their tenth lies within the period that ends at `now`."""
+    return start + bucket_width(rate) > now - timedelta(seconds=rate.period_seconds)
+
+
+def frees_at(start: datetime, rate: Rate) -> datetime:
+    """When the starts recorded at `start` stop counting against `rate`."""
+    return start + bucket_width(rate) + timedelta(seconds=rate.period_seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,16 +117,10 @@ class Counts:
             counted[key] += n
         kept = list(starts)
         in_period: Counter[str] = Counter()
-        since: dict[str, datetime] = {}  # by scope: its period's start (a rate's scope only)
         for start in kept:
-            scope = start.scope
-            if scope not in since:
-                rate = _rate_of(limits, scope)
-                if rate is None:
-                    continue
-                since[scope] = now - timedelta(seconds=rate.period_seconds)
-            if start.at > since[scope]:
-                in_period[scope] += start.n
+            rate = _rate_of(limits, start.scope)
+            if rate is not None and counts_at(start.at, rate, now):
+                in_period[start.scope] += start.n
         return cls(limits=limits, now=now, running=counted, starts=kept, in_period=in_period)
 
     def started(self, scope: str) -> int:
@@ -178,14 +204,23 @@ class Counts:
         if queue is not None and started + admitted.starts[QUEUE_SCOPE] >= queue.limit:
             scopes[QUEUE_SCOPE] = queue
         ends = [
-            start.at + timedelta(seconds=rate.period_seconds)
+            frees_at(start.at, rate)
             for start in self.starts
-            if (rate := scopes.get(start.scope)) is not None
-            and start.at > self.now - timedelta(seconds=rate.period_seconds)
+            if (rate := scopes.get(start.scope)) is not None and counts_at(start.at, rate, self.now)
         ]
         if scopes and not ends:  # every start of the period is this claim's own
-            ends = [self.now + timedelta(seconds=rate.period_seconds) for rate in scopes.values()]
+            ends = [frees_at(bucket_of(self.now, rate), rate) for rate in scopes.values()]
         return min(ends, default=None)
+
+    def recorded(self, admitted: Admitted) -> list[Start]:
+        """The starts of `admitted` as they are recorded: each scope's at the beginning of the
+        tenth of its rate's period that `now` falls in."""
+        found = []
+        for scope, n in sorted(admitted.starts.items()):
+            rate = _rate_of(self.limits, scope)
+            assert rate is not None  # only a rate's scope counts starts
+            found.append(Start(scope=scope, at=bucket_of(self.now, rate), n=n))
+        return found
 
 
 def _rate_of(limits: ClaimLimits, scope: str) -> Rate | None:
@@ -194,6 +229,13 @@ def _rate_of(limits: ClaimLimits, scope: str) -> Rate | None:
         return limits.rate
     job = limits.jobs.get(_name(scope))
     return None if job is None else job.rate
+
+
+def kept_since(limits: ClaimLimits, now: datetime) -> datetime:
+    """Where the starts that may still count against a rate of `limits` at `now` begin: the
+    longest period and its tenth back (older ones count no more)."""
+    longest = longest_period(limits)
+    return now - timedelta(seconds=longest) - bucket_width(Rate(limit=1, period_seconds=longest))
 
 
 def longest_period(limits: ClaimLimits) -> float:

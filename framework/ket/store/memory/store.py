@@ -15,7 +15,7 @@ from typing import Any
 
 from ket.errors import JobRejected, StoreError
 from ket.store import validate
-from ket.store.admission import Candidate, Counts, Start, longest_period
+from ket.store.admission import Candidate, Counts, kept_since
 from ket.store.clock import Clock, SystemClock, delays_ended
 from ket.store.failure import translated
 from ket.store.memory import bulk, transition
@@ -140,9 +140,7 @@ class MemoryStore:
         for row in due:
             if row.id not in chosen:
                 database.move(row, row.state)  # back to wait, in its place
-        database.rate_starts[queue] = starts + [
-            Start(scope=scope, at=now, n=n) for scope, n in sorted(admitted.starts.items())
-        ]
+        database.rate_starts[queue] = starts + counts.recorded(admitted)
         if admitted.retry_at is not None:
             self._wake_at(queue, (admitted.retry_at - now).total_seconds())
         return [row for row in due if row.id in chosen]
@@ -150,7 +148,7 @@ class MemoryStore:
     def _counts(self, queue: str, limits: ClaimLimits, now: datetime) -> Counts:
         """What runs and what started of `queue` at `now` (under the lock)."""
         database = self.database
-        since = now - timedelta(seconds=longest_period(limits))
+        since = kept_since(limits, now)
         starts = [s for s in database.rate_starts.get(queue, []) if s.at > since]
         running = [(row.concurrency_key, 1) for row in database.executing() if row.queue == queue]
         return Counts.read(limits, now, running, starts)

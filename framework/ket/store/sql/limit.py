@@ -16,10 +16,10 @@ runs the claims one at a time), with admission.Counts.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from ket.store.admission import Admitted, Candidate, Counts, Start, longest_period
+from ket.store.admission import Admitted, Candidate, Counts, Start, kept_since, longest_period
 from ket.store.sql import statement as stmt
 from ket.store.sql.fetch import Rows
 from ket.store.types import ClaimLimits, JobClaim
@@ -60,16 +60,15 @@ async def limited_claim(
     claimed: list[Any] = []
     if admitted.ids:
         claimed = await rows.tuples(stmt.LIMIT_CLAIM, {**params, "ids": admitted.ids})
-    if admitted.starts:
+    recorded = counts.recorded(admitted)
+    if recorded:
         await rows.many(
             stmt.RATE_RECORD,
-            [
-                {"now": now, "p_queue": queue, "p_scope": scope, "p_n": n}
-                for scope, n in sorted(admitted.starts.items())
-            ],
+            [{"p_queue": queue, "p_scope": s.scope, "p_at": s.at, "p_n": s.n} for s in recorded],
         )
     if upkeep and longest_period(limits):  # starts past every period count no more
-        await rows.rows(stmt.RATE_FORGET, {"p_queue": queue, "p_since": _since(limits, now)})
+        since = kept_since(limits, now)
+        await rows.rows(stmt.RATE_FORGET, {"p_queue": queue, "p_since": since})
     return claimed, admitted
 
 
@@ -102,7 +101,8 @@ async def _limited_claim_postgres(
 
 async def counts_of(rows: Rows, queue: str, limits: ClaimLimits, now: datetime) -> Counts:
     """What runs and what started of `queue` at `now`, as a limited claim reads them."""
-    read = await rows.tuples(stmt.LIMIT_COUNTS, {"p_queue": queue, "p_since": _since(limits, now)})
+    since = kept_since(limits, now)
+    read = await rows.tuples(stmt.LIMIT_COUNTS, {"p_queue": queue, "p_since": since})
     return Counts.read(
         limits,
         now,
@@ -131,11 +131,6 @@ async def held_back(rows: Rows, limits: Mapping[str, ClaimLimits], now: datetime
         )
         held[queue] = int(n)
     return held
-
-
-def _since(limits: ClaimLimits, now: datetime) -> datetime:
-    """Where the longest rate period of `limits` begins at `now`: older starts count no more."""
-    return now - timedelta(seconds=longest_period(limits))
 
 
 async def expire(rows: Rows, params: dict[str, Any]) -> None:

@@ -389,6 +389,8 @@ AS $$
 DECLARE
     v_now TIMESTAMP WITH TIME ZONE;
     v_longest DOUBLE PRECISION;
+    v_kept TIMESTAMP WITH TIME ZONE;
+    v_now_us BIGINT;  -- now, in microseconds from the Unix epoch
     v_running JSONB;  -- by concurrency key: the queue's executing attempts
     v_total BIGINT;   -- all of them
     v_started JSONB;  -- by rate scope: the starts within its rate's period
@@ -409,10 +411,14 @@ DECLARE
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('ket limits ' || p_queue, 0));
     v_now := coalesce(p_now, clock_timestamp());
+    -- the longest period, and its tenth: older starts count no more (admission.kept_since)
     v_longest := greatest(
         (SELECT max(l.period) FROM unnest(p_rate, p_period) AS l(rate, period)
          WHERE l.rate IS NOT NULL),
         CASE WHEN p_queue_rate IS NOT NULL THEN p_queue_period END);
+    v_kept := v_now - v_longest * interval '1 second'
+        - greatest(round(v_longest * 100000)::BIGINT, 1) * interval '1 microsecond';
+    v_now_us := (extract(epoch FROM v_now) * 1000000)::BIGINT;
 
     -- the expired jobs discarded, and why (as the plain claim does)
     WITH expiring AS (
@@ -437,20 +443,26 @@ BEGIN
 
     IF v_longest IS NOT NULL THEN
         DELETE FROM ket_rate_starts s  -- past every period: they count no more
-        WHERE s.queue = p_queue AND s.at <= v_now - v_longest * interval '1 second';
+        WHERE s.queue = p_queue AND s.at <= v_kept;
+        -- by scope, the starts of the tenths any of which lies within the period, and when
+        -- the first of those leaves it (admission.counts_at, admission.frees_at)
         SELECT coalesce(jsonb_object_agg(w.scope, w.n), '{}'),
-               coalesce(jsonb_object_agg(w.scope, w.first), '{}')
+               coalesce(jsonb_object_agg(w.scope, w.frees), '{}')
         INTO v_started, v_oldest
-        FROM (SELECT s.scope, sum(s.n) AS n, min(s.at) AS first
-              FROM ket_rate_starts s
-              LEFT JOIN unnest(p_names, p_rate, p_period) AS l(name, rate, period)
-                ON s.scope <> '*' AND l.name = split_part(s.scope, '|', 1)
-              WHERE s.queue = p_queue
-                AND s.at > v_now - v_longest * interval '1 second'
-                AND s.at > v_now - (CASE WHEN s.scope = '*' THEN p_queue_period
-                                         WHEN l.rate IS NOT NULL THEN l.period END)
-                                   * interval '1 second'
-              GROUP BY s.scope) AS w;
+        FROM (SELECT r.scope, sum(r.n) AS n,
+                     min(r.at) + r.width + r.period * interval '1 second' AS frees
+              FROM (SELECT s.scope, s.at, s.n, p.period,
+                           greatest(round(p.period * 100000)::BIGINT, 1)
+                               * interval '1 microsecond' AS width
+                    FROM ket_rate_starts s
+                    LEFT JOIN unnest(p_names, p_rate, p_period) AS l(name, rate, period)
+                      ON s.scope <> '*' AND l.name = split_part(s.scope, '|', 1)
+                    CROSS JOIN LATERAL (SELECT CASE WHEN s.scope = '*' THEN p_queue_period
+                                                    WHEN l.rate IS NOT NULL THEN l.period
+                                               END AS period) AS p
+                    WHERE s.queue = p_queue AND s.at > v_kept) AS r
+              WHERE r.at + r.width > v_now - r.period * interval '1 second'
+              GROUP BY r.scope, r.width, r.period) AS w;
     ELSE
         v_started := '{}';
         v_oldest := '{}';
@@ -523,19 +535,43 @@ BEGIN
         v_contended := true;
     END IF;
     IF cardinality(v_held) > 0 THEN  -- when the first start of a held rate leaves its period
-        SELECT min((v_oldest->>h.scope)::TIMESTAMP WITH TIME ZONE + h.period * interval '1 second'),
-               min(v_now + h.period * interval '1 second')
+        SELECT min((v_oldest->>h.scope)::TIMESTAMP WITH TIME ZONE),
+               min(h.tenth + h.width + h.period * interval '1 second')
         INTO v_retry, v_own_period
-        FROM (SELECT DISTINCT u.scope, CASE WHEN u.scope = '*' THEN p_queue_period
-                                            ELSE p_period[array_position(p_names,
-                                                 split_part(u.scope, '|', 1))] END AS period
-              FROM unnest(v_held) AS u(scope)) AS h;
+        FROM (SELECT s.scope, s.period, s.width * interval '1 microsecond' AS width,
+                     to_timestamp(0) + v_now_us / s.width * s.width * interval '1 microsecond'
+                         AS tenth
+              FROM (SELECT DISTINCT u.scope, p.period,
+                           greatest(round(p.period * 100000)::BIGINT, 1) AS width
+                    FROM unnest(v_held) AS u(scope)
+                    CROSS JOIN LATERAL (SELECT CASE WHEN u.scope = '*' THEN p_queue_period
+                                                    ELSE p_period[array_position(p_names,
+                                                         split_part(u.scope, '|', 1))]
+                                               END AS period) AS p) AS s) AS h;
         v_retry := coalesce(v_retry, v_own_period);
     END IF;
 
     IF cardinality(v_ids) > 0 THEN
-        INSERT INTO ket_rate_starts (queue, scope, at, n)
-        SELECT p_queue, t.k, v_now, t.n::INTEGER FROM jsonb_each_text(v_starts) AS t(k, n);
+        -- each scope's starts added to the record of their tenth of its rate's period
+        -- (admission.bucket_of), or a new record: the claims of the queue take turns
+        FOR c IN
+            SELECT t.k AS scope, t.n::INTEGER AS n,
+                   to_timestamp(0) + v_now_us / w.width * w.width * interval '1 microsecond'
+                       AS tenth
+            FROM jsonb_each_text(v_starts) AS t(k, n)
+            CROSS JOIN LATERAL (
+                SELECT greatest(round(CASE WHEN t.k = '*' THEN p_queue_period
+                                           ELSE p_period[array_position(p_names,
+                                                split_part(t.k, '|', 1))]
+                                      END * 100000)::BIGINT, 1) AS width) AS w
+        LOOP
+            UPDATE ket_rate_starts s SET n = s.n + c.n
+            WHERE s.queue = p_queue AND s.scope = c.scope AND s.at = c.tenth;
+            IF NOT FOUND THEN
+                INSERT INTO ket_rate_starts (queue, scope, at, n)
+                VALUES (p_queue, c.scope, c.tenth, c.n);
+            END IF;
+        END LOOP;
         RETURN QUERY
         UPDATE ket_jobs j SET state = 'executing', attempt = j.attempt + 1,
             worker_id = p_worker_id, attempted_at = v_now,

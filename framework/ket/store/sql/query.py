@@ -176,8 +176,12 @@ def statements(dialect: str) -> Statements:
             ),
         ),
         limit_claim=_claimed_by_id(time, dialect),
+        # SQLite: a claim's starts of one scope, at the beginning of their tenth of the period
         rate_record=insert(rate_starts).values(
-            queue=bindparam("p_queue"), scope=bindparam("p_scope"), at=now, n=bindparam("p_n")
+            queue=bindparam("p_queue"),
+            scope=bindparam("p_scope"),
+            at=bindparam("p_at", type_=rate_starts.c.at.type),
+            n=bindparam("p_n"),
         ),
         rate_forget=delete(rate_starts).where(
             rate_starts.c.queue == bindparam("p_queue"),
