@@ -36,12 +36,13 @@ from ket.serve import AuthRequest, Principal
 
 
 async def authenticate(request: AuthRequest) -> Principal | None:
-    """The operator with the token in OPS_TOKEN may read and steer jobs and queues; the reader
-    may read."""
+    """The operator with the token in OPS_TOKEN may read and steer jobs, queues and schedules;
+    the reader may read."""
     token = request.bearer_token() or ""
     if hmac.compare_digest(token.encode(), os.environ["OPS_TOKEN"].encode()):
         return Principal(
-            subject="ops-ada", permissions={"jobs:read", "jobs:write", "queues:write"}
+            subject="ops-ada",
+            permissions={"jobs:read", "jobs:write", "queues:write", "schedules:write"},
         )
     if token == "reader":
         return Principal(subject="rita", permissions={"jobs:read"})
@@ -81,7 +82,7 @@ main = define_deployment(
 )
 '''
 SCRIPT = "<script>window.pwned = 1; alert('pwned')</script>"
-CSP = "default-src 'none'; script-src 'self'; style-src 'self'"
+CSP = "default-src 'none'; script-src 'self'; style-src 'self' 'sha256-"
 
 
 @pytest.fixture

@@ -4,12 +4,15 @@ permissions; and its answers carry a strict Content-Security-Policy."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import time
 from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
 
+import ket.serve.dashboard
 from ket.serve.throttle import FREE_FAILURES
 from tests.unit.serve.conftest import Serve
 from tests.unit.serve.desk import arrange, audit, deployment, send_job, states
@@ -40,12 +43,19 @@ WRITES = [
     f"{T}/bulk/cancel",
     f"{T}/queues/mail/pause",
     f"{T}/queues/mail/resume",
+    f"{T}/schedules/desk.tick/pause",
+    f"{T}/schedules/desk.tick/resume",
+    f"{T}/schedules/desk.tick/run",
     f"{T}/signout",
     f"{D}/signin",
 ]
+# the one inline style allowed: the dashboard's stylesheet, in the pages before a sign-in
+STYLESHEET = (Path(ket.serve.dashboard.__file__).parent / "static" / "dashboard.css").read_bytes()
+DIGEST = base64.b64encode(hashlib.sha256(STYLESHEET).digest()).decode()
 CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    f"default-src 'none'; script-src 'self'; style-src 'self' 'sha256-{DIGEST}'; "
+    "img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'"
 )
 
 

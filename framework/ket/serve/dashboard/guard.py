@@ -1,8 +1,9 @@
 """What keeps the dashboard's pages and actions to the operator who asked for them.
 
 - Headers on every answer: a Content-Security-Policy that allows scripts, styles and requests
-  from the dashboard's own origin only (no inline script or style, no `unsafe-inline`, no
-  framing), and no caching of job data.
+  from the dashboard's own origin only (no inline script, no `unsafe-inline`, no framing; the
+  one inline style is the dashboard's own stylesheet, allowed by its digest), and no caching of
+  job data.
 - A CSRF token in every form that changes something: an HMAC of the tenant, the principal's
   subject, the sign-in session it was issued in (dashboard/session.py; none for a principal
   the authenticator admits from the request's own headers) and the time it was issued, under
@@ -15,11 +16,13 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import os
 import secrets
 import time
+from importlib import resources
 
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
@@ -27,9 +30,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ket.serve.refusal import Refusal
 
+# The stylesheet, inline in the pages shown before a sign-in (the sign-in form, a refusal): the
+# static files are behind the gate like every other path, so those pages cannot link to it. The
+# CSP allows that one text by its digest, and no other inline style.
+PAGE_CSS = resources.files("ket.serve.dashboard").joinpath("static", "dashboard.css").read_text()
+_PAGE_CSS_DIGEST = base64.b64encode(hashlib.sha256(PAGE_CSS.encode()).digest()).decode()
 CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    f"default-src 'none'; script-src 'self'; style-src 'self' 'sha256-{_PAGE_CSS_DIGEST}'; "
+    "img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'"
 )
 HEADERS = {
     "content-security-policy": CSP,

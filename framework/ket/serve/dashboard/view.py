@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, Response
 
 from ket.catalog import Catalog
 from ket.display import escape
-from ket.serve.dashboard.guard import Csrf, dashboard_key
+from ket.serve.dashboard.guard import PAGE_CSS, Csrf, dashboard_key
 from ket.serve.dashboard.session import Sessions
 from ket.serve.gate import Caller, Gate
 from ket.serve.principal import JOBS_READ, JOBS_WRITE, QUEUES_WRITE, SCHEDULES_WRITE
@@ -152,7 +152,12 @@ class Dashboard:
         headers: Mapping[str, str] | None = None,
     ) -> Response:
         """The page `template` with `context`, and the tenant's navigation when `visit`."""
-        values: dict[str, Any] = {"base": self.path, "visit": None, **context}
+        values: dict[str, Any] = {
+            "base": self.path,
+            "visit": None,
+            "page_css": PAGE_CSS,
+            **context,
+        }
         if visit is not None:
             prefix = self.tenant_path(visit.tenant)
             values.update(
