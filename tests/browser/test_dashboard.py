@@ -186,7 +186,7 @@ def test_an_operator_watches_retries_and_cancels_jobs(
     # the discarded job: its error, a retry, and it completes
     page.goto(f"{base}/t/default/jobs?state=discarded")
     page.locator(f"a[href='/dashboard/t/default/jobs/{flaky}']").first.click()
-    expect(page.locator("details.error summary")).to_contain_text("the mail server said no")
+    expect(page.locator("details.error > summary")).to_contain_text("the mail server said no")
     shot("04-discarded-job")
     page.click("text=Retry now")
     expect(page.locator(".notice")).to_have_text("Retried: the job is available now.")

@@ -597,7 +597,9 @@ class DashboardSession:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AuditQuery:
-    """A page of the audit log, newest first."""
+    """A page of the audit log, newest first; with `job_id`, the entries of that one job only
+    (its retries, cancels, enqueue and reruns; a bulk action names a filter, not its jobs)."""
 
     limit: int = 50
     offset: int = 0
+    job_id: JobId | None = None

@@ -606,3 +606,5 @@ def check_audit_query(query: AuditQuery) -> None:
     """Refuse an audit page with a bad limit or offset."""
     check_count("audit list limit", query.limit, minimum=0)
     check_count("audit list offset", query.offset, minimum=0)
+    if query.job_id is not None:
+        check_job_id(query.job_id)

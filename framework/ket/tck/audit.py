@@ -86,6 +86,11 @@ async def test_audit_list_is_newest_first_and_pages(t: Tck) -> None:
     assert await log.audit_list(AuditQuery(limit=0)) == []
     assert await log.audit_list(AuditQuery(offset=5)) == []
     assert written[-1].at - written[0].at == timedelta(seconds=4)
+    # one job's entries only, newest first
+    again = await log.audit_append(_entry(job_id=2))
+    assert await log.audit_list(AuditQuery(job_id=2)) == [again, written[1]]
+    assert await log.audit_list(AuditQuery(job_id=2, limit=1)) == [again]
+    assert await log.audit_list(AuditQuery(job_id=99)) == []
 
 
 @tck_test

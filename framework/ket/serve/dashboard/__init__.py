@@ -46,6 +46,7 @@ def dashboard_app(dashboard: Dashboard) -> Starlette:
         Route(tenant + "/jobs", pages.jobs, methods=["GET"]),
         Route(tenant + "/jobs/{id}", pages.job, methods=["GET"]),
         Route(tenant + "/jobs/{id}/retry", actions.retry, methods=["POST"]),
+        Route(tenant + "/jobs/{id}/cancel", actions.confirm_cancel, methods=["GET"]),
         Route(tenant + "/jobs/{id}/cancel", actions.cancel, methods=["POST"]),
         Route(tenant + "/bulk/{action}", actions.confirm, methods=["GET"]),
         Route(tenant + "/bulk/{action}", actions.apply, methods=["POST"]),

@@ -121,6 +121,21 @@ class Actions:
         where = self.d.tenant_path(visit.tenant, f"/jobs/{job_id}?notice={notice}")
         return RedirectResponse(where, status_code=303)
 
+    async def confirm_cancel(self, request: Request) -> Response:
+        """The question before a job's cancel (asking changes nothing); the job's page, saying
+        why, when it cannot be cancelled."""
+        visit = await self.d.admit(request, WRITE)
+        job_id = job_id_of(request)
+        record = await queryable(visit).job_get(job_id)
+        if record is None:
+            raise Refusal(404, "unknown_job", f"no job {job_id} in tenant {visit.tenant}")
+        if record.state not in CANCEL_STATES or record.cancel_requested:
+            reason = f"job {job_id} is {record.state}" + (
+                ", and its cancel is requested already" if record.cancel_requested else ""
+            )
+            return await self.pages.job_page(request, visit, job_id, refused=reason, status=409)
+        return self.d.render(request, "cancel.html", {"nav": "jobs", "job": record}, visit=visit)
+
     async def pause(self, request: Request) -> Response:
         return await self._queue(request, paused=True)
 

@@ -15,8 +15,10 @@ from urllib.parse import parse_qsl, urlencode
 
 from starlette.requests import ClientDisconnect, Request
 
+from ket.errors import KetError
 from ket.serve.refusal import Refusal
 from ket.store.types import JOB_STATES, JobState
+from ket.store.validate import check_tags
 
 FORM_BYTES = 16_384
 PAGE_SIZES = (20, 50, 100)
@@ -30,25 +32,33 @@ class Filters(TypedDict):
     states: tuple[JobState, ...]
     queues: tuple[str, ...]
     names: tuple[str, ...]
+    tags: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobSelection:
-    """A listing's or a bulk action's filters: one state, queue and job name at most."""
+    """A listing's or a bulk action's filters: one state, queue, job name and tag at most."""
 
     state: JobState | None = None
     queue: str | None = None
     job: str | None = None
+    tag: str | None = None
 
     def query(self, **more: object) -> str:
         """The selection (and `more`) as a query string, `?` included; empty when nothing."""
-        pairs = {"state": self.state, "queue": self.queue, "job": self.job, **more}
+        pairs: dict[str, object] = {
+            "state": self.state,
+            "queue": self.queue,
+            "job": self.job,
+            "tag": self.tag,
+        }
+        pairs.update(more)
         given = {k: str(v) for k, v in pairs.items() if v is not None}
         return "?" + urlencode(given) if given else ""
 
     def is_empty(self) -> bool:
         """Whether no filter is chosen."""
-        return self.state is None and self.queue is None and self.job is None
+        return self.state is None and self.queue is None and self.job is None and self.tag is None
 
     def filters(self) -> Filters:
         """The selection as the store's filters take it (JobQuery, JobFilter): the page lists
@@ -57,6 +67,7 @@ class JobSelection:
             "states": () if self.state is None else (self.state,),
             "queues": () if self.queue is None else (self.queue,),
             "names": () if self.job is None else (self.job,),
+            "tags": () if self.tag is None else (self.tag,),
         }
 
 
@@ -73,7 +84,21 @@ def selection(
         state=next((s for s in JOB_STATES if s == state), None),
         queue=one_of(values, "queue", queues),
         job=one_of(values, "job", jobs),
+        tag=tag_of(values),
     )
+
+
+def tag_of(values: Mapping[str, str]) -> str | None:
+    """`values["tag"]`: a tag as an enqueue takes it (1 to MAX_TAG_LENGTH characters, no control
+    character); None when absent or empty; else 400."""
+    given = values.get("tag", "").strip()
+    if given == "":
+        return None
+    try:
+        check_tags([given], "tag")
+    except KetError as error:
+        raise Refusal(400, "bad_filter", error.message) from None
+    return given
 
 
 def one_of(values: Mapping[str, str], name: str, allowed: Collection[str]) -> str | None:

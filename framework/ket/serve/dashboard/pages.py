@@ -30,6 +30,8 @@ from ket.store.types import (
     QueuePause,
 )
 
+TRAIL = 50  # a job's audit entries shown on its page, newest first
+
 # the notices a page shows after an action, by the code its redirect carries
 NOTICES = {
     "retried": "Retried: the job is available now.",
@@ -85,6 +87,13 @@ class Pages:
     async def jobs(self, request: Request) -> Response:
         visit = await self.d.admit(request)
         store = queryable(visit)
+        found_id = _found_id(request)
+        if found_id is not None:  # "find": a job's id goes to its page, when it exists
+            if await store.job_get(found_id) is not None:
+                return RedirectResponse(
+                    self.d.tenant_path(visit.tenant, f"/jobs/{found_id}"), status_code=303
+                )
+            raise Refusal(404, "unknown_job", f"no job {found_id} in tenant {visit.tenant}")
         stats = await store.job_stats()
         chosen = form.selection(
             request.query_params, queues=queues_of(self.d, stats), jobs=self.d.catalog.jobs
@@ -129,6 +138,8 @@ class Pages:
             "notice": _notice(request),
             "retry_states": RETRY_STATES,
             "cancel_states": CANCEL_STATES,
+            "now": await visit.store.now(),
+            "sizes": form.PAGE_SIZES,
         }
         return self.d.render(request, "jobs.html", context, visit=visit)
 
@@ -150,9 +161,13 @@ class Pages:
             lease_age = (now - record.attempted_at).total_seconds()
             if record.lease_until is not None:
                 lease_left = (record.lease_until - now).total_seconds()
+        trail = None
+        if isinstance(visit.store, AuditLog):
+            trail = await visit.store.audit_list(AuditQuery(job_id=job_id, limit=TRAIL))
         context = {
             "nav": "jobs",
             "job": record,
+            "trail": trail,
             "payload": redact_payload(record.payload),
             "lease_age": lease_age,
             "lease_left": lease_left,
@@ -296,6 +311,15 @@ def queryable(visit: Visit) -> QueryableStore:
 def queues_of(dashboard: Dashboard, stats: JobStats) -> set[str]:
     """The queues a filter may name: the deployment's, and any the tenant's jobs use."""
     return set(dashboard.catalog.worker.queues) | {queue for _, queue in stats.counts}
+
+
+def _found_id(request: Request) -> int | None:
+    """The job id the jobs page's "find" field gives (`#12` or `12`); None when it is empty;
+    Refusal (400) for anything else."""
+    given = request.query_params.get("find", "").strip().removeprefix("#")
+    if given == "":
+        return None
+    return form.number({"find": given}, "find", default=0, low=1, high=form.MAX_ID)
 
 
 def job_id_of(request: Request) -> int:

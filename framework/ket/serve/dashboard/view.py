@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -190,6 +191,20 @@ def when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def relative(value: datetime | None, now: datetime) -> str:
+    """An instant as a distance from `now`: `4.2s ago`, `in 3m 05s`."""
+    if value is None:
+        return "-"
+    seconds = (now - value).total_seconds()
+    return f"{age(seconds)} ago" if seconds >= 0 else f"in {age(-seconds)}"
+
+
+def first_line(value: object, limit: int = 120) -> str:
+    """The first line of a text, cut at `limit` characters (an error message in a list)."""
+    line = ("" if value is None else str(value)).strip().split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 1] + "\u2026"
+
+
 def age(seconds: float | None) -> str:
     """A duration as an operator reads it: `4.2s`, `3m 05s`, `2h 03m`, `4d 02h`."""
     if seconds is None:
@@ -202,6 +217,58 @@ def age(seconds: float | None) -> str:
     if whole < 86_400:
         return f"{whole // 3_600}h {whole % 3_600 // 60:02d}m"
     return f"{whole // 86_400}d {whole % 86_400 // 3_600:02d}h"
+
+
+# where a frame is not the app's: an installed package, the standard library, ket itself
+_LIBRARY = ("site-packages", "dist-packages", "/lib/python", "\\lib\\python", "<frozen ")
+_KET = str(Path(__file__).resolve().parents[2])  # the ket package's folder, as installed here
+
+
+@dataclass(frozen=True, slots=True)
+class TracebackPart:
+    """A run of a traceback's lines: the app's frames (`library` False, shown), the frames of
+    ket, the standard library and installed packages (`library` True, folded), or the lines
+    before and after the frames (the header, the exception: `frames` 0)."""
+
+    lines: str
+    library: bool
+    frames: int
+
+
+def traceback_parts(text: str) -> list[TracebackPart]:
+    """`text` (a Python traceback) in runs of app and library frames, in order; a text that is
+    no traceback is one part, shown whole."""
+    lines = text.splitlines()
+    parts: list[TracebackPart] = []
+    run: list[str] = []
+    kind: bool | None = None  # the current run: app frames, library frames, or neither
+    frames = 0
+
+    def close() -> None:
+        nonlocal run, frames
+        if run:
+            parts.append(TracebackPart("\n".join(run), bool(kind), frames))
+        run, frames = [], 0
+
+    for line in lines:
+        stripped = line.lstrip()
+        if stripped.startswith('File "'):
+            path = stripped[6:].split('"', 1)[0]
+            library = any(mark in path for mark in _LIBRARY) or path.startswith(_KET)
+            if kind is not library:
+                close()
+                kind = library
+            run.append(line)
+            frames += 1
+        elif kind is not None and line.startswith("    "):  # a frame's source line
+            run.append(line)
+        else:
+            if kind is not None:
+                close()
+                kind = None
+            run.append(line)
+    close()
+    return parts
 
 
 def pretty_json(value: Any) -> str:
@@ -229,6 +296,10 @@ def _environment() -> jinja2.Environment:
         age=age,
         pretty_json=pretty_json,
         json_line=json_line,
+        traceback_parts=traceback_parts,
+        relative=relative,
+        first_line=first_line,
+        iso=lambda value: "" if value is None else value.isoformat(),
     )
     return environment
 

@@ -562,7 +562,11 @@ class MemoryStore:
         """A page of the audit log, newest first."""
         validate.check_audit_query(query)
         with self._locked():
-            newest_first = list(reversed(self.database.audit))
+            newest_first = [
+                record
+                for record in reversed(self.database.audit)
+                if query.job_id is None or record.entry.job_id == query.job_id
+            ]
         return newest_first[query.offset : query.offset + query.limit]
 
     # -- SessionStore -------------------------------------------------------------------------

@@ -49,6 +49,8 @@ async def append(
 async def page(connection: AsyncConnection, query: AuditQuery) -> list[AuditRecord]:
     """The entries of one page, newest first."""
     statement = select(audit).order_by(audit.c.id.desc()).limit(query.limit).offset(query.offset)
+    if query.job_id is not None:
+        statement = statement.where(audit.c.job_id == query.job_id)
     return records(await fetch_all(connection, statement))
 
 

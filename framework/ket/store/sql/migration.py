@@ -589,11 +589,13 @@ BEGIN
         NULL::INTEGER, NULL::JSONB, v_contended, v_retry;
 END
 $$"""
+# One job's entries of the audit log, for its page on the dashboard.
+_AUDIT_JOB = "CREATE INDEX ket_audit_job ON ket_audit (job_id) WHERE job_id IS NOT NULL"
 MIGRATIONS += (
     Migration(
         version=11,
-        name="PostgreSQL: a claim within fleet-wide limits in one statement",
-        statements={"postgresql": (_PG_LIMITED_CLAIM,), "sqlite": ()},
+        name="a claim within fleet-wide limits in one statement (PostgreSQL); one job's audit",
+        statements={"postgresql": (_PG_LIMITED_CLAIM, _AUDIT_JOB), "sqlite": (_AUDIT_JOB,)},
     ),
 )
 LATEST = MIGRATIONS[-1].version

@@ -220,6 +220,13 @@ audit = Table(
     CheckConstraint(f"action IN ({_states(AUDIT_ACTIONS)})", name="ket_audit_action"),
     sqlite_autoincrement=True,
 )
+# one job's entries, for its page (migration 11)
+Index(
+    "ket_audit_job",
+    audit.c.job_id,
+    postgresql_where=audit.c.job_id.is_not(None),
+    sqlite_where=audit.c.job_id.is_not(None),
+)
 
 # The dashboard's sign-in sessions, by a digest of each one's secret (never the secret)
 sessions = Table(
