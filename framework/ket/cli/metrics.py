@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ket.catalog import Catalog
 from ket.cli.options import environ_flag
+from ket.declare.deployment import DeploymentDecl
 from ket.errors import KetError
 from ket.runtime.events import Hooks
 from ket.runtime.stats import StatsService
@@ -106,14 +107,20 @@ def start(
     catalog: Catalog,
     hooks: Hooks,
     stores: Callable[[], Mapping[str, JobStore]],
+    *,
+    slots: Callable[[], Mapping[tuple[str, str], tuple[int, int]]] | None = None,
+    manifest: str = "",
 ) -> Running:
     """Count `hooks`' events, serve the metrics, and make the service that feeds the gauges
-    from `stores()` (the caller runs it under its supervisor)."""
+    from `stores()` (the caller runs it under its supervisor); `slots()` the worker's slots by
+    (tenant, queue), running and all; `manifest` the deployment's digest, for `ket_info`."""
     require()
     from ket.observe.exporter import export
     from ket.observe.metrics import Metrics
 
-    metrics = Metrics(catalog, tenant_labels=chosen.tenant_labels)
+    metrics = Metrics(catalog, tenant_labels=chosen.tenant_labels, manifest=manifest)
+    if slots is not None:
+        metrics.watch_slots(slots)
     exporter = export(metrics.registry, host=chosen.host, port=chosen.port)
     unsubscribe = metrics.subscribe(hooks)
     service = StatsService(
@@ -142,15 +149,18 @@ class ServeMetrics:
         self.exporter.close()
 
 
-def start_serve(chosen: MetricsSettings, catalog: Catalog, app: Starlette) -> ServeMetrics:
+def start_serve(
+    chosen: MetricsSettings, catalog: Catalog, app: Starlette, *, manifest: str = ""
+) -> ServeMetrics:
     """Count `app`'s requests and serve the metrics on their own port (as the worker does:
-    never on the functions' port, so scraping needs no principal and exposes nothing there)."""
+    never on the functions' port, so scraping needs no principal and exposes nothing there).
+    None of the worker's metrics: the server runs no job, and lists only what it fills."""
     require()
     from ket.observe.exporter import export
     from ket.observe.http import RequestCounts, RequestMetrics
     from ket.observe.metrics import Metrics
 
-    metrics = Metrics(catalog, tenant_labels=chosen.tenant_labels)
+    metrics = Metrics(catalog, tenant_labels=chosen.tenant_labels, worker=False, manifest=manifest)
     app.add_middleware(RequestMetrics, counted=RequestCounts(metrics.registry, catalog))
     exporter = export(metrics.registry, host=chosen.host, port=chosen.port)
     log.info("serving metrics at %s", exporter.url)
@@ -160,6 +170,15 @@ def start_serve(chosen: MetricsSettings, catalog: Catalog, app: Starlette) -> Se
         exporter=exporter,
         limits=catalog.claim_limits,
     )
+
+
+def manifest_label(deployment: DeploymentDecl) -> str:
+    """The deployment's manifest digest as `ket_info` labels it: its first characters, as
+    `ket workers list` prints it."""
+    from ket.cli.presence import manifest_hash
+    from ket.store.roster import SHORT_HASH
+
+    return manifest_hash(deployment)[:SHORT_HASH]
 
 
 def require() -> None:

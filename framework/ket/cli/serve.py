@@ -228,7 +228,8 @@ def http_server(
         channels=control_channels(registry.url),
     )
     if chosen is not None:
-        served.append(metrics.start_serve(chosen, catalog, app))
+        manifest = metrics.manifest_label(deployment_of(args))
+        served.append(metrics.start_serve(chosen, catalog, app, manifest=manifest))
     limits = client_limits(
         args.header_timeout, args.body_timeout, args.max_clients, args.max_connections
     )

@@ -388,7 +388,15 @@ async def serve(
     code = 0
     try:
         if metrics_settings is not None:
-            served = metrics.start(metrics_settings, declared, fleet.hooks, fleet.stores)
+            manifest = "" if deployment is None else metrics.manifest_label(deployment)
+            served = metrics.start(
+                metrics_settings,
+                declared,
+                fleet.hooks,
+                fleet.stores,
+                slots=fleet.slots,
+                manifest=manifest,
+            )
         services = [served.service] if served is not None else []
         if burst:
             code = burst_code(await fleet.drain(stopping.event, services))

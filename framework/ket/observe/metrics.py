@@ -1,24 +1,30 @@
 """The metrics of a ket process, for Prometheus: lifecycle events as counters and histograms,
-the tenants' job stats as gauges, in a registry of their own.
+the tenants' job stats as gauges, the worker's slots, and `ket_info`, in a registry of their own.
 
-    metrics = Metrics(catalog)                  # tenant_labels=True to label by tenant
+    metrics = Metrics(catalog, manifest=digest) # tenant_labels=True to label by tenant
+    metrics.watch_slots(fleet.slots)            # a worker: its busy and total slots
     unsubscribe = metrics.subscribe(hooks)      # count the events the worker emits
     StatsService(fleet.stores, metrics.publish, interval=15.0)   # feed the gauges
     body, content_type = metrics.exposition(accept_header)       # what GET /metrics answers
 
 Per job the hook costs a dictionary look-up and a few list updates (observe/tally.py): an
 event's label values are worked out once per (kind, tenant, queue, job) and its series kept. The
-hook takes only the kinds of event it counts, so `enqueued` events are never even built for it.
-Events must arrive on one thread (a worker's event loop), as the tallies take no lock.
+hook takes only the kinds of event it counts. Events must arrive on one thread (a worker's event
+loop), as the tallies take no lock.
+
+Every series of a declared job and queue exists from the start, at zero (without tenant labels:
+tenants come and go), so a rate over a worker that has run nothing yet is 0, not absent. A
+process that runs no job (`ket serve`: `worker=False`) registers none of the worker's metrics.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.metrics_core import Metric
@@ -26,6 +32,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from ket.catalog import Catalog
+from ket.distribution import version
 from ket.observe.gauges import JobGauges
 from ket.observe.labels import Labels
 from ket.observe.tally import Cell, CounterTally, HistogramTally
@@ -44,7 +51,7 @@ OUTCOMES: tuple[Kind, ...] = (
 )
 # Not `started`: an outcome's event carries the attempt's wait too, so one event per attempt
 # does (the hook is most of what metrics cost a worker, and an event is most of the hook).
-KINDS: tuple[Kind, ...] = (*OUTCOMES, "rescued", "schedule_fired", "poll_failed")
+KINDS: tuple[Kind, ...] = (*OUTCOMES, "rescued", "schedule_fired", "poll_failed", "enqueued")
 # Handler run times, in seconds: from a millisecond to half an hour (a long timeout_ms).
 DURATION_BUCKETS = (
     0.001,
@@ -74,13 +81,22 @@ KEYS_MAX = 10_000
 class Metrics:
     """One process's metrics: its registry, the event hook, and the job-stats gauges."""
 
-    def __init__(self, catalog: Catalog, *, tenant_labels: bool = False, process: bool = True):
+    def __init__(
+        self,
+        catalog: Catalog,
+        *,
+        tenant_labels: bool = False,
+        process: bool = True,
+        worker: bool = True,
+        manifest: str = "",
+    ):
         self.labels = labels = Labels(catalog, tenants=tenant_labels)
         self.registry = CollectorRegistry(auto_describe=True)
         if process:  # process_cpu_seconds_total, process_resident_memory_bytes, python_gc_*
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)
             GCCollector(registry=self.registry)
+        self.registry.register(_Info(version(), manifest))
         self._attempts = CounterTally(
             "ket_job_attempts",
             "Attempts that ended in this process, by outcome (completed, failed: to be retried, "
@@ -123,7 +139,14 @@ class Metrics:
             "Claims of a queue that failed (the database away, a missing table).",
             labels.names("queue"),
         )
-        self.registry.register(_Events(self))
+        self._enqueued = CounterTally(
+            "ket_jobs_enqueued",
+            "Jobs this process enqueued (its handlers' ctx.jobs, its schedule fires), by queue "
+            "and job; a coalesced enqueue (an active unique key) included.",
+            labels.names("queue", "job"),
+        )
+        if worker:
+            self.registry.register(_Events(self))
         self.gauges = JobGauges(labels)
         self.registry.register(self.gauges)
         self._by_tenant = tenant_labels
@@ -135,9 +158,34 @@ class Metrics:
             "rescued": self._rescue,
             "schedule_fired": self._fired,
             "poll_failed": self._poll_failed,
+            "enqueued": self._enqueue,
         }
         for kind in OUTCOMES:
             self._on[kind] = self._ended
+        if worker and not tenant_labels:
+            self._zero(catalog)
+
+    def _zero(self, catalog: Catalog) -> None:
+        """A series at zero for every declared job and queue (a rate reads 0, not nothing)."""
+        labels = self.labels
+        for name, spec in sorted(catalog.jobs.items()):
+            values = (labels.queue(spec.queue), labels.job(name))
+            for outcome in OUTCOMES:
+                self._attempts.cell((*values, outcome))
+            self._duration.cell(values)
+            self._wait.cell(values)
+            self._rescued.cell(values)
+            self._enqueued.cell(values)
+            if spec.schedule is not None:
+                self._fires.cell((labels.job(name),))
+                self._skips.cell((labels.job(name),))
+        for queue in sorted(catalog.worker.queues):
+            self._poll_failures.cell((labels.queue(queue),))
+
+    def watch_slots(self, slots: Callable[[], Mapping[tuple[str, str], tuple[int, int]]]) -> None:
+        """Report a worker's slots: `slots()` gives, by (tenant, queue), the attempts running
+        and the slots there are (read at each scrape, from memory)."""
+        self.registry.register(_Slots(self.labels, slots))
 
     def subscribe(self, hooks: Hooks) -> Callable[[], None]:
         """Count the events of `hooks` from now on; returns a function that stops it."""
@@ -169,7 +217,7 @@ class Metrics:
 
     def families(self) -> Iterator[Metric]:
         """The counters and histograms as they are now."""
-        for tally in (self._attempts, self._rescued, self._fires, self._skips):
+        for tally in (self._attempts, self._rescued, self._fires, self._skips, self._enqueued):
             yield tally.family()
         yield self._poll_failures.family()
         yield self._duration.family()
@@ -218,6 +266,9 @@ class Metrics:
         if event.skipped:
             self._skips.cell(job)[0] += event.skipped
 
+    def _enqueue(self, event: Event) -> None:
+        self._enqueued.cell(self._values(event))[0] += 1
+
     def _poll_failed(self, event: Event) -> None:
         queue = (*self.labels.tenant(event.tenant), self.labels.queue(event.queue))
         self._poll_failures.cell(queue)[0] += 1
@@ -226,6 +277,61 @@ class Metrics:
         """The (tenant,) queue and job label values of an event, bounded."""
         labels = self.labels
         return (*labels.tenant(event.tenant), labels.queue(event.queue), labels.job(event.name))
+
+
+class _Info:
+    """`ket_info`: 1, labelled with ket's version and the deployment's manifest (the first
+    characters of its digest, as `ket workers list` shows it): replicas whose `manifest`
+    differ run different deployments."""
+
+    def __init__(self, version: str, manifest: str) -> None:
+        self._version = version
+        self._manifest = manifest
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "ket_info",
+            "This process: ket's version and the deployment's manifest (its digest's start).",
+            labels=["version", "manifest"],
+        )
+        info.add_metric([self._version, self._manifest], 1)
+        yield info
+
+
+class _Slots:
+    """`ket_worker_slots` and `ket_worker_slots_busy`: a worker's slots by queue, and the
+    attempts running in them, read from memory at each scrape."""
+
+    def __init__(
+        self, labels: Labels, slots: Callable[[], Mapping[tuple[str, str], tuple[int, int]]]
+    ) -> None:
+        self._labels = labels
+        self._slots = slots
+
+    def collect(self) -> Iterator[Metric]:
+        labels = self._labels
+        names = labels.names("queue")
+        total = GaugeMetricFamily(
+            "ket_worker_slots",
+            "Slots of this worker by queue (its concurrency, for every tenant it serves).",
+            labels=names,
+        )
+        busy = GaugeMetricFamily(
+            "ket_worker_slots_busy",
+            "Attempts running in this worker's slots by queue, when scraped.",
+            labels=names,
+        )
+        summed: dict[tuple[str, ...], list[int]] = {}
+        for (tenant, queue), (running, slots) in self._slots().items():
+            key = (*labels.tenant(tenant), labels.queue(queue))
+            cell = summed.setdefault(key, [0, 0])
+            cell[0] += running
+            cell[1] += slots
+        for key, (running, slots) in sorted(summed.items()):
+            busy.add_metric(list(key), running)
+            total.add_metric(list(key), slots)
+        yield total
+        yield busy
 
 
 class _Events:

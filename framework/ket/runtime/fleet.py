@@ -244,6 +244,14 @@ class Fleet:
         """The store of every tenant served now, by tenant."""
         return {name: worker.store for name, worker in self.workers.items()}
 
+    def slots(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """By (tenant, queue): the attempts running now, and the slots there are."""
+        return {
+            (tenant, queue): counts
+            for tenant, worker in self.workers.items()
+            for queue, counts in worker.slots().items()
+        }
+
     async def hand_back_now(self, timeout: float) -> None:
         """The second signal: every tenant hands back its running jobs within `timeout`."""
         await asyncio.gather(*[w.hand_back_now(timeout) for w in self.workers.values()])

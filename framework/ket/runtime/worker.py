@@ -308,6 +308,10 @@ class TenantWorker:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.store.job_settle(back), timeout)
 
+    def slots(self) -> dict[str, tuple[int, int]]:
+        """By queue: the attempts running in this worker now, and its slots."""
+        return {name: (queue.busy, queue.slots) for name, queue in self._queues.items()}
+
     @property
     def running(self) -> int:
         """How many attempts are running in this worker now (not the claimed jobs that wait

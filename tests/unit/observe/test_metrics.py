@@ -3,15 +3,20 @@ the job stats as gauges, and the exposition a scrape gets."""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from ket import define_deployment, define_job, define_module
 from ket.catalog import Catalog
+from ket.observe.http import RequestCounts
 from ket.observe.metrics import Metrics
 from ket.runtime.events import Event, Hooks
 from ket.store.types import JobStats, QueueAges
@@ -51,6 +56,12 @@ def of(found: Samples, name: str) -> dict[frozenset[tuple[str, str]], float]:
     return {labels: value for (metric, labels), value in found.items() if metric == name}
 
 
+def counted(found: Samples, name: str) -> dict[frozenset[tuple[str, str]], float]:
+    """The series of `name` that counted something (every declared job's start at zero: see
+    test_every_declared_series_starts_at_zero)."""
+    return {labels: value for labels, value in of(found, name).items() if value}
+
+
 def labels(**values: str) -> frozenset[tuple[str, str]]:
     return frozenset(values.items())
 
@@ -80,13 +91,13 @@ def test_attempts_are_counted_by_queue_job_and_outcome() -> None:
         ("lease_lost", "shop.mail", "mail"),
     ]:
         hooks.emit(attempt(kind, name, queue, duration_ms=20.0))
-    assert of(samples(metrics), "ket_job_attempts_total") == {
+    assert counted(samples(metrics), "ket_job_attempts_total") == {
         labels(queue="default", job="shop.ship", outcome="completed"): 2,
         labels(queue="default", job="shop.ship", outcome="failed"): 1,
         labels(queue="mail", job="shop.mail", outcome="discarded"): 1,
         labels(queue="mail", job="shop.mail", outcome="lease_lost"): 1,
     }
-    durations = of(samples(metrics), "ket_job_duration_seconds_count")
+    durations = counted(samples(metrics), "ket_job_duration_seconds_count")
     assert durations == {
         labels(queue="default", job="shop.ship"): 3,
         labels(queue="mail", job="shop.mail"): 2,
@@ -104,14 +115,14 @@ def test_the_wait_histogram_takes_the_wait_each_outcome_carries() -> None:
     hooks.emit(attempt("discarded", "shop.ship", "default", duration_ms=0.0))  # never started
     found = samples(metrics)
     key = labels(queue="default", job="shop.ship")
-    assert of(found, "ket_job_wait_seconds_count") == {key: 2}
-    assert of(found, "ket_job_wait_seconds_sum") == {key: 70.003}
+    assert counted(found, "ket_job_wait_seconds_count") == {key: 2}
+    assert counted(found, "ket_job_wait_seconds_sum") == {key: 70.003}
     buckets = of(found, "ket_job_wait_seconds_bucket")
     assert buckets[labels(queue="default", job="shop.ship", le="0.001")] == 0
     assert buckets[labels(queue="default", job="shop.ship", le="0.005")] == 1
     assert buckets[labels(queue="default", job="shop.ship", le="60.0")] == 1
     assert buckets[labels(queue="default", job="shop.ship", le="300.0")] == 2
-    assert of(found, "ket_job_duration_seconds_count") == {key: 3}
+    assert counted(found, "ket_job_duration_seconds_count") == {key: 3}
 
 
 def test_undeclared_jobs_and_queues_count_as_other_and_no_id_or_tenant_is_a_label() -> None:
@@ -121,11 +132,11 @@ def test_undeclared_jobs_and_queues_count_as_other_and_no_id_or_tenant_is_a_labe
         hooks.emit(attempt("discarded", f"old.job_{n}", f"gone_{n}", tenant=f"t{n}"))
     hooks.emit(attempt("rescued", "shop.ship", "nowhere"))
     found = samples(metrics)
-    assert of(found, "ket_job_attempts_total") == {
+    assert counted(found, "ket_job_attempts_total") == {
         labels(queue="other", job="other", outcome="discarded"): 50
     }
-    assert of(found, "ket_jobs_rescued_total") == {labels(queue="other", job="shop.ship"): 1}
-    names = {name for key in found for name, _ in key[1]}
+    assert counted(found, "ket_jobs_rescued_total") == {labels(queue="other", job="shop.ship"): 1}
+    names = {name for key in found for name, _ in key[1] if key[0] != "ket_info"}
     assert names <= {"queue", "job", "outcome", "state", "le"}
 
 
@@ -135,7 +146,7 @@ def test_tenants_become_a_label_only_when_asked() -> None:
     hooks.emit(attempt("completed", "shop.ship", "default", tenant="acme"))
     hooks.emit(attempt("completed", "shop.ship", "default", tenant="globex"))
     hooks.emit(attempt("completed", "shop.ship", "default", tenant="globex"))
-    assert of(samples(metrics), "ket_job_attempts_total") == {
+    assert counted(samples(metrics), "ket_job_attempts_total") == {
         labels(tenant="acme", queue="default", job="shop.ship", outcome="completed"): 1,
         labels(tenant="globex", queue="default", job="shop.ship", outcome="completed"): 2,
     }
@@ -148,16 +159,17 @@ def test_schedule_fires_skips_and_poll_failures_are_counted() -> None:
     hooks.emit(attempt("schedule_fired", "shop.tick", "default", skipped=3))
     hooks.emit(Event(kind="poll_failed", tenant="acme", queue="mail", error="no such table"))
     found = samples(metrics)
-    assert of(found, "ket_schedule_fires_total") == {labels(job="shop.tick"): 2}
-    assert of(found, "ket_schedule_ticks_skipped_total") == {labels(job="shop.tick"): 3}
-    assert of(found, "ket_poll_failures_total") == {labels(queue="mail"): 1}
+    assert counted(found, "ket_schedule_fires_total") == {labels(job="shop.tick"): 2}
+    assert counted(found, "ket_schedule_ticks_skipped_total") == {labels(job="shop.tick"): 3}
+    assert counted(found, "ket_poll_failures_total") == {labels(queue="mail"): 1}
 
 
-def test_the_hook_asks_for_one_event_per_attempt_and_none_per_enqueue() -> None:
+def test_the_hook_asks_for_one_event_per_attempt_and_per_enqueue_and_none_per_start() -> None:
     hooks = Hooks()
     Metrics(CATALOG, process=False).subscribe(hooks)
-    assert not hooks.wanted("enqueued") and not hooks.wanted("started")
+    assert not hooks.wanted("started")
     assert hooks.wanted("completed") and hooks.wanted("failed") and hooks.wanted("rescued")
+    assert hooks.wanted("enqueued")
 
 
 def stats(
@@ -256,3 +268,81 @@ def test_exposition_speaks_openmetrics_when_asked_and_carries_process_metrics() 
     text, plain = metrics.exposition(None)
     assert plain.startswith("text/plain")
     assert b"\nprocess_cpu_seconds_total " in text
+
+
+def test_every_declared_series_starts_at_zero() -> None:
+    found = samples(Metrics(CATALOG, process=False))
+    jobs = {"shop.ship": "default", "shop.mail": "mail", "shop.tick": "default"}
+    outcomes = ("completed", "failed", "discarded", "cancelled", "snoozed", "handed_back")
+    attempts = of(found, "ket_job_attempts_total")
+    for job, queue in jobs.items():
+        for outcome in (*outcomes, "lease_lost"):
+            assert attempts[labels(queue=queue, job=job, outcome=outcome)] == 0
+        assert of(found, "ket_job_duration_seconds_count")[labels(queue=queue, job=job)] == 0
+        assert of(found, "ket_jobs_enqueued_total")[labels(queue=queue, job=job)] == 0
+        assert of(found, "ket_jobs_rescued_total")[labels(queue=queue, job=job)] == 0
+    assert len(attempts) == 3 * 7
+    assert of(found, "ket_schedule_fires_total") == {labels(job="shop.tick"): 0}
+    assert of(found, "ket_poll_failures_total") == {
+        labels(queue="default"): 0,
+        labels(queue="mail"): 0,
+    }
+
+
+def test_enqueues_are_counted_by_queue_and_job() -> None:
+    hooks = Hooks()
+    metrics = Metrics(CATALOG, process=False)
+    metrics.subscribe(hooks)
+    for name, queue in (("shop.mail", "mail"), ("shop.mail", "mail"), ("shop.gone", "default")):
+        hooks.emit(Event(kind="enqueued", tenant="acme", job_id=1, name=name, queue=queue))
+    assert counted(samples(metrics), "ket_jobs_enqueued_total") == {
+        labels(queue="mail", job="shop.mail"): 2,
+        labels(queue="default", job="other"): 1,
+    }
+
+
+def test_ket_info_names_the_version_and_the_manifest_and_slots_are_read_at_scrape() -> None:
+    metrics = Metrics(CATALOG, process=False, manifest="0123456789ab")
+    running = {("acme", "mail"): (1, 4), ("globex", "mail"): (3, 4), ("acme", "default"): (0, 2)}
+    metrics.watch_slots(lambda: running)
+    found = samples(metrics)
+    [(info, value)] = of(found, "ket_info").items()
+    assert value == 1 and dict(info)["manifest"] == "0123456789ab" and dict(info)["version"]
+    assert of(found, "ket_worker_slots") == {labels(queue="mail"): 8, labels(queue="default"): 2}
+    assert of(found, "ket_worker_slots_busy") == {
+        labels(queue="mail"): 4,
+        labels(queue="default"): 0,
+    }
+    running[("acme", "default")] = (2, 2)
+    assert of(samples(metrics), "ket_worker_slots_busy")[labels(queue="default")] == 2
+
+
+def test_a_process_that_runs_no_job_lists_none_of_the_worker_s_metrics() -> None:
+    names = {name for name, _ in samples(Metrics(CATALOG, process=False, worker=False))}
+    assert "ket_info" in names and "ket_jobs" not in names  # no stats read yet: no samples
+    worker_only = ("ket_job_attempts_total", "ket_job_duration_seconds_count", "ket_poll_failures")
+    assert not any(name.startswith(worker_only) for name in names), names
+    assert not any("enqueued" in name or "schedule" in name for name in names), names
+
+
+def test_every_metric_the_shipped_dashboard_and_alerts_name_is_exported() -> None:
+    docs = Path(__file__).resolve().parents[3] / "docs"
+    dashboard = json.loads((docs / "grafana-dashboard.json").read_text())
+    expressions = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    rules = yaml.safe_load((docs / "prometheus-alerts.yml").read_text())
+    expressions += [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+    named = {
+        re.sub(r"_(total|bucket|count|sum)$", "", name)
+        for expression in expressions
+        for name in re.findall(r"\bket_[a-z_]+", expression)
+    }
+    assert len(named) >= 15, named  # the test reads what it means to
+    worker = Metrics(CATALOG, process=False, manifest="0123456789ab")
+    worker.watch_slots(lambda: {("acme", "mail"): (1, 4)})
+    worker.publish({"acme": stats({("available", "mail"): 1}, {"mail": (1.0, None)}, dead=3)})
+    server = Metrics(CATALOG, process=False, worker=False)
+    RequestCounts(server.registry, CATALOG)
+    exported = {
+        family.name for metrics in (worker, server) for family in metrics.registry.collect()
+    }
+    assert named - exported == set()
