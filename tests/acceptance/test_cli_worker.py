@@ -247,3 +247,42 @@ def test_a_bad_sqlite_synchronous_level_is_refused_naming_it(project: Project) -
     assert result.code == 2
     assert "synchronous must be one of off, normal, full, extra, got 'fast'" in result.err
     assert "Traceback" not in result.err
+
+
+def test_stats_of_all_tenants_list_each_the_sickest_first(project: Project) -> None:
+    root = project({"app/workspace.py": APP})
+    for tenant in ("acme", "globex", "initech"):
+        assert run_ket("tenants", "add", tenant, cwd=root).code == 0
+    assert run_ket("migrate", cwd=root).code == 0
+    _enqueue(root, "globex", [NewJob(name="app.ping", payload={"n": n}) for n in range(3)])
+    _enqueue(root, "initech", [NewJob(name="app.ping", payload={"n": 9})])
+    listed = run_ket("jobs", "stats", "--all-tenants", "--sort", "backlog", cwd=root)
+    assert listed.code == 0, listed.err
+    lines = listed.out.splitlines()
+    assert lines[0].split() == [
+        "TENANT",
+        "available",
+        "scheduled",
+        "executing",
+        "retryable",
+        "discarded",
+        "oldest",
+        "avail",
+        "discarded",
+        "1h",
+        "workers",
+    ]
+    assert [line.split()[0] for line in lines[1:]] == ["globex", "initech", "acme"]
+    assert lines[1].split()[1:6] == ["3", "0", "0", "0", "0"]
+    assert lines[1].split()[-2:] == ["0", "0"]  # nothing discarded, no worker running
+    as_json = json.loads(
+        run_ket("jobs", "stats", "--all-tenants", "--format", "json", cwd=root).out
+    )
+    assert [(row["tenant"], row["counts"]["available"]) for row in as_json] == [
+        ("acme", 0),
+        ("globex", 3),
+        ("initech", 1),
+    ]
+    assert {row["problem"] for row in as_json} == {None}
+    both = run_ket("jobs", "stats", "--all-tenants", "--tenant", "acme", cwd=root)
+    assert both.code == 2 and "--all-tenants lists every tenant: leave out --tenant" in both.err

@@ -20,15 +20,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ket.cli import bulk, enqueue, rerun, selection, workers
 from ket.cli.options import deployment_of, workspace_named, workspace_parent
 from ket.cli.output import clip, escape, print_json
-from ket.cli.runtime import open_tenant_store, single_tenant
+from ket.cli.runtime import open_tenant_store, single_tenant, tenant_urls
 from ket.declare.resolve import worker_config
 from ket.errors import KetError
 from ket.operate import cancel_job, retry_job
 from ket.operate.action import change_text
+from ket.operate.fleet import SORTS, fleet_rows, sorted_rows
 from ket.runtime.prune import prune_batches
 from ket.schedule.duration import duration_seconds
 from ket.secret import redact_payload
-from ket.store.contract import QueryableStore
+from ket.store.contract import JobStore, QueryableStore
 from ket.store.roster import manifest_counts
 from ket.store.types import JOB_STATES, TERMINAL_STATES, ClaimLimits, JobQuery, JobRecord, Prune
 from ket.store.validate import MAX_BIGINT, MAX_SECONDS
@@ -106,6 +107,18 @@ def add_parser(
         "stats", parents=[*parents, workspace_parent()], help="counts by state and queue, ages"
     )
     stats.add_argument("--format", choices=["text", "json"], default="text")
+    stats.add_argument(
+        "--all-tenants",
+        action="store_true",
+        help="a line per tenant: jobs by state, oldest available, discarded in the last hour, "
+        "live workers",
+    )
+    stats.add_argument(
+        "--sort",
+        choices=SORTS,
+        default="tenant",
+        help="with --all-tenants: the sickest first by this (default: by tenant name)",
+    )
     stats.set_defaults(run=_stats)
 
     # their own modules: an operator's producing, not listing or steering
@@ -279,6 +292,8 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
+    if args.all_tenants:
+        return _fleet(args)
     limits = _claim_limits(args)
     stats = _with_store(args, lambda store: store.job_stats(limits))
     manifests = _manifests(args)
@@ -360,6 +375,53 @@ def _claim_limits(args: argparse.Namespace) -> dict[str, ClaimLimits] | None:
             f"ket: warning: jobs held back by limits are not counted: {escape(error.message)}\n"
         )
         return None
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    """`ket jobs stats --all-tenants`: a line per tenant (operate/fleet.py)."""
+    if args.tenant is not None:
+        raise KetError("--all-tenants lists every tenant: leave out --tenant")
+    tenants = tenant_urls(args)
+    try:
+        _, seen = workers.read_workers(args.database_url)
+    except KetError as error:
+        sys.stderr.write(f"ket: warning: cannot read the workers: {escape(error.message)}\n")
+        seen = []
+
+    async def opened(name: str, url: str) -> JobStore:
+        from ket.store.sql import SqlStore
+
+        return await SqlStore.open(url)
+
+    rows = sorted_rows(asyncio.run(fleet_rows(tenants, opened, seen, close=True)), args.sort)
+    if args.format == "json":
+        print_json(
+            [
+                {
+                    "tenant": row.tenant,
+                    "counts": dict(row.counts),
+                    "oldest_available_age_seconds": row.oldest_available_age,
+                    "discarded_last_hour": row.discarded_last_hour,
+                    "live_workers": row.live_workers,
+                    "problem": row.problem,
+                }
+                for row in rows
+            ]
+        )
+        return 0
+    width = max(len(name) for name in ["TENANT", *(row.tenant for row in rows)])
+    states = ("available", "scheduled", "executing", "retryable", "discarded")
+    heads = [*states, "oldest avail", "discarded 1h", "workers"]
+    sys.stdout.write("TENANT".ljust(width) + "".join(f"  {h:>12}" for h in heads) + "\n")
+    for row in rows:
+        if row.problem is not None:
+            sys.stdout.write(f"{row.tenant.ljust(width)}  unreadable: {escape(row.problem)}\n")
+            continue
+        cells = [str(row.counts.get(state, 0)) for state in states]
+        cells += [_age(row.oldest_available_age), str(row.discarded_last_hour)]
+        cells.append(str(row.live_workers))
+        sys.stdout.write(row.tenant.ljust(width) + "".join(f"  {c:>12}" for c in cells) + "\n")
+    return 0
 
 
 def _manifests(args: argparse.Namespace) -> dict[str, int] | None:

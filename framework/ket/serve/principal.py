@@ -20,6 +20,7 @@ JOBS_READ = "jobs:read"
 JOBS_WRITE = "jobs:write"
 QUEUES_WRITE = "queues:write"
 SCHEDULES_WRITE = "schedules:write"
+FLEET_READ = "fleet:read"  # every tenant's counts on the dashboard's Fleet page
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

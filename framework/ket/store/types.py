@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 JobId = int
@@ -511,6 +511,11 @@ class JobStats:
     # per queue with fleet-wide limits (when the stats were asked with them), the due jobs a
     # limit holds back: counted among `available` (and the other runnable states) too
     limited: Mapping[str, int] = field(default_factory=dict)
+    # per queue, the jobs discarded within the last hour (DISCARDED_WITHIN) of the store's now
+    discarded_last_hour: Mapping[str, int] = field(default_factory=dict)
+
+
+DISCARDED_WITHIN = timedelta(hours=1)  # JobStats.discarded_last_hour counts this far back
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

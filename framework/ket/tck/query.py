@@ -27,6 +27,7 @@ __all__ = [
     "test_job_list_matches_any_of_several_states_queues_or_names",
     "test_job_list_pages_with_limit_and_offset",
     "test_job_stats_count_jobs_by_state_and_queue",
+    "test_job_stats_count_the_jobs_discarded_within_the_last_hour",
     "test_job_stats_of_an_empty_store",
     "test_job_stats_oldest_available_age_comes_from_the_clock",
     "test_job_stats_oldest_lease_age_comes_from_the_clock",
@@ -199,6 +200,21 @@ async def test_job_stats_count_jobs_by_state_and_queue(t: Tck) -> None:
         ("discarded", "sms"): 1,
         ("cancelled", "sms"): 1,
     }
+
+
+@tck_test
+async def test_job_stats_count_the_jobs_discarded_within_the_last_hour(t: Tck) -> None:
+    await arrange(t, "discarded", queue="sms")
+    t.clock.advance(seconds=3_000)
+    await arrange(t, "discarded", queue="sms")
+    await arrange(t, "discarded", queue="mail")
+    await arrange(t, "completed", queue="mail")
+    stats = await queryable(t).job_stats()
+    assert dict(stats.discarded_last_hour) == {"mail": 1, "sms": 2}
+    t.clock.advance(seconds=700)  # the first discard is over an hour old now
+    stats = await queryable(t).job_stats()
+    assert dict(stats.discarded_last_hour) == {"mail": 1, "sms": 1}
+    assert stats.counts[("discarded", "sms")] == 2  # still kept, and counted
 
 
 @tck_test

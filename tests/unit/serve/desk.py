@@ -24,6 +24,7 @@ TOKENS = {
     "ops": Principal(subject="otto", permissions={"jobs:read", "queues:write"}),
     "pauser": Principal(subject="paula", permissions={"queues:write"}),
     "scheduler": Principal(subject="sam", permissions={"jobs:read", "schedules:write"}),
+    "fleet": Principal(subject="fran", permissions={"jobs:read", "fleet:read"}),
 }
 ACME_ADMIN = Principal(subject="acme-ops", permissions={"jobs:read", "jobs:write"})
 

@@ -58,6 +58,7 @@ def dashboard_app(dashboard: Dashboard) -> Starlette:
         Route(tenant + "/schedules/{job}/resume", actions.resume_schedule, methods=["POST"]),
         Route(tenant + "/schedules/{job}/run", actions.run_schedule, methods=["POST"]),
         Route(tenant + "/workers", pages.workers, methods=["GET"]),
+        Route(tenant + "/fleet", pages.fleet, methods=["GET"]),
         Route(tenant + "/audit", pages.audit, methods=["GET"]),
         Route(tenant + "/signout", actions.sign_out, methods=["POST"]),
         Route(tenant + "/static/{name}", pages.static, methods=["GET"]),

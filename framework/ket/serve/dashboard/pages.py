@@ -12,12 +12,13 @@ from starlette.responses import RedirectResponse, Response
 
 from ket.errors import KetError, StoreError, StoreUnavailable
 from ket.operate import queue_pauses, schedule_rows
+from ket.operate.fleet import SORTS, fleet_rows, sorted_rows
 from ket.secret import redact_payload
 from ket.serve.dashboard import form
-from ket.serve.dashboard.view import Dashboard, Visit
+from ket.serve.dashboard.view import FLEET, Dashboard, Visit
 from ket.serve.refusal import Refusal
 from ket.store.contract import AuditLog, QueryableStore, QueueControl
-from ket.store.roster import SHORT_HASH, manifest_counts, unserved_queues
+from ket.store.roster import SHORT_HASH, SeenWorker, manifest_counts, unserved_queues
 from ket.store.tenant import check_tenant_name
 from ket.store.types import (
     CANCEL_STATES,
@@ -217,6 +218,31 @@ class Pages:
         rows = await schedule_rows(visit.store, self.d.catalog)
         context = {"nav": "schedules", "rows": rows, "notice": _notice(request)}
         return self.d.render(request, "schedules.html", context, visit=visit)
+
+    async def fleet(self, request: Request) -> Response:
+        """Every tenant the server serves, a row each (operate/fleet.py), the sickest first by
+        the column chosen: for a principal holding `fleet:read` in the tenant of the path."""
+        visit = await self.d.admit(request, FLEET)
+        by = form.one_of(request.query_params, "sort", SORTS) or "discarded"
+        seen: list[SeenWorker] = []
+        problem = ""
+        if self.d.list_workers is not None:
+            try:
+                seen = await self.d.list_workers()
+            except KetError as error:
+                problem = f"cannot read the workers: {error.message}"
+        stores = self.d.stores
+        rows = await fleet_rows(dict(self.d.tenants.tenancy.urls), stores.store, seen)
+        here = self.d.tenant_path(visit.tenant, "/fleet")
+        context = {
+            "nav": "fleet",
+            "rows": sorted_rows(rows, by),
+            "by": by,
+            "sort_link": lambda key: f"{here}?sort={key}",
+            "problem": problem,
+            "states": ("available", "scheduled", "executing", "retryable", "discarded"),
+        }
+        return self.d.render(request, "fleet.html", context, visit=visit)
 
     async def workers(self, request: Request) -> Response:
         visit = await self.d.admit(request)

@@ -30,7 +30,7 @@ from ket.display import escape
 from ket.serve.dashboard.guard import PAGE_CSS, Csrf, dashboard_key
 from ket.serve.dashboard.session import Sessions
 from ket.serve.gate import Caller, Gate
-from ket.serve.principal import JOBS_READ, JOBS_WRITE, QUEUES_WRITE, SCHEDULES_WRITE
+from ket.serve.principal import FLEET_READ, JOBS_READ, JOBS_WRITE, QUEUES_WRITE, SCHEDULES_WRITE
 from ket.serve.stores import TenantStores
 from ket.serve.tenant import TenantLookup
 from ket.store.contract import JobStore
@@ -40,6 +40,7 @@ READ = JOBS_READ
 WRITE = JOBS_WRITE
 QUEUES = QUEUES_WRITE
 SCHEDULES = SCHEDULES_WRITE
+FLEET = FLEET_READ
 COOKIE = "ket_dashboard"
 STATIC_FILES = ("dashboard.css", "dashboard.js")
 
@@ -57,6 +58,7 @@ class Visit:
     session: str = ""  # the sign-in session's key ("" when the request's headers admitted it)
     can_pause: bool = False  # may pause and resume queues
     can_schedule: bool = False  # may pause, resume and run schedules now
+    can_fleet: bool = False  # may see every tenant's counts (the Fleet page)
 
     @property
     def tenant(self) -> str:
@@ -115,6 +117,7 @@ class Dashboard:
             session=session,
             can_pause=caller.principal.allows(QUEUES),
             can_schedule=caller.principal.allows(SCHEDULES),
+            can_fleet=caller.principal.allows(FLEET),
         )
 
     async def _signed_in(

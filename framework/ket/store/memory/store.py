@@ -24,6 +24,7 @@ from ket.store.memory.records import MemoryRecords
 from ket.store.memory.row import JobRow
 from ket.store.memory.transaction import MemoryTransaction
 from ket.store.types import (
+    DISCARDED_WITHIN,
     EXPIRED,
     RUNNABLE_STATES,
     TERMINAL_STATES,
@@ -453,6 +454,12 @@ class MemoryStore:
                 for row in rows
                 if row.state == "discarded" and any(e.error == EXPIRED for e in row.errors)
             )
+            since = now - DISCARDED_WITHIN
+            recent = Counter(
+                row.queue
+                for row in rows
+                if row.state == "discarded" and row.finished_at and row.finished_at > since
+            )
         lease_starts = _oldest(leased, lambda row: row.attempted_at)
         due_since = _oldest(waiting, lambda row: row.run_at)
 
@@ -463,6 +470,7 @@ class MemoryStore:
         return JobStats(
             limited=limited,
             expired=dict(sorted(expired.items())),
+            discarded_last_hour=dict(sorted(recent.items())),
             counts=dict(counts),
             oldest_lease_age=age(lease_starts),
             oldest_available_age=age(due_since),

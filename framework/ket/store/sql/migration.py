@@ -591,11 +591,17 @@ END
 $$"""
 # One job's entries of the audit log, for its page on the dashboard.
 _AUDIT_JOB = "CREATE INDEX ket_audit_job ON ket_audit (job_id) WHERE job_id IS NOT NULL"
+# The jobs discarded lately (JobStats.discarded_last_hour): only jobs that gave up are in it.
+_DISCARDED = "CREATE INDEX ket_jobs_discarded ON ket_jobs (finished_at) WHERE state = 'discarded'"
 MIGRATIONS += (
     Migration(
         version=11,
-        name="a claim within fleet-wide limits in one statement (PostgreSQL); one job's audit",
-        statements={"postgresql": (_PG_LIMITED_CLAIM, _AUDIT_JOB), "sqlite": (_AUDIT_JOB,)},
+        name="a claim within fleet-wide limits in one statement (PostgreSQL); one job's audit; "
+        "the jobs discarded lately",
+        statements={
+            "postgresql": (_PG_LIMITED_CLAIM, _AUDIT_JOB, _DISCARDED),
+            "sqlite": (_AUDIT_JOB, _DISCARDED),
+        },
     ),
 )
 LATEST = MIGRATIONS[-1].version

@@ -284,6 +284,16 @@ TEXT: dict[str, Compiled] = {
         },
         returning=False,
     ),
+    'query.discarded_recent': Compiled(
+        text=(
+            'SELECT ket_jobs.queue, count(*) AS count_1 \n'
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.state = 'discarded' AND ket_jobs.finished_at > %(p_since)s::TIMESTAMP WITH TIME ZONE GROUP BY ket_jobs.queue"
+        ),
+        constants={
+        },
+        returning=False,
+    ),
     'query.expired': Compiled(
         text=(
             'SELECT ket_jobs.queue, count(*) AS count_1 \n'

@@ -125,6 +125,7 @@ class Statements:
     schedule_fires: Any  # the ledger of one schedule, newest first
     counts: Any
     expired: Any  # per queue: the discarded jobs kept that expired unstarted
+    discarded_recent: Any  # per queue: the jobs discarded since `p_since`
     oldest: Any
     queue_ages: Any  # per queue: its oldest lease start and its oldest due run_at
     clock: Any  # the database's now (or the test clock's, passed as `now`)
@@ -307,6 +308,12 @@ def statements(dialect: str) -> Statements:
         expired=select(jobs.c.queue, func.count())
         .select_from(job_errors.join(jobs, jobs.c.id == job_errors.c.job_id))
         .where(EXPIRED_ERROR)
+        .group_by(jobs.c.queue),
+        discarded_recent=select(jobs.c.queue, func.count())
+        .where(
+            jobs.c.state == literal_column("'discarded'"),
+            jobs.c.finished_at > bindparam("p_since", type_=jobs.c.finished_at.type),
+        )
         .group_by(jobs.c.queue),
         oldest=select(
             now.label("now"),

@@ -133,6 +133,14 @@ Index(
 # A job's reruns (`ket jobs show`); the few rows that rerun another are all it holds.
 RERUN = jobs.c.rerun_of.is_not(None)
 Index("ket_jobs_rerun_of", jobs.c.rerun_of, postgresql_where=RERUN, sqlite_where=RERUN)
+# the jobs discarded lately, for the stats (few rows: those that gave up; migration 11)
+DISCARDED = jobs.c.state == literal_column("'discarded'")
+Index(
+    "ket_jobs_discarded",
+    jobs.c.finished_at,
+    postgresql_where=DISCARDED,
+    sqlite_where=DISCARDED,
+)
 
 # Tag filters (`@>`) on PostgreSQL; untagged rows stay out of the index. SQLite scans: its
 # filters read each row's array with json_each.

@@ -104,6 +104,7 @@ SCHEDULE_FIRES = _query("schedule_fires")
 RECORD_FIRE = _query("record_fire")
 COUNTS = _query("counts")
 EXPIRED = _query("expired")
+DISCARDED_RECENT = _query("discarded_recent")  # parameter `p_since`
 OLDEST = _query("oldest")
 QUEUE_AGES = _query("queue_ages")  # parameter `now`: the instant OLDEST answered
 CLOCK = _query("clock")  # the database's now (or the test clock's, passed as `now`)

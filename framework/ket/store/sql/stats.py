@@ -17,7 +17,7 @@ from ket.store.sql import statement as stmt
 from ket.store.sql.fetch import Rows
 from ket.store.sql.limit import held_back
 from ket.store.sql.vacuum import table_health
-from ket.store.types import ClaimLimits, JobStats, QueueAges
+from ket.store.types import DISCARDED_WITHIN, ClaimLimits, JobStats, QueueAges
 
 
 async def job_stats(
@@ -34,6 +34,7 @@ async def job_stats(
     per_queue = await rows.rows(stmt.QUEUE_AGES, {"now": oldest.now})
     expired = await rows.rows(stmt.EXPIRED)
     at = _instant(oldest.now)
+    recent = await rows.rows(stmt.DISCARDED_RECENT, {"p_since": at - DISCARDED_WITHIN})
 
     def age(value: Any) -> float | None:
         return None if value is None else (at - _instant(value)).total_seconds()
@@ -47,6 +48,7 @@ async def job_stats(
             for row in sorted(per_queue, key=lambda row: row.queue)
         },
         expired={row[0]: row[1] for row in sorted(expired)},
+        discarded_last_hour={row[0]: row[1] for row in sorted(recent)},
         limited=await held_back(rows, limits, at) if limits else {},
     )
     if rows.dialect != "postgresql":  # SQLite rewrites rows in place: nothing to tell
