@@ -42,7 +42,9 @@ async def authenticate(request: AuthRequest) -> Principal | None:
     if hmac.compare_digest(token.encode(), os.environ["OPS_TOKEN"].encode()):
         return Principal(
             subject="ops-ada",
-            permissions={"jobs:read", "jobs:write", "queues:write", "schedules:write"},
+            permissions={
+                "jobs:read", "jobs:write", "queues:write", "schedules:write", "fleet:read"
+            },
         )
     if token == "reader":
         return Principal(subject="rita", permissions={"jobs:read"})

@@ -78,13 +78,23 @@ def test_every_page_fits_the_screen_follows_the_scheme_and_passes_axe(
     _fits(page, width)
     page.screenshot(path=shots / f"{screen}-{scheme}-00-sign-in.png", full_page=True)
     _sign_in(page, url)
-    pages = ["jobs", f"jobs/{failed}", "queues", "schedules", "workers", "audit", "nowhere"]
+    pages = [
+        "jobs",
+        f"jobs/{failed}",
+        f"jobs/{failed}/cancel",  # a cancel refused (409: the job is discarded), its reason
+        "queues",
+        "schedules",
+        "workers",
+        "fleet",
+        "audit",
+        "nowhere",
+    ]
     for number, name in enumerate(pages, start=1):
         page.goto(f"{base}/{name}")
         expect(page.locator("h1")).to_be_visible()
         problems[name] = _serious(page)
         _fits(page, width)
-        slug = name.replace("/", "-")
+        slug = name.split("?")[0].replace("/", "-")
         page.screenshot(path=shots / f"{screen}-{scheme}-{number:02d}-{slug}.png", full_page=True)
     assert {name: found for name, found in problems.items() if found} == {}
     # the page follows the system's scheme: a dark background in the dark one, light otherwise
