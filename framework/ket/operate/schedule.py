@@ -11,7 +11,6 @@ from ket.catalog import Catalog, JobSpec
 from ket.errors import KetError
 from ket.operate.action import Actor
 from ket.operate.audit import record
-from ket.runtime.sweep import run_now
 from ket.store.contract import JobStore, QueryableStore, ScheduleControl
 from ket.store.types import AuditEntry, Fire, Inserted
 
@@ -105,8 +104,11 @@ async def run_schedule_now(
     """Fire the schedule of job `name` once, now, as a tick would; its own ticks go on as
     before. Recorded as `actor`'s enqueue of the job it fired."""
     spec = scheduled_job(catalog, name)
-    _control(store)
-    inserted = await run_now(store, catalog, spec.name)
+    schedule = spec.schedule
+    assert schedule is not None  # scheduled_job's promise
+    tick = await store.now()  # the job a tick of now makes: its instant, nothing skipped
+    job = catalog.new_job(spec.name, None, tick=tick, ticks_skipped=0)
+    inserted = await _control(store).schedule_run_now(spec.name, schedule.fingerprint, job)
     entry = AuditEntry(
         subject=actor.subject,
         source=actor.source,

@@ -19,11 +19,10 @@ from collections.abc import Callable
 from datetime import datetime
 
 from ket.catalog import Catalog, JobSpec
-from ket.errors import JobRejected, StoreError
 from ket.runtime.events import Event, Hooks
 from ket.runtime.visit import VISIT_AT_LEAST_SECONDS, visit_every
-from ket.store.contract import JobStore, ScheduleControl
-from ket.store.types import Inserted, ScheduleState, TickClaim
+from ket.store.contract import JobStore
+from ket.store.types import ScheduleState, TickClaim
 
 
 async def sweep(store: JobStore, catalog: Catalog, *, tenant: str, hooks: Hooks) -> int:
@@ -98,20 +97,6 @@ def _claim(
         skipped=skipped,
         job=job,
     )
-
-
-async def run_now(store: JobStore, catalog: Catalog, name: str) -> Inserted:
-    """Fire the schedule of job `name` once, now, as a tick would (the same job, with its
-    instant as the tick and nothing skipped, and a fire in the ledger); the schedule's own
-    ticks go on as before. JobRejected when `name` is not a scheduled job of the catalog."""
-    spec = catalog.job(name)
-    if spec.schedule is None:
-        raise JobRejected(f"job {name!r} has no schedule")
-    if not isinstance(store, ScheduleControl):
-        raise StoreError(f"this store ({type(store).__name__}) cannot run a schedule now")
-    tick = await store.now()
-    job = catalog.new_job(spec.name, None, tick=tick, ticks_skipped=0)
-    return await store.schedule_run_now(spec.name, spec.schedule.fingerprint, job)
 
 
 # How long after its tick a sweep comes at the earliest: enough for the database's clock to

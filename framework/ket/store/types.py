@@ -448,8 +448,9 @@ class JobFilter:
     `states`, `queues`, `names` and `tags` select as JobQuery's do (any one of the values; empty:
     any job), except that `states` are states the action applies to (empty: all of them,
     RETRY_STATES or CANCEL_STATES); `enqueued_before` keeps jobs enqueued before that instant;
-    the ids are in (`after_id`, `through_id`]. A cancel never matches an executing job that
-    already carries a cancel request: there is nothing left to do to it.
+    the ids are in (`after_id`, `through_id`], and among `ids` when it names some (the rows an
+    operator ticked). A cancel never matches an executing job that already carries a cancel
+    request: there is nothing left to do to it.
     """
 
     action: BulkAction
@@ -460,6 +461,7 @@ class JobFilter:
     enqueued_before: datetime | None = None
     after_id: JobId = 0
     through_id: JobId | None = None
+    ids: tuple[JobId, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

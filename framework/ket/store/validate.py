@@ -334,6 +334,13 @@ def check_filter(job_filter: JobFilter) -> tuple[JobState, ...]:
     check_count("bulk filter after_id", job_filter.after_id, minimum=0)
     if job_filter.through_id is not None:
         check_count("bulk filter through_id", job_filter.through_id, minimum=0)
+    ids = job_filter.ids
+    if not isinstance(ids, tuple | list) or len(ids) > MAX_FILTER_VALUES:
+        raise JobRejected(
+            f"bulk filter ids must be a tuple of at most {MAX_FILTER_VALUES} job ids, got {ids!r}"
+        )
+    for job_id in ids:
+        check_job_id(job_id)
     return tuple(dict.fromkeys(states)) if states else allowed
 
 

@@ -35,6 +35,7 @@ from ket.tck.arrange import (
 from ket.tck.harness import Tck, tck_test
 
 __all__ = [
+    "test_bulk_acts_on_the_ids_named_only",
     "test_bulk_batches_go_on_from_the_last_id_until_nothing_matches",
     "test_bulk_cancel_cancels_pending_jobs_and_asks_running_ones_to_abort",
     "test_bulk_cancel_never_matches_a_running_job_whose_cancel_was_requested",
@@ -136,6 +137,20 @@ async def test_bulk_filters_by_tags_any_one_of_them(t: Tck) -> None:
     assert {(await get(t, job_id)).state for job_id in (both, billing, eu)} == {"available"}
     left = await store.job_bulk_count(JobFilter(action="retry", names=(name,)))
     assert [r.id for r in left.sample] == [untagged]
+
+
+@tck_test
+async def test_bulk_acts_on_the_ids_named_only(t: Tck) -> None:
+    store = bulkable(t)
+    name = fresh_queue("ticked")  # a job name no other test uses
+    first, second, third = [await arrange(t, "discarded", name=name) for _ in range(3)]
+    ticked = JobFilter(action="retry", names=(name,), ids=(third, first))
+    counted = await store.job_bulk_count(ticked)
+    assert (counted.count, [r.id for r in counted.sample]) == (2, [first, third])
+    assert _changed(await _apply_all(store, ticked, limit=1)) == [first, third]
+    assert (await get(t, second)).state == "discarded"  # not ticked: left as it was
+    finished = await arrange(t, "completed", name=name)  # ticked, but no retry applies to it
+    assert (await store.job_bulk_count(JobFilter(action="retry", ids=(finished,)))).count == 0
 
 
 @tck_test
@@ -326,6 +341,8 @@ async def test_bulk_refuses_a_bad_filter_naming_the_value(t: Tck) -> None:
         (JobFilter(action="retry", after_id=-1), "-1"),
         (JobFilter(action="retry", tags=("",)), "''"),
         (JobFilter(action="retry", tags="billing"), "'billing'"),  # type: ignore[arg-type]
+        (JobFilter(action="retry", ids=("7",)), "'7'"),  # type: ignore[arg-type]
+        (JobFilter(action="retry", ids=7), "7"),  # type: ignore[arg-type]
     ]
     for job_filter, named in bad:
         with pytest.raises(JobRejected) as refused:

@@ -60,6 +60,7 @@ def _matching(
             row.id > f.after_id
             and (f.through_id is None or row.id <= f.through_id)
             and row.selected(states, f.queues, f.names, f.tags)
+            and (not f.ids or row.id in f.ids)
             and (f.enqueued_before is None or row.enqueued_at < f.enqueued_before)
             and not (f.action == "cancel" and row.state == "executing" and row.cancel_requested)
         ):

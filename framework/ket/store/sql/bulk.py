@@ -171,6 +171,8 @@ def _matching(
     if f.through_id is not None:
         clauses.append(jobs.c.id <= f.through_id)
     clauses.extend(selected(dialect, f.queues, f.names, f.tags))
+    if f.ids:
+        clauses.append(jobs.c.id.in_(sorted(set(f.ids))))
     if f.enqueued_before is not None:
         clauses.append(jobs.c.enqueued_at < f.enqueued_before)
     if f.action == "cancel":  # nothing is left to do to a job whose cancel was requested
