@@ -176,3 +176,39 @@ def test_an_operator_pauses_runs_and_resumes_a_schedule_from_its_page(
 
 async def _paused(store: SqlStore) -> dict[str, bool]:
     return {name: state.paused for name, state in (await store.schedule_get(["shop.tick"])).items()}
+
+
+def test_an_operator_retries_the_rows_ticked_and_no_other(
+    browser: Any,
+    running: tuple[Path, str],  # noqa: F811 (the fixture imported above)
+    shots: Path,
+) -> None:
+    root, url = running
+    base = f"{url}/dashboard/t/default"
+    failed = enqueue(root, *[send(f"flaky{n}@example.com", flaky=True) for n in range(3)])
+    deadline = time.monotonic() + 20
+    while set(job_states(root).values()) != {"discarded"} and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert set(job_states(root).values()) == {"discarded"}
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    page.goto(f"{base}/jobs?state=discarded")
+    _sign_in(page, url)
+    toggle = page.locator("button.live")
+    toggle.click()  # the list holds still while rows are ticked
+    for job_id in failed[:2]:
+        page.get_by_role("checkbox", name=f"Tick job {job_id}").check()
+    page.get_by_role("button", name="Retry ticked…").click()
+    expect(page.locator(".question")).to_have_text("Retry 2 jobs in tenant default?")
+    page.screenshot(path=shots / "01-retry-ticked-confirmation.png", full_page=True)
+    page.locator("form.confirm button").click()
+    expect(page.locator(".notice")).to_have_text("Retried 2 jobs; 0 left as they were.")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and [job_states(root)[i] for i in failed[:2]] != [
+        "completed",
+        "completed",
+    ]:
+        time.sleep(0.1)
+    states = job_states(root)
+    assert [states[i] for i in failed] == ["completed", "completed", "discarded"]
+    context.close()

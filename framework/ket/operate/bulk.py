@@ -49,6 +49,7 @@ async def selection_of(
     names: Sequence[str] = (),
     tags: Sequence[str] = (),
     older_than: float | None = None,
+    ids: Sequence[int] = (),
 ) -> JobFilter:
     """The filter of an operator's selection (each of `states`, `queues`, `names` and `tags`
     takes the jobs with any one of its values, as a listing does); `older_than` seconds is
@@ -63,6 +64,7 @@ async def selection_of(
         names=tuple(dict.fromkeys(names)),
         tags=tuple(dict.fromkeys(tags)),
         enqueued_before=before,
+        ids=tuple(dict.fromkeys(ids)),
     )
 
 

@@ -198,7 +198,8 @@ class Actions:
         does it (counting changes nothing)."""
         action = _action(request)
         visit = await self.d.admit(request, WRITE)
-        chosen, job_filter = await self._selection(visit, action, request.query_params)
+        ids = form.ticked(request.query_params.getlist("id"))
+        chosen, job_filter = await self._selection(visit, action, request.query_params, ids)
         counted = await count_bulk(visit.store, job_filter)
         context = {
             "nav": "jobs",
@@ -206,6 +207,7 @@ class Actions:
             "chosen": chosen,
             "counted": counted,
             "states": _STATES[action],
+            "ids": ids,
         }
         return self.d.render(request, "confirm.html", context, visit=visit)
 
@@ -214,7 +216,8 @@ class Actions:
         action = _action(request)
         visit = await self._posted(request, WRITE)
         values: dict[str, str] = request.state.form
-        chosen, job_filter = await self._selection(visit, action, values)
+        ids = form.ticked(values.get("ids", "").split(","))
+        chosen, job_filter = await self._selection(visit, action, values, ids)
         through = form.number(values, "through_id", default=0, low=1, high=form.MAX_ID)
         count = form.number(values, "count", default=0, low=1, high=form.MAX_ID)
         counted = BulkCount(count=count, sample=(), last_id=through)
@@ -235,9 +238,14 @@ class Actions:
         return visit
 
     async def _selection(
-        self, visit: Visit, action: Literal["retry", "cancel"], values: Mapping[str, str]
+        self,
+        visit: Visit,
+        action: Literal["retry", "cancel"],
+        values: Mapping[str, str],
+        ids: tuple[int, ...] = (),
     ) -> tuple[form.JobSelection, JobFilter]:
-        """The filters `values` give, from the allowlists (the states `action` applies to)."""
+        """The filters `values` give, from the allowlists (the states `action` applies to),
+        narrowed to the ticked `ids` when there are some."""
         if not isinstance(visit.store, BulkStore):
             raise Refusal(501, "not_bulk", "this tenant's store cannot act on jobs by filter")
         stats = await queryable(visit).job_stats()
@@ -247,7 +255,7 @@ class Actions:
             jobs=self.d.catalog.jobs,
             states=_STATES[action],
         )
-        job_filter = await selection_of(visit.store, action, **chosen.filters())
+        job_filter = await selection_of(visit.store, action, **chosen.filters(), ids=ids)
         return chosen, job_filter
 
 

@@ -8,7 +8,7 @@ is read up to FORM_BYTES, urlencoded only.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 from urllib.parse import parse_qsl, urlencode
@@ -123,6 +123,17 @@ def number(values: Mapping[str, str], name: str, *, default: int, low: int, high
     if not low <= value <= high:
         raise Refusal(400, "bad_number", f"{name} must be from {low} to {high}, got {value}")
     return value
+
+
+def ticked(given: Sequence[str]) -> tuple[int, ...]:
+    """The job ids ticked on a jobs page (each a whole number, at most a page's worth); 400
+    otherwise."""
+    ids = [value.strip() for value in given if value.strip()]
+    if len(ids) > max(PAGE_SIZES):
+        raise Refusal(400, "bad_filter", f"at most {max(PAGE_SIZES)} jobs may be ticked at once")
+    return tuple(
+        dict.fromkeys(number({"id": value}, "id", default=0, low=1, high=MAX_ID) for value in ids)
+    )
 
 
 def page_size(values: Mapping[str, str]) -> int:
