@@ -12,12 +12,13 @@ import pytest
 
 from ket import define_deployment, define_job, define_module
 from ket.catalog import Catalog
-from ket.errors import JobRejected, StoreError
+from ket.errors import KetError, StoreError
+from ket.operate import Actor, run_schedule_now
 from ket.runtime.events import Event, Hooks
 from ket.runtime.fleet import Fleet, TenantRefresh
 from ket.runtime.prune import PruneService
 from ket.runtime.rescue import Hold, RescueService
-from ket.runtime.sweep import SweepService, run_now
+from ket.runtime.sweep import SweepService
 from ket.runtime.visit import VISITS_PER_SECOND
 from ket.store import Heartbeat, JobClaim, JobQuery, Lease, NewJob, Settle
 from ket.store.clock import ManualClock
@@ -261,19 +262,22 @@ def test_a_tenant_with_no_schedule_is_swept_without_a_database_call() -> None:
     run(scenario)
 
 
+OPERATOR = Actor(subject="ada", source="cli")
+
+
 def test_run_now_fires_the_schedule_s_job_at_once_and_leaves_its_ticks_alone() -> None:
     async def scenario(store: MemoryStore, clock: ManualClock, events: list[Event]) -> None:
         service = SweepService(store, CATALOG, hooks_of(events), tenant="acme")
         await service.tick()  # installed
         before = await store.schedule_get(["t.tick"])
-        inserted = await run_now(store, CATALOG, "t.tick")
+        inserted = await run_schedule_now(store, CATALOG, "t.tick", OPERATOR, tenant="acme")
         [job] = await store.job_list(JobQuery(names=("t.tick",)))
         assert (job.id, job.tick, job.ticks_skipped) == (inserted.id, clock.now(), 0)
         assert await store.schedule_get(["t.tick"]) == before
         [fire] = await store.schedule_fires("t.tick")
         assert (fire.job_id, fire.skipped) == (inserted.id, 0)
-        with pytest.raises(JobRejected, match=r"job 't\.work' has no schedule"):
-            await run_now(store, CATALOG, "t.work")
+        with pytest.raises(KetError, match=r"no scheduled job 't\.work' in deployment"):
+            await run_schedule_now(store, CATALOG, "t.work", OPERATOR, tenant="acme")
 
     run(scenario)
 
