@@ -435,6 +435,7 @@ class JobQuery:
     tags: tuple[str, ...] = ()
     limit: int = 50
     offset: int = 0
+    unique_key: str | None = None  # the jobs enqueued with this unique key, finished ones too
 
 
 BulkAction = Literal["retry", "cancel"]

@@ -314,6 +314,11 @@ def check_query(query: JobQuery) -> None:
     check_count("job list offset", query.offset, minimum=0)
     _check_selection("job list", query.states, JOB_STATES, query.queues, query.names)
     check_tags(query.tags, "job list tags")
+    if query.unique_key is not None and not _clean_text(query.unique_key, MAX_KEY_LENGTH):
+        raise JobRejected(
+            f"a unique key must be 1 to {MAX_KEY_LENGTH} characters{_TEXT}, "
+            f"got {query.unique_key!r}"
+        )
 
 
 def check_filter(job_filter: JobFilter) -> tuple[JobState, ...]:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
+from ket.errors import JobRejected
 from ket.store.types import JobQuery, JobState, QueueAges
 from ket.tck.arrange import (
     UNKNOWN_ID,
@@ -23,6 +26,7 @@ __all__ = [
     "test_job_get_of_an_unknown_id_is_none",
     "test_job_list_filters_by_state_queue_and_name",
     "test_job_list_filters_by_tags_any_one_of_them",
+    "test_job_list_finds_the_jobs_of_a_unique_key_finished_ones_too",
     "test_job_list_is_newest_first",
     "test_job_list_matches_any_of_several_states_queues_or_names",
     "test_job_list_pages_with_limit_and_offset",
@@ -103,6 +107,21 @@ async def test_job_list_matches_any_of_several_states_queues_or_names(t: Tck) ->
     assert both == [done, stopped]
     assert await listed(queues=(mail, sms), states=("discarded",)) == [gone]
     assert await listed(queues=(mail,), names=("kit.b", "kit.none")) == []
+
+
+@tck_test
+async def test_job_list_finds_the_jobs_of_a_unique_key_finished_ones_too(t: Tck) -> None:
+    store = queryable(t)
+    key = fresh_queue("key")  # a unique key no other test uses
+    done = await arrange(t, "completed", unique_key=key)
+    again = await arrange(t, "available", unique_key=key)  # the key is free once one finished
+    other = await arrange(t, "available", unique_key=key + "-other")
+    found = await store.job_list(JobQuery(unique_key=key))
+    assert [r.id for r in found] == [again, done]  # newest first
+    assert [r.id for r in await store.job_list(JobQuery(unique_key=key + "-other"))] == [other]
+    assert await store.job_list(JobQuery(unique_key=key, states=("completed",))) == found[1:]
+    with pytest.raises(JobRejected, match="a unique key must be"):
+        await store.job_list(JobQuery(unique_key=""))
 
 
 @tck_test

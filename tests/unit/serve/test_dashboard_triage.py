@@ -109,7 +109,14 @@ def test_a_job_is_opened_by_its_id_and_the_page_size_is_chosen(
     assert (found.status_code, found.headers["location"]) == (303, f"{D}/jobs/{ids[3]}")
     missing = client.get(f"{D}/jobs?find=99999", headers=ADMIN)
     assert missing.status_code == 404 and "no job 99999 in tenant default" in missing.text
-    assert client.get(f"{D}/jobs?find=ada", headers=ADMIN).status_code == 400
+    assert client.get(f"{D}/jobs?find=%00", headers=ADMIN).status_code == 400
+    [keyed] = arrange(
+        url, [CATALOG.new_job("desk.send", {"to": "x"}, EnqueueOptions(unique_key="order-17"))]
+    )
+    by_key = client.get(f"{D}/jobs?find=order-17", headers=ADMIN).text
+    assert "The jobs enqueued with unique key <strong>order-17</strong>" in by_key
+    assert by_key.count('aria-label="Tick job ') == 1 and f'value="{keyed}"' in by_key
+    assert "Retry these" not in by_key  # the filter's bulk actions know no unique key
     page = client.get(f"{D}/jobs?size=20", headers=ADMIN).text
     assert page.count('aria-label="Tick job ') == 20  # a row each
     assert "<option selected>20</option>" in page and 'rel="next"' in page

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from ket.errors import KetError, StoreError, StoreUnavailable
+from ket.limits import MAX_KEY_LENGTH
 from ket.operate import queue_pauses, schedule_rows
 from ket.operate.fleet import SORTS, fleet_rows, sorted_rows
 from ket.secret import redact_payload
@@ -88,7 +89,7 @@ class Pages:
     async def jobs(self, request: Request) -> Response:
         visit = await self.d.admit(request)
         store = queryable(visit)
-        found_id = _found_id(request)
+        found_id, key = _found(request)
         if found_id is not None:  # "find": a job's id goes to its page, when it exists
             if await store.job_get(found_id) is not None:
                 return RedirectResponse(
@@ -101,7 +102,9 @@ class Pages:
         )
         size = form.page_size(request.query_params)
         page = form.number(request.query_params, "page", default=1, low=1, high=form.MAX_PAGE)
-        query = JobQuery(**chosen.filters(), limit=size + 1, offset=(page - 1) * size)
+        query = JobQuery(
+            **chosen.filters(), unique_key=key, limit=size + 1, offset=(page - 1) * size
+        )
         found = await store.job_list(query)
         counts = {
             state: sum(
@@ -141,6 +144,7 @@ class Pages:
             "cancel_states": CANCEL_STATES,
             "now": await visit.store.now(),
             "sizes": form.PAGE_SIZES,
+            "key": key,
         }
         return self.d.render(request, "jobs.html", context, visit=visit)
 
@@ -339,13 +343,19 @@ def queues_of(dashboard: Dashboard, stats: JobStats) -> set[str]:
     return set(dashboard.catalog.worker.queues) | {queue for _, queue in stats.counts}
 
 
-def _found_id(request: Request) -> int | None:
-    """The job id the jobs page's "find" field gives (`#12` or `12`); None when it is empty;
-    Refusal (400) for anything else."""
-    given = request.query_params.get("find", "").strip().removeprefix("#")
+def _found(request: Request) -> tuple[int | None, str | None]:
+    """What the jobs page's "find" field asks for: a job id (`12` or `#12`), else a unique key
+    (the jobs enqueued with it); (None, None) when it is empty. Refusal (400) for an id out of
+    range or a key no enqueue could have given."""
+    given = request.query_params.get("find", "").strip()
     if given == "":
-        return None
-    return form.number({"find": given}, "find", default=0, low=1, high=form.MAX_ID)
+        return None, None
+    number = given.removeprefix("#")
+    if number.isascii() and number.isdigit():
+        return form.number({"find": number}, "find", default=0, low=1, high=form.MAX_ID), None
+    if len(given) > MAX_KEY_LENGTH or not given.isprintable():
+        raise Refusal(400, "bad_filter", f"no job id or unique key is {given[:60]!r}")
+    return None, given
 
 
 def job_id_of(request: Request) -> int:

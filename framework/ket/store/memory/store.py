@@ -430,6 +430,7 @@ class MemoryStore:
                 row
                 for row in reversed(self.database.rows.values())
                 if row.selected(query.states, query.queues, query.names, query.tags)
+                and (query.unique_key is None or row.unique_key == query.unique_key)
             )
             page: list[JobRecord] = []
             for index, row in enumerate(matches):

@@ -593,14 +593,18 @@ $$"""
 _AUDIT_JOB = "CREATE INDEX ket_audit_job ON ket_audit (job_id) WHERE job_id IS NOT NULL"
 # The jobs discarded lately (JobStats.discarded_last_hour): only jobs that gave up are in it.
 _DISCARDED = "CREATE INDEX ket_jobs_discarded ON ket_jobs (finished_at) WHERE state = 'discarded'"
+# An operator's search by unique key, finished jobs too (the unique index holds active ones).
+_UNIQUE_KEY = (
+    "CREATE INDEX ket_jobs_unique_key ON ket_jobs (unique_key) WHERE unique_key IS NOT NULL"
+)
 MIGRATIONS += (
     Migration(
         version=11,
         name="a claim within fleet-wide limits in one statement (PostgreSQL); one job's audit; "
-        "the jobs discarded lately",
+        "the jobs discarded lately; the jobs of a unique key",
         statements={
-            "postgresql": (_PG_LIMITED_CLAIM, _AUDIT_JOB, _DISCARDED),
-            "sqlite": (_AUDIT_JOB, _DISCARDED),
+            "postgresql": (_PG_LIMITED_CLAIM, _AUDIT_JOB, _DISCARDED, _UNIQUE_KEY),
+            "sqlite": (_AUDIT_JOB, _DISCARDED, _UNIQUE_KEY),
         },
     ),
 )

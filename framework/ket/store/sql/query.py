@@ -617,6 +617,8 @@ def listing(dialect: str, job_query: JobQuery) -> Any:
     if q.states:
         statement = statement.where(jobs.c.state.in_(list(q.states)))
     statement = statement.where(*selected(dialect, q.queues, q.names, q.tags))
+    if q.unique_key is not None:
+        statement = statement.where(jobs.c.unique_key == q.unique_key)
     return statement.order_by(jobs.c.id.desc()).limit(q.limit).offset(q.offset)
 
 

@@ -133,6 +133,13 @@ Index(
 # A job's reruns (`ket jobs show`); the few rows that rerun another are all it holds.
 RERUN = jobs.c.rerun_of.is_not(None)
 Index("ket_jobs_rerun_of", jobs.c.rerun_of, postgresql_where=RERUN, sqlite_where=RERUN)
+# the jobs of a unique key, finished ones too, for an operator's search (migration 11)
+Index(
+    "ket_jobs_unique_key",
+    jobs.c.unique_key,
+    postgresql_where=jobs.c.unique_key.is_not(None),
+    sqlite_where=jobs.c.unique_key.is_not(None),
+)
 # the jobs discarded lately, for the stats (few rows: those that gave up; migration 11)
 DISCARDED = jobs.c.state == literal_column("'discarded'")
 Index(
