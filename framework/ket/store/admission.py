@@ -40,7 +40,11 @@ _MICROSECOND = timedelta(microseconds=1)
 
 def bucket_width(rate: Rate) -> timedelta:
     """A tenth of `rate`'s period, in whole microseconds (at least one)."""
-    return _MICROSECOND * max(round(rate.period_seconds * (1_000_000 // RATE_BUCKETS)), 1)
+    return _tenth(rate.period_seconds)
+
+
+def _tenth(period_seconds: float) -> timedelta:
+    return _MICROSECOND * max(round(period_seconds * (1_000_000 // RATE_BUCKETS)), 1)
 
 
 def bucket_of(at: datetime, rate: Rate) -> datetime:
@@ -235,7 +239,7 @@ def kept_since(limits: ClaimLimits, now: datetime) -> datetime:
     """Where the starts that may still count against a rate of `limits` at `now` begin: the
     longest period and its tenth back (older ones count no more)."""
     longest = longest_period(limits)
-    return now - timedelta(seconds=longest) - bucket_width(Rate(limit=1, period_seconds=longest))
+    return now - timedelta(seconds=longest) - _tenth(longest)
 
 
 def longest_period(limits: ClaimLimits) -> float:

@@ -128,10 +128,11 @@ class SqlJobs(SqlSession):
             return await statement(rows)
 
         limits = claim.limits
+        admissions: list[Admitted] = []
+        body, single = statement, True  # one statement, in autocommit
         if limits is not None:  # one at a time per queue (limit.py)
             postgres = self.dialect == "postgresql"
             upkeep = not postgres and self._upkeep_due(claim.queue, params["now"])
-            admissions: list[Admitted] = []
 
             async def limited(rows: Rows) -> list[Any]:
                 began[0] = time.monotonic()
@@ -139,32 +140,34 @@ class SqlJobs(SqlSession):
                 admissions.append(admitted)
                 return claimed
 
-            if not postgres:  # a transaction of its own
-                rows = await self._hot(limited)
-            elif self._channel is None:  # one statement, as the plain claim
-                rows = await self._hot(limited, single=True)
-            else:
-                rows = await self._claim_hinted(claim.queue, limited)
-            admitted = admissions[-1]  # a retried transaction ran it again
-            if admitted.contended:
-                # for a while, this process's attempts of the queue wake its waiters as they
-                # end (here and, by NOTIFY, elsewhere); and this one looks again within
-                # CONTENDED_RECHECK_SECONDS whatever it hears: an end elsewhere may come from
-                # a process that saw no contention
-                self._limited[claim.queue] = time.monotonic()
-                self.wake_in(claim.queue, CONTENDED_RECHECK_SECONDS)
-            if admitted.retry_at is not None:  # a rate held a job back: look again then
-                wait = (admitted.retry_at - (self._now() or datetime.now(UTC))).total_seconds()
-                self.wake_in(claim.queue, max(wait, 0.0))
+            # PostgreSQL: one call of ket_limited_claim; SQLite: a transaction of its own
+            body, single = limited, postgres
         elif self.dialect == "sqlite" and self._upkeep_due(claim.queue, params["now"]):
-            rows = await self._hot(expiring)
+            body, single = expiring, False
+        if not single:
+            rows = await self._hot(body)
         elif self._channel is None:  # one tenant: its connections are its own
-            rows = await self._hot(statement, single=True)
+            rows = await self._hot(body, single=True)
         else:
-            rows = await self._claim_hinted(claim.queue, statement)
+            rows = await self._claim_hinted(claim.queue, body)
+        if admissions:
+            self._admitted(claim.queue, admissions[-1])  # the last: a retried one ran again
         self._claimed_at[claim.queue] = began[0]
         claimed = [stmt.claimed_job(row) for row in rows]
         return sorted(claimed, key=lambda job: (job.priority, job.run_at, job.id))
+
+    def _admitted(self, queue: str, admitted: Admitted) -> None:
+        """What a limited claim of `queue` admitted tells the wake-ups."""
+        if admitted.contended:
+            # for a while, this process's attempts of the queue wake its waiters as they
+            # end (here and, by NOTIFY, elsewhere); and this one looks again within
+            # CONTENDED_RECHECK_SECONDS whatever it hears: an end elsewhere may come from
+            # a process that saw no contention
+            self._limited[queue] = time.monotonic()
+            self.wake_in(queue, CONTENDED_RECHECK_SECONDS)
+        if admitted.retry_at is not None:  # a rate held a job back: look again then
+            wait = (admitted.retry_at - (self._now() or datetime.now(UTC))).total_seconds()
+            self.wake_in(queue, max(wait, 0.0))
 
     def _contended(self) -> set[str]:
         """The queues whose limited claims here met a concurrency limit at work within the
