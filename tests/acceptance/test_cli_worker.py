@@ -9,8 +9,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 from ket.store import NewJob
 from ket.store.sql import SqlStore
@@ -143,21 +145,47 @@ def test_a_second_signal_exits_at_once(project: Project) -> None:
     assert run_ket("migrate", cwd=root).code == 0
     _enqueue(root, "default", [NewJob(name="app.slow")])
     worker = _worker(root)
+    output = _Lines(worker)
     try:
         _wait_for(lambda: _states(root, "default").get(("app.slow", "executing")) == 1)
         worker.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        # the second signal once the first was taken (not both in one read of the loop)
+        _wait_for(lambda: "received SIGTERM: finishing running jobs" in output.text())
         second = time.monotonic()
         worker.send_signal(signal.SIGINT)
-        output, _ = worker.communicate(timeout=10)
+        worker.wait(timeout=10)
         exited_after = time.monotonic() - second
     finally:
         worker.kill()
-    assert worker.returncode == 1
-    assert "second signal: handing back running jobs and exiting" in output
+        output.close()
+    assert worker.returncode == 1, output.text()
+    assert "second signal: handing back running jobs and exiting" in output.text()
     assert exited_after < 5, f"the second signal took {exited_after:.1f}s to end the process"
     # handed back at once, not left executing until its lease expires: the next worker runs it
     assert _states(root, "default") == {("app.slow", "available"): 1}
+
+
+class _Lines:
+    """What a process prints, read as it comes (a thread), so a test can wait for a line."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        self._stream = process.stdout
+        self._lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, args=(process.stdout,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._lines.append(line)
+
+    def text(self) -> str:
+        return "".join(self._lines)
+
+    def close(self) -> None:
+        """After the process ended: the rest of its output read, the pipe closed."""
+        self._reader.join(timeout=10)
+        self._stream.close()
 
 
 def test_worker_refuses_to_start_on_declaration_errors(project: Project) -> None:

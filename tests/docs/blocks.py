@@ -7,7 +7,7 @@ The convention (docs/testing.md#the-docs-run):
   lines shown below it (`...` stands for any text, a line of its own for any lines); every
   other tag is a sample and is not run;
 - `<!-- docs-test: ... -->` comments on the lines directly above an opening fence steer that
-  block: `skip (reason)`, `file PATH`, `same-as PATH`, `exit N`, `interrupt after Ns`, and
+  block: `skip (reason)`, `file PATH`, `same-as PATH`, `exit N`, `interrupt once "TEXT"`, and
   for a Python block `signature` (compared with the real callable's);
 - `<!-- docs-test: scratch empty -->` anywhere in a page starts its scratch project empty
   instead of as a copy of the example app.
@@ -30,7 +30,7 @@ DIRECTIVE = re.compile(r"^[ \t]*<!--\s*docs-test:(?P<body>.*?)-->[ \t]*$")
 SKIP = re.compile(r"^skip(?:\s+\((?P<reason>.*)\))?$")
 FILE = re.compile(r"^(?P<how>file|same-as)\s+(?P<path>\S+)$")
 EXIT = re.compile(r"^exit\s+(?P<code>\d+)$")
-INTERRUPT = re.compile(r"^interrupt after\s+(?P<seconds>\d+(?:\.\d+)?)s?$")
+INTERRUPT = re.compile(r'^interrupt once\s+"(?P<text>[^"]+)"$')
 MODES = frozenset({"signature"})
 SCRATCH = re.compile(r"^scratch\s+(?P<kind>empty|example)$")
 
@@ -46,7 +46,7 @@ class Options(TypedDict, total=False):
     file: str
     same_as: str
     exit: int
-    interrupt: float
+    interrupt: str
     mode: str
 
 
@@ -62,7 +62,7 @@ class Block:
     file: str | None = None  # written as this file of the scratch project, not run
     same_as: str | None = None  # must be the text of this file of the scratch project
     exit: int = 0  # the exit status the shell block must end with
-    interrupt: float | None = None  # SIGINT after this many seconds (a long-running command)
+    interrupt: str | None = None  # SIGINT once a line of its output holds this text
     mode: str = "exec"  # a Python block: exec, or signature (compared with the callable's)
 
     @property
@@ -204,13 +204,13 @@ def _options(pending: list[tuple[int, str]], page: str) -> Options:
         elif found := EXIT.match(body):
             options["exit"] = int(found.group("code"))
         elif found := INTERRUPT.match(body):
-            options["interrupt"] = float(found.group("seconds"))
+            options["interrupt"] = found.group("text")
         elif body in MODES:
             options["mode"] = body
         else:
             raise DirectiveError(
                 f"{page}:{where}: unknown docs-test comment {body!r}; expected skip (reason), "
-                "file PATH, same-as PATH, exit N, interrupt after Ns, signature or "
+                'file PATH, same-as PATH, exit N, interrupt once "TEXT", signature or '
                 "scratch empty|example"
             )
     return options

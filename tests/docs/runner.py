@@ -23,11 +23,12 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import traceback
 import types
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 # seconds a shell block or a console command may take (DOCS_TEST_TIMEOUT to try a page faster)
 SHELL_TIMEOUT = float(os.environ.get("DOCS_TEST_TIMEOUT", "90"))
@@ -201,23 +202,53 @@ def _shell(block: dict[str, Any]) -> tuple[bool, str]:
         text=True,
         start_new_session=True,  # its own process group: the SIGINT or the kill reaches all of it
     )
-    note = ""
-    try:
-        out, _ = process.communicate(timeout=block["interrupt"] or SHELL_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        if block["interrupt"]:
-            os.killpg(process.pid, signal.SIGINT)  # Ctrl-C, as a user stops `ket dev`
-            try:
-                out, _ = process.communicate(timeout=SHELL_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                out, note = _kill(process), "\n(did not stop within its timeout after SIGINT)"
-        else:
+    if block["interrupt"]:
+        out, note = _interrupted(process, block["interrupt"])
+    else:
+        try:
+            out, _ = process.communicate(timeout=SHELL_TIMEOUT)
+            note = ""
+        except subprocess.TimeoutExpired:
             out, note = _kill(process), f"\n(killed after {SHELL_TIMEOUT:.0f} s)"
     script.unlink()
     expected = block["exit"]
     if process.returncode != expected and not note:
         note = f"\n(exit status {process.returncode}, expected {expected})"
     return not note, out + note
+
+
+def _interrupted(process: subprocess.Popen[str], ready: str) -> tuple[str, str]:
+    """Ctrl-C (SIGINT to the process group, as a user stops `ket dev`) once a line of the
+    block's output holds `ready`, the sign that its long-running command is up and did what
+    the page says; its output, and a note if it never got there or did not stop."""
+    assert process.stdout is not None
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read(stream: IO[str]) -> None:
+        for line in stream:
+            lines.append(line)
+            if ready in line:
+                seen.set()
+        seen.set()  # the output ended: the block exited on its own
+
+    reader = threading.Thread(target=read, args=(process.stdout,), daemon=True)
+    reader.start()
+    note = ""
+    if not seen.wait(SHELL_TIMEOUT):
+        note = f"\n(no line held {ready!r} within {SHELL_TIMEOUT:.0f} s)"
+    elif not any(ready in line for line in lines):
+        note = f"\n(it ended before a line held {ready!r})"
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=SHELL_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            note = note or "\n(did not stop within its timeout after SIGINT)"
+    reader.join()
+    return "".join(lines), note
 
 
 def _console(block: dict[str, Any]) -> tuple[bool, str]:

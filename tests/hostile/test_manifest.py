@@ -8,7 +8,7 @@ it; an attack that got through would cost minutes; the CLI run adds only the int
 from __future__ import annotations
 
 import os
-import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,11 +35,23 @@ def _with_input_lines(tmp_path: Path, lines: list[str], name: str = "hostile.yam
     return path
 
 
-def _refused_quickly(path: Path | str) -> str:
-    started = time.process_time()
-    with pytest.raises(ManifestError) as raised:
-        read_manifest(path)
-    assert time.process_time() - started < 1.0
+# What refusing a hostile manifest may hold in memory at its peak: the largest refusal here
+# peaks near 8.5 MB, the reported attack grew without bound. Memory, not time: it does not vary
+# with what else the machine is doing.
+REFUSAL_PEAK_BYTES = 32 * 1024 * 1024
+
+
+def _refused(path: Path | str) -> str:
+    """The message `read_manifest(path)` refuses with, asserting it got there without building
+    what the manifest asks for (its peak memory stays under REFUSAL_PEAK_BYTES)."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(ManifestError) as raised:
+            read_manifest(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < REFUSAL_PEAK_BYTES, f"refusing {path} held {peak:,} bytes at its peak"
     return raised.value.message
 
 
@@ -66,7 +78,7 @@ def test_alias_bomb_in_a_jobs_input_is_refused_at_the_first_anchor(tmp_path: Pat
     bomb = _alias_bomb()
     path = _with_input_lines(tmp_path, [*bomb, *[f"          # {'x' * 90}\n"] * 20])
     assert 6_000 < path.stat().st_size < 9_000  # the reported attack: 7 KB
-    message = _refused_quickly(path)
+    message = _refused(path)
     line = 1 + COMMITTED.read_text(encoding="utf-8").splitlines().index(CATCH_UP_INPUT[:-1]) + 2
     assert message == (
         f"{path}:{line}:13: YAML anchor &l0 refused: a manifest never contains anchors"
@@ -77,7 +89,7 @@ def test_alias_bomb_in_a_jobs_input_is_refused_at_the_first_anchor(tmp_path: Pat
 def test_alias_without_its_anchor_in_the_same_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "alias.yaml"
     path.write_text("format: 1\nmodules: *everything\n", encoding="utf-8")
-    assert _refused_quickly(path) == (
+    assert _refused(path) == (
         f"{path}:2:10: YAML alias *everything refused: a manifest never contains aliases"
     )
 
@@ -85,26 +97,24 @@ def test_alias_without_its_anchor_in_the_same_file_is_refused(tmp_path: Path) ->
 def test_merge_key_from_an_anchor_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "merge.yaml"
     path.write_text("base: &b {x: 1}\nformat: 1\nother:\n  <<: *b\n", encoding="utf-8")
-    assert "YAML anchor &b refused" in _refused_quickly(path)
+    assert "YAML anchor &b refused" in _refused(path)
 
 
 def test_deep_nesting_is_refused_before_recursion(tmp_path: Path) -> None:
     path = _with_input_lines(
         tmp_path, ["          examples: " + "[" * 50_000 + "]" * 50_000 + "\n"]
     )
-    message = _refused_quickly(path)
+    message = _refused(path)
     assert message.startswith(f"{path}:")
     assert message.endswith(f"nested more than {MAX_MANIFEST_DEPTH} levels deep")
     _cli_refuses(path, f"nested more than {MAX_MANIFEST_DEPTH} levels deep")
 
 
-def test_deep_nesting_as_large_as_the_size_cap_is_refused_as_quickly(tmp_path: Path) -> None:
+def test_deep_nesting_as_large_as_the_size_cap_is_refused_early(tmp_path: Path) -> None:
     # refused as the scanner meets the 65th bracket, not after it has read ahead through the rest
     path = tmp_path / "brackets.yaml"
     path.write_text("x: " + "[" * (MAX_MANIFEST_BYTES - 10), encoding="utf-8")
-    assert (
-        _refused_quickly(path) == f"{path}:1:68: nested more than {MAX_MANIFEST_DEPTH} levels deep"
-    )
+    assert _refused(path) == f"{path}:1:68: nested more than {MAX_MANIFEST_DEPTH} levels deep"
 
 
 def test_nesting_at_the_depth_cap_is_read_and_one_more_level_is_not() -> None:
@@ -121,7 +131,7 @@ def test_block_style_nesting_is_capped_too(tmp_path: Path) -> None:
     lines = [f"{'  ' * level}k:\n" for level in range(MAX_MANIFEST_DEPTH + 5)]
     path = tmp_path / "block.yaml"
     path.write_text("".join(lines), encoding="utf-8")
-    assert f"nested more than {MAX_MANIFEST_DEPTH} levels deep" in _refused_quickly(path)
+    assert f"nested more than {MAX_MANIFEST_DEPTH} levels deep" in _refused(path)
 
 
 @pytest.mark.parametrize(
@@ -131,7 +141,7 @@ def test_block_style_nesting_is_capped_too(tmp_path: Path) -> None:
 )
 def test_huge_numbers_are_refused(tmp_path: Path, number: str) -> None:
     path = _with_input_lines(tmp_path, [f"          maxProperties: {number}\n"])
-    message = _refused_quickly(path)
+    message = _refused(path)
     assert f"a number of {len(number)} characters refused" in message
     assert message.startswith(f"{path}:")
 
@@ -139,21 +149,21 @@ def test_huge_numbers_are_refused(tmp_path: Path, number: str) -> None:
 def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "manifest.yaml"
     os.mkfifo(fifo)
-    assert _refused_quickly(fifo) == (
+    assert _refused(fifo) == (
         f"cannot read manifest file {str(fifo)!r}: it is a FIFO, not a regular file"
     )
     _cli_refuses(fifo, "it is a FIFO, not a regular file")
 
 
 def test_dev_zero_is_refused() -> None:
-    assert _refused_quickly("/dev/zero") == (
+    assert _refused("/dev/zero") == (
         "cannot read manifest file '/dev/zero': it is a character device, not a regular file"
     )
     _cli_refuses("/dev/zero", "it is a character device")
 
 
 def test_folder_is_refused(tmp_path: Path) -> None:
-    assert _refused_quickly(tmp_path) == (
+    assert _refused(tmp_path) == (
         f"cannot read manifest file {str(tmp_path)!r}: it is a folder, not a regular file"
     )
     _cli_refuses(tmp_path, "it is a folder")
@@ -164,7 +174,7 @@ def test_file_over_the_size_cap_is_refused_before_reading(tmp_path: Path) -> Non
     size = 2 * MAX_MANIFEST_BYTES
     with big.open("wb") as stream:  # sparse: the size is what stat reports, nothing is written
         stream.truncate(size)
-    message = _refused_quickly(big)
+    message = _refused(big)
     assert message == (
         f"manifest file {str(big)!r}: {size} bytes, over the manifest size limit of "
         f"{MAX_MANIFEST_BYTES} bytes"
@@ -182,21 +192,21 @@ def test_text_over_the_size_cap_is_refused_before_parsing() -> None:
 def test_symlink_to_a_device_is_refused(tmp_path: Path) -> None:
     link = tmp_path / "manifest.yaml"
     link.symlink_to("/dev/zero")
-    assert "it is a character device" in _refused_quickly(link)
+    assert "it is a character device" in _refused(link)
 
 
 def test_path_through_a_file_and_a_nul_in_the_path_are_refused(tmp_path: Path) -> None:
     under_file = COMMITTED / "x.yaml"
-    assert _refused_quickly(under_file) == (
+    assert _refused(under_file) == (
         f"cannot read manifest file {str(under_file)!r}: Not a directory"
     )
-    assert "embedded null byte" in _refused_quickly(f"{tmp_path}/a\x00b.yaml")
+    assert "embedded null byte" in _refused(f"{tmp_path}/a\x00b.yaml")
 
 
 def test_bytes_that_are_not_utf8_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "latin1.yaml"
     path.write_bytes(b"format: 1\ndeployment: caf\xe9\n")
-    assert _refused_quickly(path) == (
+    assert _refused(path) == (
         f"cannot read manifest file {str(path)!r}: not UTF-8 (byte 0xe9 at offset 25: "
         "invalid continuation byte)"
     )
@@ -237,7 +247,7 @@ def test_schema_whose_refs_inline_exponentially_is_refused(tmp_path: Path) -> No
     # the reported attack: an 8.5 KB schema that made `ket diff` run out of memory
     path = _with_input(tmp_path, {"bomb": _chain(24, uses=2)})
     assert 8_000 < path.stat().st_size - COMMITTED.stat().st_size < 9_500
-    message = _refused_quickly(path)
+    message = _refused(path)
     assert message == (
         f"{path}: invalid manifest at modules.app.functions.f_bomb.input: the schema grows past "
         f"{MAX_INLINED_NODES} nodes once its $refs are inlined; a manifest's schemas are far "
@@ -248,7 +258,7 @@ def test_schema_whose_refs_inline_exponentially_is_refused(tmp_path: Path) -> No
 
 def test_schema_whose_refs_inline_too_deep_is_refused(tmp_path: Path) -> None:
     path = _with_input(tmp_path, {"deep": _chain(60, uses=1)})
-    assert _refused_quickly(path) == (
+    assert _refused(path) == (
         f"{path}: invalid manifest at modules.app.functions.f_deep.input: the schema nests past "
         f"{MAX_INLINED_DEPTH} levels once its $refs are inlined"
     )
@@ -258,7 +268,7 @@ def test_schemas_under_the_cap_each_but_too_large_in_all_are_refused(tmp_path: P
     # 4,094 nodes inlined each: under the cap of one schema
     count = MAX_INLINED_TOTAL // 4_000
     path = _with_input(tmp_path, {f"{i:02}": _chain(9, uses=2) for i in range(count)})
-    message = _refused_quickly(path)
+    message = _refused(path)
     assert message.startswith(
         f"{path}: the input schemas grow past {MAX_INLINED_TOTAL} nodes in all once their $refs "
         "are inlined (at modules.app.functions.f_"
@@ -266,15 +276,13 @@ def test_schemas_under_the_cap_each_but_too_large_in_all_are_refused(tmp_path: P
 
 
 def test_schema_at_the_depth_cap_is_compared(tmp_path: Path) -> None:
-    # just under the caps, `ket diff` still compares the schemas, and quickly
+    # just under the caps, `ket diff` still compares the schemas
     old = _with_input(tmp_path / "old", {"deep": _chain(48, uses=1), "wide": _chain(9, uses=2)})
     changed = _chain(48, uses=1)
     changed["$defs"]["D48"] = {"type": "integer"}  # type: ignore[index]
     new = _with_input(tmp_path / "new", {"deep": changed, "wide": _chain(9, uses=2)})
-    started = time.monotonic()
     result = run_ket("diff", str(old), str(new))
     assert result.code == 0, result.err
-    assert time.monotonic() - started < 15
     assert "review    function app.f_deep: input field 'x' changes type at properties.f0" in (
         result.out
     )
@@ -295,7 +303,7 @@ def test_schema_at_the_depth_cap_is_compared(tmp_path: Path) -> None:
 )
 def test_schema_shapes_diff_cannot_walk_are_refused(tmp_path: Path, line: str, where: str) -> None:
     path = _with_input_lines(tmp_path, [line])
-    message = _refused_quickly(path)
+    message = _refused(path)
     assert message == f"{path}: invalid manifest at modules.hotel.jobs.catch_up.{where}"
 
 
@@ -318,7 +326,7 @@ def test_scalars_that_look_typed_but_are_not_are_refused(
     tmp_path: Path, line: str, reason: str
 ) -> None:
     path = _with_input_lines(tmp_path, [line])
-    message = _refused_quickly(path)
+    message = _refused(path)
     assert message.startswith(f"{path}:")
     assert reason in message
 
@@ -334,13 +342,13 @@ def test_scalars_that_look_typed_but_are_not_are_refused(
 )
 def test_schema_values_that_are_not_json_are_refused(tmp_path: Path, line: str, where: str) -> None:
     path = _with_input_lines(tmp_path, [line])
-    message = _refused_quickly(path)
+    message = _refused(path)
     assert message == f"{path}: invalid manifest at modules.hotel.jobs.catch_up.{where}"
 
 
 def test_a_repeated_key_is_refused(tmp_path: Path) -> None:
     # YAML would keep the second `type`, while a reviewer reads the first
     path = _with_input_lines(tmp_path, ["          type: string\n"])
-    message = _refused_quickly(path)
+    message = _refused(path)
     assert message.startswith(f"{path}:")
     assert message.endswith("key 'type' repeated: a manifest never repeats a key")

@@ -135,6 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(command_named(words)).parse_args(words)
     except SystemExit as done:  # --help, or a usage error argparse has printed
         return done.code if isinstance(done.code, int) else 0 if done.code is None else 2
+    except KeyboardInterrupt:  # Ctrl-C while the command's modules load
+        sys.stderr.write("ket: interrupted\n")
+        return INTERRUPTED
     debug: bool = args.debug or os.environ.get("KET_DEBUG") == "1"
     try:
         return _run(args, debug)
