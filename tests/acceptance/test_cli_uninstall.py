@@ -23,6 +23,8 @@ KET_TABLES = {
     "ket_jobs",
     "ket_migrations",
     "ket_queue_pauses",
+    "ket_job_minutes",
+    "ket_minute_cursor",
     "ket_rate_starts",
     "ket_schedule_fires",
     "ket_schedules",

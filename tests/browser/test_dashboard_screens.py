@@ -80,6 +80,7 @@ def test_every_page_fits_the_screen_follows_the_scheme_and_passes_axe(
     _sign_in(page, url)
     pages = [
         "jobs",
+        "charts",
         f"jobs/{failed}",
         f"jobs/{failed}/cancel",  # a cancel refused (409: the job is discarded), its reason
         "queues",

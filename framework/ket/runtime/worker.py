@@ -35,6 +35,7 @@ from ket.runtime.contexts import Contexts
 from ket.runtime.events import Hooks
 from ket.runtime.flag import Flag
 from ket.runtime.lease import Attempt, Attempts, HeartbeatService, LeaseGuard
+from ket.runtime.minutes import MinuteService
 from ket.runtime.outcome import describe
 from ket.runtime.prune import PruneService
 from ket.runtime.queue import QueueLoop, QueueSlots
@@ -47,7 +48,7 @@ from ket.runtime.sweep import sweep as sweep_schedules
 from ket.runtime.threads import OnDemandThreads
 from ket.runtime.vacuum import VacuumService
 from ket.runtime.visit import VisitService
-from ket.store.contract import JobStore, PacedStore, VacuumStore
+from ket.store.contract import JobStore, MinuteStore, PacedStore, VacuumStore
 from ket.store.types import ErrorInfo, Settle
 
 log = logging.getLogger("ket.worker")
@@ -55,7 +56,8 @@ log = logging.getLogger("ket.worker")
 T = TypeVar("T")
 
 # Connections a tenant worker's own services may hold at once besides its running jobs: one claim
-# per queue, and the settler, heartbeat, rescue, sweep, prune and vacuum.
+# per queue, and the settler, heartbeat, rescue, sweep, prune and vacuum. The minute count shares
+# theirs: one short transaction a minute.
 SERVICE_CONNECTIONS = 6
 # A VACUUM reads the table's indexes whole: minutes for a table of many millions of rows.
 VACUUM_TIMEOUT_SECONDS = 1_800.0
@@ -206,6 +208,8 @@ class TenantWorker:
         if isinstance(store, VacuumStore):
             vacuum = VacuumService(store, attempts, tenant=self.tenant)
             sup.every(vacuum, timeout=VACUUM_TIMEOUT_SECONDS, gate=watched)
+        if isinstance(store, MinuteStore):
+            sup.every(MinuteService(store, attempts), timeout=60.0)
 
     def _start_burst(self) -> None:
         """A burst: the settler and the leases' services as always; expired leases rescued and

@@ -41,10 +41,12 @@ from ket.store.types import (
     JobClaim,
     JobFilter,
     JobId,
+    JobMinutes,
     JobQuery,
     JobRecord,
     JobStats,
     Look,
+    MinuteQuery,
     ModelTable,
     NewJob,
     Prune,
@@ -370,6 +372,26 @@ class SentLedger(Protocol):
 
     async def message_sent(self, key: str) -> bool:
         """Whether the message with `key` was confirmed sent (a mere claim is not)."""
+        ...
+
+
+@runtime_checkable
+class MinuteStore(Protocol):
+    """Capability: the tenant's jobs per minute and queue, for the dashboard's charts.
+
+    A count reads the jobs table, never the hot path: the jobs enqueued and the failed attempts
+    recorded since the last count (by id, one count late, so that a transaction that committed
+    behind a later id is counted too), the jobs that finished in that span, and a sample of
+    each queue's backlog. However many processes ask, one counts per interval.
+    """
+
+    async def minute_record(self, every: float) -> bool:
+        """Count since the last count, if that was `every` seconds ago or more; minutes older
+        than MINUTES_KEPT are dropped. True when this call counted."""
+        ...
+
+    async def minute_list(self, query: MinuteQuery) -> JobMinutes:
+        """The per-minute counts `query` asks for, and how far the counts have come."""
         ...
 
 

@@ -611,3 +611,46 @@ class AuditQuery:
     limit: int = 50
     offset: int = 0
     job_id: JobId | None = None
+
+
+# How long the per-minute counts are kept (MinuteStore), and how far back a count reaches for
+# jobs that finished late behind it: the dashboard charts the last day.
+MINUTES_KEPT = timedelta(days=2)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobMinute:
+    """One queue's jobs in one minute (MinuteStore): how many were enqueued, completed,
+    failed and retried (`failed`: an attempt that ended in an error and was tried again; the
+    last attempt of a job that gives up counts in `discarded`), discarded and cancelled in it;
+    and, when the minute was sampled, how many due jobs waited (`available`) and how long the
+    oldest of them had waited (None: not sampled in that minute)."""
+
+    minute: datetime
+    queue: str
+    enqueued: int = 0
+    completed: int = 0
+    failed: int = 0
+    discarded: int = 0
+    cancelled: int = 0
+    available: int | None = None
+    oldest_available_ms: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobMinutes:
+    """What a MinuteQuery found: its minutes, and the instant up to which every count is in
+    (`counted_until`; None before the second count): a minute that ends after it is not whole
+    yet, what finished late in it is still to be counted."""
+
+    minutes: tuple[JobMinute, ...]
+    counted_until: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MinuteQuery:
+    """The minutes that begin from `since` (inclusive) to `until` (exclusive; None: every
+    minute up to now, the current one included), in minute order, then queue order."""
+
+    since: datetime
+    until: datetime | None = None

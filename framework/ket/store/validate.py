@@ -620,3 +620,19 @@ def check_audit_query(query: AuditQuery) -> None:
     check_count("audit list offset", query.offset, minimum=0)
     if query.job_id is not None:
         check_job_id(query.job_id)
+
+
+def check_minute_query(query: object) -> None:
+    """Refuse a MinuteQuery whose bounds are not timezone-aware datetimes."""
+    from ket.store.types import MinuteQuery
+
+    if not isinstance(query, MinuteQuery):
+        raise JobRejected(f"a MinuteQuery is needed, got {query!r}")
+    for name in ("since", "until"):
+        value = getattr(query, name)
+        if name == "until" and value is None:
+            continue
+        if not isinstance(value, datetime) or value.utcoffset() is None:
+            raise JobRejected(
+                f"MinuteQuery.{name} must be a timezone-aware datetime, got {value!r}"
+            )

@@ -11,8 +11,8 @@ A store joins by defining one pytest fixture, `ket_store_factory`, and importing
 
 One area of docs/stores.md per module. A capability the store lacks (PushStore, QueryableStore,
 BulkStore, TransactionalStore, SentLedger, RecordStore, VacuumStore, AuditLog, SessionStore,
-RerunStore, PacedStore, QueueControl) skips the tests that need it, with the reason shown; so
-does a factory that cannot make a handle fail on demand (FaultyStoreFactory, see harness).
+RerunStore, PacedStore, QueueControl, MinuteStore) skips the tests that need it, with the reason
+shown; so does a factory that cannot make a handle fail on demand (FaultyStoreFactory, see harness).
 """
 
 # ruff: noqa: E402, F403
@@ -43,6 +43,7 @@ AREAS = (
     "session",
     "rerun",
     "queues",
+    "minutes",
     "expiry",
     "limits",
     "windows",
@@ -65,6 +66,7 @@ from ket.tck import (
     insert,
     ledger,
     limits,
+    minutes,
     paced,
     prune,
     push,
@@ -93,6 +95,7 @@ from ket.tck.heartbeat import *
 from ket.tck.insert import *
 from ket.tck.ledger import *
 from ket.tck.limits import *
+from ket.tck.minutes import *
 from ket.tck.paced import *
 from ket.tck.prune import *
 from ket.tck.push import *
@@ -135,6 +138,7 @@ __all__ = [
     *audit.__all__,
     *session.__all__,
     *rerun.__all__,
+    *minutes.__all__,
     *queues.__all__,
     *expiry.__all__,
     *limits.__all__,

@@ -53,6 +53,7 @@ def dashboard_app(dashboard: Dashboard) -> Starlette:
         Route(tenant + "/queues", pages.queues, methods=["GET"]),
         Route(tenant + "/queues/{queue}/pause", actions.pause, methods=["POST"]),
         Route(tenant + "/queues/{queue}/resume", actions.resume, methods=["POST"]),
+        Route(tenant + "/charts", pages.charts, methods=["GET"]),
         Route(tenant + "/schedules", pages.schedules, methods=["GET"]),
         Route(tenant + "/schedules/{job}/pause", actions.pause_schedule, methods=["POST"]),
         Route(tenant + "/schedules/{job}/resume", actions.resume_schedule, methods=["POST"]),

@@ -4,8 +4,9 @@ one."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -15,10 +16,10 @@ from ket.limits import MAX_KEY_LENGTH
 from ket.operate import queue_pauses, schedule_rows
 from ket.operate.fleet import SORTS, fleet_rows, sorted_rows
 from ket.secret import redact_payload
-from ket.serve.dashboard import form
+from ket.serve.dashboard import chart, form
 from ket.serve.dashboard.view import FLEET, Dashboard, Visit
 from ket.serve.refusal import Refusal
-from ket.store.contract import AuditLog, QueryableStore, QueueControl
+from ket.store.contract import AuditLog, MinuteStore, QueryableStore, QueueControl
 from ket.store.roster import SHORT_HASH, SeenWorker, manifest_counts, unserved_queues
 from ket.store.tenant import check_tenant_name
 from ket.store.types import (
@@ -29,10 +30,14 @@ from ket.store.types import (
     JobQuery,
     JobState,
     JobStats,
+    MinuteQuery,
     QueuePause,
 )
 
 TRAIL = 50  # a job's audit entries shown on its page, newest first
+# the Charts page counts before it reads when the last count is older than this (seconds): the
+# workers count once a minute, an idle tenant's only every ten
+COUNT_ON_VIEW = 30.0
 
 # the notices a page shows after an action, by the code its redirect carries
 NOTICES = {
@@ -217,6 +222,49 @@ class Pages:
         }
         return self.d.render(request, "queues.html", context, visit=visit)
 
+    async def charts(self, request: Request) -> Response:
+        """Jobs per minute over the last hour or day, of one queue or all, and the backlog: from
+        the per-minute counts (MinuteStore), counted first if the last count is older than
+        COUNT_ON_VIEW seconds (a tenant no worker counted lately, being idle)."""
+        visit = await self.d.admit(request)
+        store = visit.store
+        if not isinstance(store, MinuteStore):
+            raise Refusal(501, "no_charts", "this tenant's store keeps no per-minute counts")
+        stats = await queryable(visit).job_stats()
+        queues = sorted(queues_of(self.d, stats))
+        range_name = form.one_of(request.query_params, "range", tuple(chart.RANGES)) or "hour"
+        queue = form.one_of(request.query_params, "queue", tuple(queues))
+        await store.minute_record(COUNT_ON_VIEW)
+        now = await store.now()
+        since, step, count = chart.window(range_name, now)
+        found = await store.minute_list(MinuteQuery(since=since))
+        rows = chart.buckets(found, queue, since, step, count)
+        every = chart.RANGES[range_name][2]
+        here = self.d.tenant_path(visit.tenant, "/charts")
+        counted = [row for row in rows if row.counts is not None]
+        context = {
+            "nav": "charts",
+            "range": range_name,
+            "queue": queue,
+            "queues": queues,
+            "step_minutes": int(step.total_seconds() // 60),
+            "rows": rows,
+            "totals": {n: sum(r.counts[n] for r in counted if r.counts) for n in chart.COUNTED},
+            "labels": chart.LABELS,
+            "counted_until": found.counted_until,
+            "range_link": lambda name: (
+                f"{here}?range={name}" + (f"&queue={quote(queue)}" if queue else "")
+            ),
+            "throughput": chart.plot(
+                rows,
+                [(n, _count_of(n)) for n in chart.COUNTED],
+                every,
+            ),
+            "backlog": chart.plot(rows, [("available", _available)], every),
+            "waited": chart.plot(rows, [("oldest", _oldest)], every),
+        }
+        return self.d.render(request, "charts.html", context, visit=visit)
+
     async def schedules(self, request: Request) -> Response:
         visit = await self.d.admit(request)
         rows = await schedule_rows(visit.store, self.d.catalog)
@@ -328,6 +376,21 @@ async def _pauses(visit: Visit) -> tuple[Mapping[str, QueuePause], str]:
         raise  # the page's 503, as any page's
     except StoreError as error:
         return {}, f"cannot read which queues are paused: {error.message}"
+
+
+def _count_of(name: str) -> Callable[[chart.Bucket], float | None]:
+    def value(row: chart.Bucket) -> float | None:
+        return None if row.counts is None else row.counts[name]
+
+    return value
+
+
+def _available(row: chart.Bucket) -> float | None:
+    return row.available
+
+
+def _oldest(row: chart.Bucket) -> float | None:
+    return row.oldest_seconds
 
 
 def queryable(visit: Visit) -> QueryableStore:

@@ -10,6 +10,7 @@ from typing import Any
 
 from ket.store.admission import Start
 from ket.store.memory.ledger import SentMessages
+from ket.store.memory.minute import Minutes
 from ket.store.memory.ready import ReadyQueue
 from ket.store.memory.records import RecordTables
 from ket.store.memory.row import JobRow
@@ -48,6 +49,7 @@ class MemoryDatabase:
         self.audit: list[AuditRecord] = []  # operators' retries and cancels, oldest first
         self.sessions: dict[str, DashboardSession] = {}  # the dashboard's, by key
         self.queue_pauses: dict[str, QueuePause] = {}  # paused queues, by name
+        self.minutes = Minutes()  # the dashboard's per-minute counts (MinuteStore)
         self._last_id: JobId = 0
         # The partial unique index: (name, unique_key) -> the one active job holding it.
         self._unique: dict[tuple[str, str], JobId] = {}
@@ -58,6 +60,11 @@ class MemoryDatabase:
         self._expiring: set[JobId] = set()  # runnable rows that have an expiry
         self.rate_starts: dict[str, list[Start]] = {}  # by queue: starts under rate limits
         self.limited: set[str] = set()  # queues claimed under a concurrency limit
+
+    @property
+    def last_id(self) -> JobId:
+        """The newest job's id (0 before the first)."""
+        return self._last_id
 
     def insert(
         self,

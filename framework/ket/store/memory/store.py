@@ -44,9 +44,11 @@ from ket.store.types import (
     JobClaim,
     JobFilter,
     JobId,
+    JobMinutes,
     JobQuery,
     JobRecord,
     JobStats,
+    MinuteQuery,
     ModelTable,
     NewJob,
     Prune,
@@ -354,6 +356,21 @@ class MemoryStore:
         """The paused queues, by name."""
         with self._locked():
             return dict(sorted(self.database.queue_pauses.items()))
+
+    async def minute_record(self, every: float) -> bool:
+        """Count since the last count, if that was `every` seconds ago or more (minute.py)."""
+        validate.check_seconds("every", every, positive=False)
+        with self._locked():
+            jobs = list(self.database.rows.values())
+            last = self.database.last_id
+            return self.database.minutes.record(jobs, last, self._now(), every)
+
+    async def minute_list(self, query: MinuteQuery) -> JobMinutes:
+        """The per-minute counts `query` asks for, and how far the counts have come."""
+        validate.check_minute_query(query)
+        with self._locked():
+            until = query.until or self._now() + timedelta(minutes=1)
+            return self.database.minutes.listing(query.since, until)
 
     async def schedule_pause(self, schedule_id: str, paused: bool) -> bool:
         """Pause or resume a schedule for every handle; True when that changed its row."""

@@ -608,6 +608,46 @@ MIGRATIONS += (
         },
     ),
 )
+
+
+# The dashboard's charts: jobs per minute and queue, and where their counting stands.
+def _v12(instant: str) -> tuple[str, ...]:
+    return (
+        f"""CREATE TABLE ket_job_minutes (
+            minute {instant} NOT NULL,
+            queue TEXT NOT NULL,
+            enqueued BIGINT NOT NULL DEFAULT 0,
+            completed BIGINT NOT NULL DEFAULT 0,
+            failed BIGINT NOT NULL DEFAULT 0,
+            discarded BIGINT NOT NULL DEFAULT 0,
+            cancelled BIGINT NOT NULL DEFAULT 0,
+            available BIGINT,
+            oldest_available_ms BIGINT,
+            PRIMARY KEY (minute, queue)
+        )""",
+        f"""CREATE TABLE ket_minute_cursor (
+            one INTEGER NOT NULL PRIMARY KEY,
+            counted_job_id BIGINT NOT NULL,
+            counted_error_id BIGINT NOT NULL,
+            counted_at {instant} NOT NULL,
+            seen_job_id BIGINT NOT NULL,
+            seen_error_id BIGINT NOT NULL,
+            seen_at {instant} NOT NULL,
+            CONSTRAINT ket_minute_cursor_one CHECK (one = 1)
+        )""",
+    )
+
+
+MIGRATIONS += (
+    Migration(
+        version=12,
+        name="jobs per minute and queue, for the dashboard's charts",
+        statements={
+            "postgresql": _v12("TIMESTAMP WITH TIME ZONE"),
+            "sqlite": _v12("BIGINT"),
+        },
+    ),
+)
 LATEST = MIGRATIONS[-1].version
 
 _LEDGER = {
@@ -659,6 +699,8 @@ def schema_version(connection: Connection) -> int:
 # Everything the migrations create, dropped by `ket uninstall` (the app's model tables are its
 # data and stay). On PostgreSQL the NOTIFY trigger goes with its table, and its function after.
 KET_TABLES = (
+    "ket_job_minutes",
+    "ket_minute_cursor",
     "ket_rate_starts",
     "ket_queue_pauses",
     "ket_sessions",

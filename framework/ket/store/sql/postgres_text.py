@@ -196,6 +196,121 @@ TEXT: dict[str, Compiled] = {
         },
         returning=False,
     ),
+    'minute.add': Compiled(
+        text=(
+            'INSERT INTO ket_job_minutes (minute, queue, enqueued, completed, failed, discarded, cancelled, available, oldest_available_ms) VALUES (%(p_minute)s::TIMESTAMP WITH TIME ZONE, %(p_queue)s::VARCHAR, %(p_enqueued)s::BIGINT, %(p_completed)s::BIGINT, %(p_failed)s::BIGINT, %(p_discarded)s::BIGINT, %(p_cancelled)s::BIGINT, %(p_available)s::BIGINT, %(p_oldest_ms)s::BIGINT) ON CONFLICT (minute, queue) DO UPDATE SET enqueued = (ket_job_minutes.enqueued + excluded.enqueued), completed = (ket_job_minutes.completed + excluded.completed), failed = (ket_job_minutes.failed + excluded.failed), discarded = (ket_job_minutes.discarded + excluded.discarded), cancelled = (ket_job_minutes.cancelled + excluded.cancelled), available = coalesce(excluded.available, ket_job_minutes.available), oldest_available_ms = coalesce(excluded.oldest_available_ms, ket_job_minutes.oldest_available_ms)'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'minute.advance': Compiled(
+        text=(
+            'UPDATE ket_minute_cursor SET counted_job_id=ket_minute_cursor.seen_job_id, counted_error_id=ket_minute_cursor.seen_error_id, counted_at=ket_minute_cursor.seen_at, seen_job_id=%(p_job)s::BIGINT, seen_error_id=%(p_error)s::BIGINT, seen_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) WHERE ket_minute_cursor.one = %(one_1)s::INTEGER'
+        ),
+        constants={
+            'one_1': 1,
+        },
+        returning=False,
+    ),
+    'minute.backlog': Compiled(
+        text=(
+            'SELECT ket_jobs.queue, count(*) AS count_1, min(ket_jobs.run_at) AS oldest \n'
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.run_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) GROUP BY ket_jobs.queue"
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'minute.counted': Compiled(
+        text=(
+            'SELECT ket_minute_cursor.counted_at, ket_minute_cursor.seen_at \n'
+            'FROM ket_minute_cursor'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'minute.cursor': Compiled(
+        text=(
+            'SELECT ket_minute_cursor.one, ket_minute_cursor.counted_job_id, ket_minute_cursor.counted_error_id, ket_minute_cursor.counted_at, ket_minute_cursor.seen_job_id, ket_minute_cursor.seen_error_id, ket_minute_cursor.seen_at \n'
+            'FROM ket_minute_cursor FOR UPDATE'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'minute.enqueued': Compiled(
+        text=(
+            "SELECT ket_jobs.queue, date_trunc('minute', ket_jobs.enqueued_at) AS minute, count(*) AS count_1 \n"
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.id > %(p_from)s::BIGINT AND ket_jobs.id <= %(p_to)s::BIGINT GROUP BY ket_jobs.queue, date_trunc('minute', ket_jobs.enqueued_at)"
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'minute.failed': Compiled(
+        text=(
+            "SELECT ket_jobs.queue, date_trunc('minute', ket_job_errors.at) AS minute, count(*) AS count_1 \n"
+            'FROM ket_job_errors JOIN ket_jobs ON ket_jobs.id = ket_job_errors.job_id \n'
+            "WHERE ket_job_errors.id > %(p_from)s::BIGINT AND ket_job_errors.id <= %(p_to)s::BIGINT AND ket_job_errors.error != %(error_1)s::VARCHAR AND (ket_job_errors.attempt < ket_jobs.attempt OR (ket_jobs.state NOT IN ('completed', 'discarded', 'cancelled'))) GROUP BY ket_jobs.queue, date_trunc('minute', ket_job_errors.at)"
+        ),
+        constants={
+            'error_1': 'expired',
+        },
+        returning=False,
+    ),
+    'minute.finished': Compiled(
+        text=(
+            "SELECT ket_jobs.queue, date_trunc('minute', ket_jobs.finished_at) AS minute, ket_jobs.state, count(*) AS count_1 \n"
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.state IN ('completed', 'discarded', 'cancelled') AND ket_jobs.finished_at >= %(p_since)s::TIMESTAMP WITH TIME ZONE AND ket_jobs.finished_at < %(p_until)s::TIMESTAMP WITH TIME ZONE GROUP BY ket_jobs.queue, date_trunc('minute', ket_jobs.finished_at), ket_jobs.state"
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'minute.listing': Compiled(
+        text=(
+            'SELECT ket_job_minutes.minute, ket_job_minutes.queue, ket_job_minutes.enqueued, ket_job_minutes.completed, ket_job_minutes.failed, ket_job_minutes.discarded, ket_job_minutes.cancelled, ket_job_minutes.available, ket_job_minutes.oldest_available_ms \n'
+            'FROM ket_job_minutes \n'
+            'WHERE ket_job_minutes.minute >= %(p_since)s::TIMESTAMP WITH TIME ZONE AND ket_job_minutes.minute < %(p_until)s::TIMESTAMP WITH TIME ZONE ORDER BY ket_job_minutes.minute, ket_job_minutes.queue'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'minute.marks': Compiled(
+        text=(
+            'SELECT (SELECT coalesce(max(ket_jobs.id), %(coalesce_2)s::INTEGER) AS coalesce_1 \n'
+            'FROM ket_jobs) AS job, (SELECT coalesce(max(ket_job_errors.id), %(coalesce_4)s::INTEGER) AS coalesce_3 \n'
+            'FROM ket_job_errors) AS error, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS now'
+        ),
+        constants={
+            'coalesce_2': 0,
+            'coalesce_4': 0,
+        },
+        returning=False,
+    ),
+    'minute.prune': Compiled(
+        text=(
+            'DELETE FROM ket_job_minutes WHERE ket_job_minutes.minute < %(p_before)s::TIMESTAMP WITH TIME ZONE'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'minute.start': Compiled(
+        text=(
+            'INSERT INTO ket_minute_cursor (one, counted_job_id, counted_error_id, counted_at, seen_job_id, seen_error_id, seen_at) VALUES (%(one)s::INTEGER, %(p_job)s::BIGINT, %(p_error)s::BIGINT, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), %(p_job)s::BIGINT, %(p_error)s::BIGINT, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) ON CONFLICT DO NOTHING'
+        ),
+        constants={
+            'one': 1,
+        },
+        returning=False,
+    ),
     'query.active_holders': Compiled(
         text=(
             'SELECT ket_jobs.id, ket_jobs.name, ket_jobs.unique_key \n'

@@ -279,6 +279,38 @@ queue_pauses = Table(
     Column("paused_by", Text, nullable=False),
 )
 
+# Jobs per minute and queue, for the dashboard's charts (migration 12): counted from the jobs
+# table once a minute (ket.store.sql.minute), the backlog sampled then; kept two days
+job_minutes = Table(
+    "ket_job_minutes",
+    metadata,
+    Column("minute", Instant, primary_key=True),
+    Column("queue", Text, primary_key=True),
+    Column("enqueued", BigInteger, nullable=False, server_default="0"),
+    Column("completed", BigInteger, nullable=False, server_default="0"),
+    Column("failed", BigInteger, nullable=False, server_default="0"),
+    Column("discarded", BigInteger, nullable=False, server_default="0"),
+    Column("cancelled", BigInteger, nullable=False, server_default="0"),
+    Column("available", BigInteger),  # the due jobs waiting when the minute was sampled
+    Column("oldest_available_ms", BigInteger),  # how long the oldest of them had waited
+)
+
+# Where the per-minute counts stand (one row): the jobs and errors up to `counted_*` are
+# counted; those up to `seen_*` were committed a count ago and are counted next, so that an
+# insert that committed late, behind a later id, is not passed over
+minute_cursor = Table(
+    "ket_minute_cursor",
+    metadata,
+    Column("one", Integer, primary_key=True, autoincrement=False),
+    Column("counted_job_id", BigInteger, nullable=False),
+    Column("counted_error_id", BigInteger, nullable=False),
+    Column("counted_at", Instant, nullable=False),
+    Column("seen_job_id", BigInteger, nullable=False),
+    Column("seen_error_id", BigInteger, nullable=False),
+    Column("seen_at", Instant, nullable=False),
+    CheckConstraint("one = 1", name="ket_minute_cursor_one"),
+)
+
 migrations = Table(
     "ket_migrations",
     metadata,

@@ -61,6 +61,7 @@ BUILDERS = {
     "ledger": ("ket.store.sql.ledger", "statements"),
     "vacuum": ("ket.store.sql.vacuum", "statements"),
     "control": ("ket.control.tables", "statements"),
+    "minute": ("ket.store.sql.minute", "statements"),
 }
 
 
@@ -132,6 +133,20 @@ LEDGER_SENT = Statement("ledger", "sent")
 VACUUM_STATE = Statement("vacuum", "state")
 VACUUM_RUN = Statement("vacuum", "run")
 VACUUM_OPEN_TRANSACTIONS = Statement("vacuum", "open_transactions")
+
+# the per-minute counts of the dashboard's charts (minute.py)
+MINUTE_CURSOR = Statement("minute", "cursor")
+MINUTE_START = Statement("minute", "start")
+MINUTE_MARKS = Statement("minute", "marks")
+MINUTE_ENQUEUED = Statement("minute", "enqueued")
+MINUTE_FINISHED = Statement("minute", "finished")
+MINUTE_FAILED = Statement("minute", "failed")
+MINUTE_BACKLOG = Statement("minute", "backlog")
+MINUTE_ADD = Statement("minute", "add")
+MINUTE_ADVANCE = Statement("minute", "advance")
+MINUTE_PRUNE = Statement("minute", "prune")
+MINUTE_LISTING = Statement("minute", "listing")
+MINUTE_COUNTED = Statement("minute", "counted")
 
 # the control database's (control.py): the worker roster and its schema's ledger
 WORKER_REPORT = Statement("control", "report")

@@ -21,6 +21,7 @@ its own under capabilities/:
 | push.py                 | SqlPush                | PushStore                                   |
 | paced.py                | SqlPacing              | PacedStore                                  |
 | queues.py               | SqlQueueControl        | QueueControl (paused queues)                |
+| minutes.py              | SqlMinutes             | MinuteStore (the dashboard's charts)        |
 
 The statements themselves live beside them in ket.store.sql (statement.py, insert.py, bulk.py,
 ...). On PostgreSQL every operation a worker runs goes through the lane (lane.py: plain psycopg
@@ -37,6 +38,7 @@ from ket.store.sql.capabilities.bulk import SqlBulk
 from ket.store.sql.capabilities.dashboard_sessions import SqlDashboardSessions
 from ket.store.sql.capabilities.jobs import SqlJobs, insert_on
 from ket.store.sql.capabilities.ledger import SqlSentLedger
+from ket.store.sql.capabilities.minutes import SqlMinutes
 from ket.store.sql.capabilities.paced import SqlPacing
 from ket.store.sql.capabilities.push import SqlPush
 from ket.store.sql.capabilities.queries import SqlQueries
@@ -52,6 +54,7 @@ class SqlStore(
     SqlJobs,
     SqlSchedules,
     SqlQueueControl,
+    SqlMinutes,
     SqlQueries,
     SqlBulk,
     SqlReruns,
