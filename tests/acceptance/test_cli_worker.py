@@ -85,7 +85,9 @@ def test_migrate_installs_every_tenant_and_is_idempotent(project: Project) -> No
     root = project({"app/workspace.py": APP})
     first = run_ket("migrate", cwd=root)
     assert first.code == 0, first.err
-    assert first.out == "tenant default: applied migrations [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]\n"
+    assert (
+        first.out == "tenant default: applied migrations [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]\n"
+    )
     again = run_ket("migrate", cwd=root)
     assert again.out == "tenant default: up to date\n"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from pathlib import Path
 from datetime import UTC, datetime, timedelta
 
 from ket.serve.dashboard import chart
@@ -33,7 +34,7 @@ def _count(url: str, clock: ManualClock, times: int) -> None:
     asyncio.run(main())
 
 
-def test_the_charts_show_what_was_counted_per_queue_and_range(serve: Serve, tmp_path) -> None:
+def test_the_charts_show_what_was_counted_per_queue_and_range(serve: Serve, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/default.db"
     client = serve(deployment())
     now = datetime.now(UTC)
@@ -116,7 +117,11 @@ def test_buckets_sum_the_queues_keep_the_last_sample_and_leave_what_is_not_count
         "discarded": 0,
         "cancelled": 0,
     }
-    plot = chart.plot(rows, [("completed", lambda r: r.counts and r.counts["completed"])], 1)
+
+    def completed(row: chart.Bucket) -> float | None:
+        return None if row.counts is None else row.counts["completed"]
+
+    plot = chart.plot(rows, [("completed", completed)], 1)
     # 0 to 8 on the y axis (four steps of 2), the line stopping where nothing is counted
     assert [label for _, label in plot.y_ticks] == ["0", "2", "4", "6", "8"]
     assert plot.lines[0].path.count("M") == 1 and plot.lines[0].path.count("L") == 1
