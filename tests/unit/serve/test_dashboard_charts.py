@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from pathlib import Path
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from ket.serve.dashboard import chart
 from ket.store.clock import ManualClock
