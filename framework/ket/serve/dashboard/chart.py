@@ -29,7 +29,7 @@ LABELS = {
     "oldest": "oldest waiting (seconds)",
 }
 # the drawing's own units: the SVG scales to the width of the page
-WIDTH, HEIGHT = 720, 200
+WIDTH, HEIGHT = 960, 220
 LEFT, RIGHT, TOP, BOTTOM = 48, 8, 10, 24
 
 
