@@ -656,11 +656,16 @@ def test_an_idle_tenant_worker_holds_no_task_only_timers_and_callbacks() -> None
         current = asyncio.current_task()
         beside = [task for task in asyncio.all_tasks() if task not in supervised | {current}]
         assert beside == []
-        # no claim loop, no settler, no heartbeat, no lease guard; rescue, sweep and prune
-        # hold timers between their ticks
+        # no claim loop, no settler, no heartbeat, no lease guard; rescue, sweep, prune and the
+        # minute count hold timers between their ticks
         assert supervised == set()
         timers = [t for t in worker.supervisor._ticking if t.timer is not None]
-        assert sorted(t.service.name for t in timers) == ["prune", "rescue", "schedule sweep"]
+        assert sorted(t.service.name for t in timers) == [
+            "minutes",
+            "prune",
+            "rescue",
+            "schedule sweep",
+        ]
         assert all(loop._parked is not None for loop in worker._loops)
         assert worker.settler._parked
         # a job enqueued now wakes its parked queue at once, and its attempt the gated ones

@@ -1,0 +1,74 @@
+"""What the minute counts of the dashboard's charts cost ket's drain: the compare harness's
+drain of a backlog, ket against ket, with the count off, as shipped (once a minute), and once a
+second (sixty times the work, to see it at all), interleaved in one run.
+
+    python3 bench/compare/minutes_cost.py                 # 10,000 jobs, 5 rounds
+    python3 bench/compare/minutes_cost.py --jobs 50000 --rounds 3
+
+Kinds (ket_app.py, KET_CMP_MINUTES): `off`, `minute` (the worker as shipped) and `second`. Each
+round drains a fresh backlog once per kind, the order turning each round, with ket's default
+worker settings and with its best ones. Prints the medians, and each kind's ratio to `off` in
+the same run. The drain, its database and its checks are run.py's (drain.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from drain import drain
+from environment import describe
+from ket_side import KetSide
+
+
+async def _run(kinds: list[str], jobs: int, rounds: int, best: bool) -> dict[str, list[float]]:
+    side = KetSide()
+    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+    with tempfile.TemporaryDirectory(prefix="ket-minutes-") as folder:
+        for round in range(1, rounds + 1):
+            order = kinds if round % 2 else kinds[::-1]
+            for kind in order:
+                # read by ket_app.deployment here (the producer) and in the worker it starts
+                os.environ["KET_CMP_MINUTES"] = kind
+                result = await drain(side, Path(folder), jobs, best=best, poll_s=0.1)
+                rates[kind].append(result.rate)
+                print(
+                    f"round {round} {kind} {'best' if best else 'default'}: "
+                    f"{result.rate:,.0f} jobs/s, worker CPU {result.worker_cpu_ms_per_job:.3f} "
+                    "ms/job",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return rates
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--kinds", default="off,minute,second")
+    args = parser.parse_args()
+    kinds = args.kinds.split(",")
+    if kinds[0] != "off" or not set(kinds) <= {"off", "minute", "second"}:
+        parser.error("--kinds: off first, then any of minute and second")
+    print(f"{args.jobs:,} jobs, {args.rounds} rounds interleaved; {describe().line()}")
+    for best in (False, True):
+        rates = asyncio.run(_run(kinds, args.jobs, args.rounds, best))
+        base = statistics.median(rates["off"])
+        label = KetSide.best_label if best else "default settings"
+        for kind in kinds:
+            rate = statistics.median(rates[kind])
+            low, high = min(rates[kind]), max(rates[kind])
+            print(
+                f"  drain, {label:<16} {kind:<9} {rate:7,.0f} jobs/s ({low:,.0f}-{high:,.0f})"
+                f"  {rate / base:5.2f}x off"
+            )
+
+
+if __name__ == "__main__":
+    main()
