@@ -5,9 +5,9 @@ them failing once first).
     python3 bench/minute_cost.py                  # 100,000 jobs, 3 rounds
     python3 bench/minute_cost.py --jobs 300000    # a minute of a 5,000 jobs/s drain
 
-Each round makes the minute afresh: it enqueues the jobs, claims and settles them 1,000 at a
-time (a twentieth fail once and are retried), with a count before (its marks) and after (which
-marks what the span committed); then times the count that counts them. Prints the median
+Each round makes the minute afresh: a count (its marks), the jobs written as a drain leaves
+them (enqueued and completed in the minute, one in twenty after a failed attempt), a count
+(which marks what the minute committed), then the timed count, which counts them. Prints the median
 seconds of that count, and what share of one connection's minute it takes. The database
 `ketbench_minutes` on KET_BENCH_POSTGRES_URL's server (default
 postgresql://root@127.0.0.1:5432/postgres) is made afresh.
@@ -24,9 +24,8 @@ from datetime import timedelta
 
 import psycopg
 
-from ket.store import JobClaim, NewJob, Settle
 from ket.store.sql import SqlStore
-from ket.store.types import ErrorInfo, MinuteQuery
+from ket.store.types import MinuteQuery
 
 ADMIN = os.environ.get("KET_BENCH_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/postgres")
 URL = ADMIN.rsplit("/", 1)[0] + "/ketbench_minutes"
@@ -44,28 +43,7 @@ async def _round(jobs: int) -> float:
     store = await SqlStore.open(URL, migrate=True)
     try:
         await store.minute_record(0)
-        for first in range(0, jobs, 1_000):
-            size = min(1_000, jobs - first)
-            await store.job_insert(
-                [NewJob(name="b.job", payload={"order_id": f"o{first + n}"}) for n in range(size)]
-            )
-        for retry in (False, True):
-            while claimed := await store.job_claim(
-                JobClaim(queue="default", limit=1_000, worker_id="w", lease_seconds=600)
-            ):
-                await store.job_settle(
-                    [
-                        Settle(
-                            id=job.id,
-                            fence=job.fence,
-                            outcome="retryable",
-                            error=ErrorInfo(error="boom", traceback=None),
-                        )
-                        if not retry and job.id % 20 == 0
-                        else Settle(id=job.id, fence=job.fence, outcome="completed")
-                        for job in claimed
-                    ]
-                )
+        _fill(jobs)
         await store.minute_record(0)  # marks what the minute committed
         started = time.perf_counter()
         await store.minute_record(0)  # counts it
@@ -73,9 +51,38 @@ async def _round(jobs: int) -> float:
         found = await store.minute_list(MinuteQuery(since=await store.now() - timedelta(hours=1)))
         counted = sum(m.enqueued for m in found.minutes)
         assert counted == jobs, f"counted {counted} of {jobs} jobs enqueued"
+        assert sum(m.failed for m in found.minutes) == jobs // 20
+        assert sum(m.completed for m in found.minutes) == jobs
         return took
     finally:
         await store.close()
+
+
+def _fill(jobs: int) -> None:
+    """A minute's jobs, as a drain leaves them: enqueued within the last minute and completed
+    now (after the count before: in the span the next count counts), one in twenty after a
+    failed attempt (its error entry). Written by SQL in bulk: the drain
+    itself is not what this measures."""
+    with psycopg.connect(URL, autocommit=True) as connection:
+        connection.execute(
+            """INSERT INTO ket_jobs (name, queue, state, priority, payload, payload_version,
+                attempt, max_attempts, run_at, enqueued_at, attempted_at, finished_at,
+                worker_id, fence, cancel_requested)
+            SELECT 'b.job', 'default', 'completed', 0,
+                jsonb_build_object('order_id', 'o' || n, 'amount', n), 1,
+                CASE WHEN n %% 20 = 0 THEN 2 ELSE 1 END, 3,
+                now() - interval '50 seconds' + n * interval '40 seconds' / %(jobs)s,
+                now() - interval '50 seconds' + n * interval '40 seconds' / %(jobs)s,
+                now() - interval '49 seconds' + n * interval '40 seconds' / %(jobs)s,
+                now(), 'w', 1, false
+            FROM generate_series(1, %(jobs)s) AS n""",
+            {"jobs": jobs},
+        )
+        connection.execute(
+            """INSERT INTO ket_job_errors (job_id, attempt, at, error, started_at, worker_id)
+            SELECT id, 1, finished_at, 'boom', attempted_at, 'w' FROM ket_jobs
+            WHERE attempt = 2""",
+        )
 
 
 def main() -> None:

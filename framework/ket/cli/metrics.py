@@ -22,6 +22,7 @@ from ket.errors import KetError
 from ket.runtime.events import Hooks
 from ket.runtime.stats import StatsService
 from ket.store.contract import JobStore
+from ket.store.roster import SeenWorker, WorkerInfo
 from ket.store.types import ClaimLimits
 
 if TYPE_CHECKING:
@@ -91,11 +92,13 @@ def settings(args: argparse.Namespace, environ: Mapping[str, str]) -> MetricsSet
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Running:
-    """Metrics being served: the job stats service to run, and how to stop."""
+    """Metrics being served: the job stats service to run, the watcher of the workers' roster
+    (`ket_worker_manifests`), and how to stop."""
 
     service: StatsService
     exporter: Exporter
     unsubscribe: Callable[[], None]
+    see_workers: Callable[[WorkerInfo, list[SeenWorker]], None]
 
     def close(self) -> None:
         self.unsubscribe()
@@ -127,7 +130,12 @@ def start(
         stores, metrics.publish, interval=chosen.refresh_seconds, limits=catalog.claim_limits
     )
     log.info("serving metrics at %s", exporter.url)
-    return Running(service=service, exporter=exporter, unsubscribe=unsubscribe)
+    return Running(
+        service=service,
+        exporter=exporter,
+        unsubscribe=unsubscribe,
+        see_workers=metrics.watch_manifests(),
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -397,6 +397,8 @@ async def serve(
                 slots=fleet.slots,
                 manifest=manifest,
             )
+            if service is not None:
+                service.watch(served.see_workers)
         services = [served.service] if served is not None else []
         if burst:
             code = burst_code(await fleet.drain(stopping.event, services))

@@ -38,6 +38,7 @@ from ket.observe.labels import Labels
 from ket.observe.tally import Cell, CounterTally, HistogramTally
 from ket.runtime.events import Event, Hooks, Kind
 from ket.runtime.stats import Snapshot
+from ket.store.roster import SeenWorker, WorkerInfo, manifest_counts
 
 # How an attempt ended: the `outcome` label of ket_job_attempts_total.
 OUTCOMES: tuple[Kind, ...] = (
@@ -187,6 +188,13 @@ class Metrics:
         and the slots there are (read at each scrape, from memory)."""
         self.registry.register(_Slots(self.labels, slots))
 
+    def watch_manifests(self) -> Callable[[WorkerInfo, list[SeenWorker]], None]:
+        """Report `ket_worker_manifests`: the watcher to give the worker's presence service,
+        which calls it with the roster at each report."""
+        manifests = _Manifests()
+        self.registry.register(manifests)
+        return manifests.see
+
     def subscribe(self, hooks: Hooks) -> Callable[[], None]:
         """Count the events of `hooks` from now on; returns a function that stops it."""
         # the outcomes straight to their handler: one call less per job than through observe
@@ -296,6 +304,28 @@ class _Info:
         )
         info.add_metric([self._version, self._manifest], 1)
         yield info
+
+
+class _Manifests:
+    """`ket_worker_manifests`: how many manifests the live workers in the control database run,
+    as this worker's last report read the roster (1 when all run one deployment; no sample
+    before the first report)."""
+
+    def __init__(self) -> None:
+        self._count: int | None = None
+
+    def see(self, info: WorkerInfo, seen: list[SeenWorker]) -> None:
+        self._count = len(manifest_counts(seen))
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "ket_worker_manifests",
+            "Manifests the live workers of the control database run (more than 1: replicas run "
+            "different deployments), as this worker last read the roster.",
+        )
+        if self._count is not None:
+            family.add_metric([], self._count)
+        yield family
 
 
 class _Slots:

@@ -187,12 +187,16 @@ class ErrorInfo:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ErrorRecord:
-    """One entry of a job's error history, never lost."""
+    """One entry of a job's error history, never lost: the attempt that failed, when it ended
+    (`at`) and why; when it started and which worker ran it (None for a job that expired
+    unstarted, and for entries recorded before migration 12)."""
 
     attempt: int
     at: datetime
     error: str
     traceback: str | None
+    started_at: datetime | None = None
+    worker_id: str | None = None
 
 
 Outcome = Literal["completed", "retryable", "discarded", "snoozed", "cancelled"]

@@ -80,6 +80,7 @@ async def test_settle_completed_makes_the_job_completed(t: Tck) -> None:
 @tck_test
 async def test_settle_retryable_makes_the_job_retryable_after_the_delay(t: Tck) -> None:
     claimed = await _executing(t)
+    started = t.clock.now()
     t.clock.advance(seconds=5)
     now = t.clock.now()
     await settle(t.store, claimed, "retryable", delay=90, error="timeout talking to the bank")
@@ -96,6 +97,8 @@ async def test_settle_retryable_makes_the_job_retryable_after_the_delay(t: Tck) 
             at=now,
             error="timeout talking to the bank",
             traceback="Traceback: timeout talking to the bank",
+            started_at=started,  # the failed attempt's start, and who ran it
+            worker_id=WORKER,
         ),
     )
     _cleared(record, claimed)
@@ -128,6 +131,7 @@ async def test_settle_discarded_without_error_records_no_error(t: Tck) -> None:
 @tck_test
 async def test_settle_cancelled_makes_the_job_cancelled_with_its_error(t: Tck) -> None:
     claimed = await _executing(t)
+    started = t.clock.now()
     t.clock.advance(seconds=5)
     now = t.clock.now()
     result = await t.store.job_settle(
@@ -144,7 +148,14 @@ async def test_settle_cancelled_makes_the_job_cancelled_with_its_error(t: Tck) -
     record = await get(t, claimed.id)
     assert (record.state, record.finished_at) == ("cancelled", now)
     assert record.errors == (
-        ErrorRecord(attempt=1, at=now, error="aborted: cancelled", traceback=None),
+        ErrorRecord(
+            attempt=1,
+            at=now,
+            error="aborted: cancelled",
+            traceback=None,
+            started_at=started,
+            worker_id=WORKER,
+        ),
     )
     _cleared(record, claimed)
 

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from ket.catalog import Catalog
 from ket.observe.http import RequestCounts
 from ket.observe.metrics import Metrics
 from ket.runtime.events import Event, Hooks
+from ket.store.roster import SeenWorker, WorkerInfo
 from ket.store.types import JobStats, QueueAges
 
 
@@ -317,6 +319,33 @@ def test_ket_info_names_the_version_and_the_manifest_and_slots_are_read_at_scrap
     assert of(samples(metrics), "ket_worker_slots_busy")[labels(queue="default")] == 2
 
 
+def test_ket_worker_manifests_counts_the_manifests_of_the_live_workers_in_the_roster() -> None:
+    metrics = Metrics(CATALOG, process=False)
+    see = metrics.watch_manifests()
+    assert of(samples(metrics), "ket_worker_manifests") == {}  # no report yet: no sample
+    started = datetime(2030, 1, 15, tzinfo=UTC)
+
+    def seen(n: int, manifest: str, ago: float) -> SeenWorker:
+        info = WorkerInfo(
+            id=f"w{n}",
+            host="h",
+            pid=n,
+            started_at=started,
+            tenants=None,
+            version="1",
+            manifest_hash=manifest,
+            interval_seconds=5.0,
+        )
+        return SeenWorker(info=info, last_seen_at=started, seen_seconds_ago=ago)
+
+    workers = [seen(1, "aaa", 1.0), seen(2, "aaa", 2.0), seen(3, "bbb", 1.0)]
+    see(workers[0].info, workers)
+    assert of(samples(metrics), "ket_worker_manifests") == {frozenset(): 2}
+    stale = [*workers[:2], seen(3, "bbb", 600.0)]  # gone: no longer counted
+    see(stale[0].info, stale)
+    assert of(samples(metrics), "ket_worker_manifests") == {frozenset(): 1}
+
+
 def test_a_process_that_runs_no_job_lists_none_of_the_worker_s_metrics() -> None:
     names = {name for name, _ in samples(Metrics(CATALOG, process=False, worker=False))}
     assert "ket_info" in names and "ket_jobs" not in names  # no stats read yet: no samples
@@ -339,6 +368,7 @@ def test_every_metric_the_shipped_dashboard_and_alerts_name_is_exported() -> Non
     assert len(named) >= 15, named  # the test reads what it means to
     worker = Metrics(CATALOG, process=False, manifest="0123456789ab")
     worker.watch_slots(lambda: {("acme", "mail"): (1, 4)})
+    worker.watch_manifests()
     worker.publish({"acme": stats({("available", "mail"): 1}, {"mail": (1.0, None)}, dead=3)})
     server = Metrics(CATALOG, process=False, worker=False)
     RequestCounts(server.registry, CATALOG)

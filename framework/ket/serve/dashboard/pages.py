@@ -17,6 +17,7 @@ from ket.operate import queue_pauses, schedule_rows
 from ket.operate.fleet import SORTS, fleet_rows, sorted_rows
 from ket.secret import redact_payload
 from ket.serve.dashboard import chart, form
+from ket.serve.dashboard.attempt import attempts
 from ket.serve.dashboard.view import FLEET, Dashboard, Visit
 from ket.serve.refusal import Refusal
 from ket.store.contract import AuditLog, MinuteStore, QueryableStore, QueueControl
@@ -177,6 +178,7 @@ class Pages:
         context = {
             "nav": "jobs",
             "job": record,
+            "attempts": attempts(record, now),
             "trail": trail,
             "payload": redact_payload(record.payload),
             "lease_age": lease_age,

@@ -72,10 +72,20 @@ class JobRow:
         """The (name, unique_key) this job holds while active, if it has a key."""
         return None if self.unique_key is None else (self.name, self.unique_key)
 
-    def record_error(self, error: str, traceback: str | None, at: datetime) -> None:
-        """Append an entry to the history, numbered with the current attempt."""
+    def record_error(
+        self, error: str, traceback: str | None, at: datetime, *, ran: bool = True
+    ) -> None:
+        """Append an entry to the history, numbered with the current attempt; `ran`: the
+        attempt ran (it names when it started and the worker that ran it)."""
         self.errors.append(
-            ErrorRecord(attempt=self.attempt, at=at, error=error, traceback=traceback)
+            ErrorRecord(
+                attempt=self.attempt,
+                at=at,
+                error=error,
+                traceback=traceback,
+                started_at=self.attempted_at if ran else None,
+                worker_id=self.worker_id if ran else None,
+            )
         )
 
     def claimed(self) -> ClaimedJob:

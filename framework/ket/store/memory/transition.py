@@ -26,7 +26,7 @@ def claim(
 
 def expire(database: MemoryDatabase, row: JobRow, now: datetime) -> None:
     """A runnable job past its expiry is discarded unstarted, and says why."""
-    row.record_error(EXPIRED, None, now)
+    row.record_error(EXPIRED, None, now, ran=False)
     row.finished_at = now
     database.move(row, "discarded")
 

@@ -610,7 +610,8 @@ MIGRATIONS += (
 )
 
 
-# The dashboard's charts: jobs per minute and queue, and where their counting stands.
+# The dashboard's charts: jobs per minute and queue, and where their counting stands; and each
+# failed attempt's start and worker, for the job page.
 def _v12(instant: str) -> tuple[str, ...]:
     return (
         f"""CREATE TABLE ket_job_minutes (
@@ -635,13 +636,16 @@ def _v12(instant: str) -> tuple[str, ...]:
             seen_at {instant} NOT NULL,
             CONSTRAINT ket_minute_cursor_one CHECK (one = 1)
         )""",
+        f"ALTER TABLE ket_job_errors ADD COLUMN started_at {instant}",
+        "ALTER TABLE ket_job_errors ADD COLUMN worker_id TEXT",
     )
 
 
 MIGRATIONS += (
     Migration(
         version=12,
-        name="jobs per minute and queue, for the dashboard's charts",
+        name="jobs per minute and queue, for the dashboard's charts; each failed attempt's "
+        "start and worker",
         statements={
             "postgresql": _v12("TIMESTAMP WITH TIME ZONE"),
             "sqlite": _v12("BIGINT"),

@@ -323,11 +323,13 @@ TEXT: dict[str, Compiled] = {
     ),
     'query.append_errors': Compiled(
         text=(
-            'INSERT INTO ket_job_errors (job_id, attempt, at, error, traceback) VALUES (%(p_job_id)s::BIGINT, %(p_attempt)s::INTEGER, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), %(p_error)s::VARCHAR, %(p_traceback)s::VARCHAR) RETURNING ket_job_errors.id'
+            'INSERT INTO ket_job_errors (job_id, attempt, at, error, traceback, started_at, worker_id) SELECT ket_jobs.id, %(p_attempt)s::INTEGER AS anon_1, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_1, %(p_error)s::VARCHAR AS anon_2, %(p_traceback)s::VARCHAR AS anon_3, ket_jobs.attempted_at, ket_jobs.worker_id \n'
+            'FROM ket_jobs \n'
+            'WHERE ket_jobs.id = %(p_job_id)s::BIGINT'
         ),
         constants={
         },
-        returning=True,
+        returning=False,
     ),
     'query.cancel_now': Compiled(
         text=(

@@ -199,12 +199,19 @@ def statements(dialect: str) -> Statements:
             .returning(jobs.c.id, jobs.c.attempt, jobs.c.queue)
             for outcome in ("completed", "retryable", "discarded", "snoozed", "cancelled")
         },
-        append_errors=insert(job_errors).values(
-            job_id=bindparam("p_job_id"),
-            attempt=bindparam("p_attempt"),
-            at=now,
-            error=bindparam("p_error"),
-            traceback=bindparam("p_traceback"),
+        # the attempt's start and worker from its job's row, which the settlement or rescue
+        # in the same transaction left as they were
+        append_errors=insert(job_errors).from_select(
+            ["job_id", "attempt", "at", "error", "traceback", "started_at", "worker_id"],
+            select(
+                jobs.c.id,
+                bindparam("p_attempt", type_=Integer),
+                now,
+                bindparam("p_error", type_=Text),
+                bindparam("p_traceback", type_=Text),
+                jobs.c.attempted_at,
+                jobs.c.worker_id,
+            ).where(jobs.c.id == bindparam("p_job_id")),
         ),
         heartbeat=update(jobs)
         .where(held)
@@ -669,7 +676,12 @@ def job_records(rows: Sequence[Any], history: Sequence[Any]) -> list[JobRecord]:
     for entry in history:
         errors[entry.job_id].append(
             ErrorRecord(
-                attempt=entry.attempt, at=entry.at, error=entry.error, traceback=entry.traceback
+                attempt=entry.attempt,
+                at=entry.at,
+                error=entry.error,
+                traceback=entry.traceback,
+                started_at=entry.started_at,
+                worker_id=entry.worker_id,
             )
         )
     return [

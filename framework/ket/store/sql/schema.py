@@ -168,6 +168,9 @@ job_errors = Table(
     Column("at", Instant, nullable=False),
     Column("error", Text, nullable=False),
     Column("traceback", Text),
+    # when the failed attempt started, and the worker that ran it (migration 12)
+    Column("started_at", Instant),
+    Column("worker_id", Text),
     sqlite_autoincrement=True,
 )
 Index("ket_job_errors_job", job_errors.c.job_id, job_errors.c.id)
