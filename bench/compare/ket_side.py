@@ -61,7 +61,8 @@ class KetSide:
         env = child_env(_env(database, folder))
         subprocess.run(argv, env=env, cwd=folder, check=True, capture_output=True)
 
-    async def producer(self, database: Database) -> KetProducer:
+    async def producer(self, database: Database, *, concurrency: int = 1) -> KetProducer:
+        # one client whatever the callers: its pool is ket's default, as a web app gets it
         client = await open_async_client(deployment(None), database_url=database.url)
         return KetProducer(client)
 

@@ -19,6 +19,7 @@ from executable import HERE, child_env, script
 from ket_app import order
 from peer_app import DSN_ENV, ENTRYPOINT
 from pgqueuer import AsyncpgDriver, Queries
+from pgqueuer.db import AsyncpgPoolDriver
 from side import Command, Window
 
 BEST_BATCH_SIZE = 200
@@ -32,7 +33,7 @@ def _payload(n: int) -> bytes:
 class PeerProducer:
     """PgQueuer's Queries over one asyncpg connection."""
 
-    def __init__(self, connection: asyncpg.Connection, queries: Queries) -> None:
+    def __init__(self, connection: asyncpg.Connection | asyncpg.Pool, queries: Queries) -> None:
         self._connection = connection
         self._queries = queries
         self._sent = 0
@@ -58,7 +59,12 @@ class PeerSide:
         argv = [script("pgq"), "--pg-dsn", database.url, "install"]
         subprocess.run(argv, env=child_env({}), cwd=folder, check=True, capture_output=True)
 
-    async def producer(self, database: Database) -> PeerProducer:
+    async def producer(self, database: Database, *, concurrency: int = 1) -> PeerProducer:
+        if concurrency > 1:  # one asyncpg connection runs one query at a time: a pool
+            pool = await asyncpg.create_pool(
+                database.url, min_size=concurrency, max_size=concurrency
+            )
+            return PeerProducer(pool, Queries(AsyncpgPoolDriver(pool)))
         connection = await asyncpg.connect(database.url)
         return PeerProducer(connection, Queries(AsyncpgDriver(connection)))
 

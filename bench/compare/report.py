@@ -27,6 +27,18 @@ def rows(jobs: int) -> list[Row]:
             higher_is_better=True,
         ),
         Row(
+            label="enqueue one at a time, 8 producers, jobs/s",
+            value=lambda p: p.enqueue_concurrent.get("8"),
+            digits=0,
+            higher_is_better=True,
+        ),
+        Row(
+            label="enqueue one at a time, 32 producers, jobs/s",
+            value=lambda p: p.enqueue_concurrent.get("32"),
+            digits=0,
+            higher_is_better=True,
+        ),
+        Row(
             label=f"enqueue {n} in bulk, jobs/s",
             value=lambda p: p.enqueue_bulk,
             digits=0,
@@ -160,4 +172,22 @@ def loads(passes: Sequence[Pass]) -> str:
     """The 1-minute load average before and after each pass, in run order."""
     return ", ".join(
         f"r{p.round} {p.library} {p.load_before:.2f}→{p.load_after:.2f}" for p in passes
+    )
+
+
+def limit_line(passes: Sequence[Pass], limits: Sequence[dict[str, float]], library: str) -> str:
+    """The pgbench limit by clients (median of the rounds), and `library`'s enqueue one at a
+    time (1, 8 and 32 producers) as a share of it."""
+    medians = {c: statistics.median(limit[c] for limit in limits) for c in limits[0]}
+    mine = [p for p in passes if p.library == library]
+    rates = {
+        "1": statistics.median(p.enqueue_single for p in mine),
+        **{
+            c: statistics.median(p.enqueue_concurrent[c] for p in mine) for c in medians if c != "1"
+        },
+    }
+    return "pgbench limit, one-row INSERT commits/s on this server: " + "; ".join(
+        f"{c} client{'s' if c != '1' else ''} {medians[c]:,.0f} "
+        f"({library} {rates[c] / medians[c]:.0%})"
+        for c in medians
     )

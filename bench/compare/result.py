@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,3 +45,5 @@ class Pass:
     latency: Latency
     # ket only (PgQueuer has no SQLite): sqlite_latency.py, the probes from the harness process
     sqlite_latency: Latency | None = None
+    # jobs/s one at a time from concurrent producers in one process, by their number ("8")
+    enqueue_concurrent: dict[str, float] = field(default_factory=dict)

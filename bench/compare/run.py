@@ -21,16 +21,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from drain import drain
-from enqueue import enqueue_bulk, enqueue_single
+from enqueue import enqueue_bulk, enqueue_concurrent, enqueue_single
 from environment import describe
 from ket_side import KetSide
 from latency import latency
+from limit import pgbench_limit
 from peer_side import PeerSide
 from procfs import load_average
-from report import loads, table
+from report import limit_line, loads, table
 from result import Latency, Pass
 from side import Side
 from sqlite_latency import sqlite_latency
+
+# concurrent producers in one process (a web app's requests), and pgbench's clients for the limit
+PRODUCERS = (8, 32)
+CLIENTS = (1, *PRODUCERS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +73,13 @@ async def _pass(side: Side, folder: Path, settings: Settings, round: int) -> Pas
     before = load_average()
     say(f"load {before:.2f}; enqueue one at a time")
     single = await enqueue_single(side, folder, settings.jobs)
-    say(f"{single:,.0f} jobs/s; enqueue in bulk")
+    concurrent: dict[str, float] = {}
+    for producers in PRODUCERS:
+        say(f"{single:,.0f} jobs/s; enqueue one at a time from {producers} producers")
+        rate = await enqueue_concurrent(side, folder, settings.jobs, producers)
+        concurrent[str(producers)] = rate
+        say(f"{rate:,.0f} jobs/s")
+    say("enqueue in bulk")
     bulk = await enqueue_bulk(side, folder, settings.jobs)
     say(f"{bulk:,.0f} jobs/s; drain, default settings")
     default = await drain(side, folder, settings.jobs, best=False, poll_s=settings.poll_s)
@@ -91,6 +102,7 @@ async def _pass(side: Side, folder: Path, settings: Settings, round: int) -> Pas
         load_after=after,
         enqueue_single=single,
         enqueue_bulk=bulk,
+        enqueue_concurrent=concurrent,
         drain_default=default,
         drain_best=best,
         latency=probed,
@@ -98,16 +110,21 @@ async def _pass(side: Side, folder: Path, settings: Settings, round: int) -> Pas
     )
 
 
-async def _run(settings: Settings) -> list[Pass]:
+async def _run(settings: Settings) -> tuple[list[Pass], list[dict[str, float]]]:
+    """Each round's passes, and each round's pgbench limit by clients."""
     ket, peer = KetSide(), PeerSide()
     passes = []
+    limits = []
     with tempfile.TemporaryDirectory(prefix="ket-cmp-") as folder:
         for round in range(1, settings.rounds + 1):
+            limit = {str(clients): pgbench_limit(clients) for clients in CLIENTS}
+            print(f"round {round} pgbench limit: {limit}", file=sys.stderr, flush=True)
+            limits.append(limit)
             # interleaved: ket, peer, peer, ket, ket, peer, ...
             order: list[Side] = [ket, peer] if round % 2 else [peer, ket]
             for side in order:
                 passes.append(await _pass(side, Path(folder), settings, round))
-    return passes
+    return passes, limits
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -115,20 +132,22 @@ def main(argv: list[str] | None = None) -> None:
     # a SIGTERM unwinds like Ctrl-C, so workers are stopped and databases dropped
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     environment = describe()
-    passes = asyncio.run(_run(settings))
+    passes, limits = asyncio.run(_run(settings))
     print(
         f"\n{settings.jobs:,} no-op async jobs, an order as input, "
         f"{settings.rounds} round(s) interleaved, "
         f"{settings.probes} latency probes; median (min-max); {environment.line()}\n"
     )
     print(table(passes, [KetSide.name, PeerSide.name], settings.jobs))
-    print(f"\nbest settings: ket {KetSide.best_label}; PgQueuer {PeerSide.best_label}")
+    print(f"\n{limit_line(passes, limits, KetSide.name)}")
+    print(f"best settings: ket {KetSide.best_label}; PgQueuer {PeerSide.best_label}")
     print(f"load average (1 min) before→after each pass: {loads(passes)}")
     if json_path is not None:
         raw = {
             "settings": asdict(settings),
             "environment": asdict(environment),
             "passes": [asdict(p) for p in passes],
+            "pgbench_limits": limits,
         }
         json_path.write_text(json.dumps(raw, indent=2), encoding="utf-8")
         print(f"raw results: {json_path}")

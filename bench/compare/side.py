@@ -52,7 +52,9 @@ class Side(Protocol):
         """Run the library's own schema installer against `database`."""
         ...
 
-    async def producer(self, database: Database) -> Producer: ...
+    async def producer(self, database: Database, *, concurrency: int = 1) -> Producer:
+        """A producer opened beforehand, for `concurrency` callers at once."""
+        ...
 
     def worker(self, database: Database, folder: Path, *, best: bool) -> Command:
         """The library's worker CLI, with default or best settings."""
