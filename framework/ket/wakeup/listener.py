@@ -126,14 +126,16 @@ async def bounded(
     try:
         await asyncio.wait({task}, timeout=timeout)
     finally:
-        if not task.done():
+        if not task.done():  # timed out, or this wait was cancelled (the worker stops)
             timed_out = True
             await connection.close()
             task.cancel()
             await asyncio.wait({task})
+            if not task.cancelled():
+                # "connection closed", most likely: the timeout or the stop is the news, and a
+                # failure nobody retrieves is logged as a stray task's when it is collected
+                task.exception()
     if timed_out:
-        if not task.cancelled():
-            task.exception()  # "connection closed", most likely: the timeout is the news
         raise ProbeTimeout(f"{what} got no answer in {timeout:g} s")
     return task.result()
 
