@@ -68,11 +68,8 @@ class Minutes:
                 waiting.setdefault(job.queue, []).append(job.run_at)
         for queue, due in waiting.items():
             oldest = max(0, int((now - min(due)).total_seconds() * 1000))
-            minute = _minute(now)
-            found = self.rows.get((minute, queue)) or JobMinute(minute=minute, queue=queue)
-            self.rows[(minute, queue)] = replace(
-                found, available=len(due), oldest_available_ms=oldest
-            )
+            key, found = self._row(now, queue)
+            self.rows[key] = replace(found, available=len(due), oldest_available_ms=oldest)
 
     def listing(self, since: datetime, until: datetime) -> JobMinutes:
         """The minutes in [since, until), in minute order, then queue order, and how far the
@@ -82,12 +79,14 @@ class Minutes:
         return JobMinutes(minutes=minutes, counted_until=counted)
 
     def _add(self, at: datetime, queue: str, **counts: int) -> None:
-        minute = _minute(at)
-        found = self.rows.get((minute, queue)) or JobMinute(minute=minute, queue=queue)
-        self.rows[(minute, queue)] = replace(
+        key, found = self._row(at, queue)
+        self.rows[key] = replace(
             found, **{name: getattr(found, name) + n for name, n in counts.items()}
         )
 
-
-def _minute(at: datetime) -> datetime:
-    return at.replace(second=0, microsecond=0)
+    def _row(self, at: datetime, queue: str) -> tuple[tuple[datetime, str], JobMinute]:
+        """The key of the minute of `at` and `queue`, and its row so far (empty if none)."""
+        minute = at.replace(second=0, microsecond=0)
+        return (minute, queue), self.rows.get((minute, queue)) or JobMinute(
+            minute=minute, queue=queue
+        )

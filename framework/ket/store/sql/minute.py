@@ -25,6 +25,7 @@ from typing import Any
 
 from ket.store.sql import statement as stmt
 from ket.store.sql.fetch import Rows
+from ket.store.sql.stats import instant
 from ket.store.types import EXPIRED, MINUTES_KEPT, TERMINAL_STATES, JobMinute, JobMinutes
 
 _COUNTED = ("enqueued", "completed", "failed", "discarded", "cancelled")
@@ -167,12 +168,12 @@ async def record(rows: Rows, now: datetime | None, every: float) -> bool:
     docstring), and sample the backlog; True when this call counted. `now`: the store's time
     (None: the database's)."""
     [marks] = await rows.tuples(stmt.MINUTE_MARKS, {"now": now})
-    job, error, at = marks[0], marks[1], _instant(marks[2])
+    job, error, at = marks[0], marks[1], instant(marks[2])
     cursor = await rows.rows(stmt.MINUTE_CURSOR)
     counts = _Counts()
     if cursor:
         [mark] = cursor
-        if (at - _instant(mark.seen_at)).total_seconds() < every:
+        if (at - instant(mark.seen_at)).total_seconds() < every:
             return False  # another process counted lately
         await _count(rows, mark, counts)
         await rows.rows(stmt.MINUTE_ADVANCE, {"p_job": job, "p_error": error, "now": at})
@@ -180,7 +181,7 @@ async def record(rows: Rows, now: datetime | None, every: float) -> bool:
         await rows.rows(stmt.MINUTE_START, {"p_job": job, "p_error": error, "now": at})
     sampled_at = at.replace(second=0, microsecond=0)
     for queue, n, oldest in await rows.tuples(stmt.MINUTE_BACKLOG, {"now": at}):
-        waited = max(0, int((at - _instant(oldest)).total_seconds() * 1000))
+        waited = max(0, int((at - instant(oldest)).total_seconds() * 1000))
         counts.row(sampled_at, queue).update(p_available=n, p_oldest_ms=waited)
     if counts.rows:
         await rows.many(stmt.MINUTE_ADD, list(counts.rows.values()))
@@ -196,7 +197,7 @@ async def _count(rows: Rows, mark: Any, counts: _Counts) -> None:
     errors_span = {"p_from": mark.counted_error_id, "p_to": mark.seen_error_id}
     for queue, minute, n in await rows.tuples(stmt.MINUTE_FAILED, errors_span):
         counts.row(minute, queue)["p_failed"] += n
-    finished_span = {"p_since": _instant(mark.counted_at), "p_until": _instant(mark.seen_at)}
+    finished_span = {"p_since": instant(mark.counted_at), "p_until": instant(mark.seen_at)}
     for queue, minute, state, n in await rows.tuples(stmt.MINUTE_FINISHED, finished_span):
         counts.row(minute, queue)[f"p_{state}"] += n
 
@@ -208,7 +209,7 @@ class _Counts:
         self.rows: dict[tuple[datetime, str], dict[str, Any]] = {}
 
     def row(self, minute: Any, queue: str) -> dict[str, Any]:
-        key = (_instant(minute), queue)
+        key = (instant(minute), queue)
         if key not in self.rows:
             self.rows[key] = {f"p_{name}": 0 for name in _COUNTED} | {
                 "p_minute": key[0],
@@ -227,10 +228,10 @@ async def listing(rows: Rows, since: datetime, until: datetime) -> JobMinutes:
     # before the second count, nothing is counted (the first only sets the marks)
     counted = None
     if cursor and cursor[0].counted_at != cursor[0].seen_at:
-        counted = _instant(cursor[0].counted_at)
+        counted = instant(cursor[0].counted_at)
     minutes = [
         JobMinute(
-            minute=_instant(r.minute),
+            minute=instant(r.minute),
             queue=r.queue,
             enqueued=r.enqueued,
             completed=r.completed,
@@ -243,14 +244,3 @@ async def listing(rows: Rows, since: datetime, until: datetime) -> JobMinutes:
         for r in found
     ]
     return JobMinutes(minutes=tuple(minutes), counted_until=counted)
-
-
-def _instant(value: Any) -> datetime:
-    """Computed columns and scalar subqueries lose the column type on SQLite, which hands back
-    raw microseconds."""
-    if isinstance(value, int):
-        from ket.store.sql.column import from_micros
-
-        return from_micros(value)
-    result: datetime = value
-    return result

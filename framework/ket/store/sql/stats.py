@@ -33,11 +33,11 @@ async def job_stats(
     [oldest] = await rows.rows(stmt.OLDEST, {"now": now})
     per_queue = await rows.rows(stmt.QUEUE_AGES, {"now": oldest.now})
     expired = await rows.rows(stmt.EXPIRED)
-    at = _instant(oldest.now)
+    at = instant(oldest.now)
     recent = await rows.rows(stmt.DISCARDED_RECENT, {"p_since": at - DISCARDED_WITHIN})
 
     def age(value: Any) -> float | None:
-        return None if value is None else (at - _instant(value)).total_seconds()
+        return None if value is None else (at - instant(value)).total_seconds()
 
     stats = JobStats(
         counts={(row.state, row.queue): row[2] for row in counts},
@@ -57,8 +57,9 @@ async def job_stats(
     return replace(stats, dead_rows=dead, live_rows=live, long_transactions=long)
 
 
-def _instant(value: Any) -> datetime:
-    """Scalar subqueries lose the column type, so SQLite hands back raw microseconds."""
+def instant(value: Any) -> datetime:
+    """An instant the database handed back: scalar subqueries and computed columns lose the
+    column type, so SQLite hands back raw microseconds (stats here, the minute counts)."""
     if isinstance(value, int):
         from ket.store.sql.column import from_micros  # SQLite: SQLAlchemy is loaded anyway
 
