@@ -232,14 +232,15 @@ class Pages:
         store = visit.store
         if not isinstance(store, MinuteStore):
             raise Refusal(501, "no_charts", "this tenant's store keeps no per-minute counts")
-        stats = await queryable(visit).job_stats()
-        queues = sorted(queues_of(self.d, stats))
         range_name = form.one_of(request.query_params, "range", tuple(chart.RANGES)) or "hour"
-        queue = form.one_of(request.query_params, "queue", tuple(queues))
         await store.minute_record(COUNT_ON_VIEW)
         now = await store.now()
         since, step, count = chart.window(range_name, now)
         found = await store.minute_list(MinuteQuery(since=since))
+        # the deployment's queues and those counted in the range: no job stats (a count of the
+        # whole jobs table) at every refresh of the page just to name them
+        queues = sorted(set(self.d.catalog.worker.queues) | {m.queue for m in found.minutes})
+        queue = form.one_of(request.query_params, "queue", tuple(queues))
         rows = chart.buckets(found, queue, since, step, count)
         every = chart.RANGES[range_name][2]
         here = self.d.tenant_path(visit.tenant, "/charts")
