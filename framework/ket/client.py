@@ -52,6 +52,7 @@ from ket.runtime.tenancy import (
     resolve_tenants,
 )
 from ket.secret import Redactor, clear_secrets
+from ket.store import validate
 from ket.store.failure import translated
 from ket.store.sql import SqlStore, insert_on
 from ket.store.sql.app_connection import (
@@ -67,6 +68,7 @@ from ket.store.sql.app_database import (
     sqlite_file,
 )
 from ket.store.sql.failure import database_error
+from ket.store.sql.gather import ThreadGather, gathers
 from ket.store.sql.insert import wake_queues
 from ket.store.sql.store import wakeups_of
 from ket.store.tenant import check_tenant_name
@@ -181,6 +183,8 @@ class Client:
         self._path = path
         self._hints = hints
         self._database = _tenant_database(tenant, engine.dialect.name, engine.url.database)
+        # enqueues of many threads that arrive together commit together (gather.py)
+        self._gather = ThreadGather(self._insert_own)
 
     def enqueue(
         self,
@@ -238,15 +242,23 @@ class Client:
             _report(self._hooks, self._tenant, jobs, inserted, app.on_commit)
             return inserted
         with _PayloadFree(jobs):
-            # connecting and committing may fail too, outside insert_on's own translation
-            with (
-                translated(lambda error: database_error(error, self._engine)),
-                self._engine.begin() as own,
-            ):
-                inserted = insert_on(own, jobs, write_locked=True)
+            payloads = validate.encode_payloads(jobs)  # a bad input fails its own caller
+            if gathers(jobs):  # with other threads' enqueues that arrive meanwhile
+                inserted = self._gather.insert(jobs, payloads)
+            else:
+                inserted = self._insert_own(jobs, payloads)
             self._wake(wake_queues(jobs, None))
             report_enqueued(self._hooks, self._tenant, jobs, inserted)  # committed
             return inserted
+
+    def _insert_own(self, jobs: Sequence[NewJob], payloads: Sequence[str]) -> list[Inserted]:
+        """Insert `jobs` in a transaction of the client's own."""
+        # connecting and committing may fail too, outside insert_on's own translation
+        with (
+            translated(lambda error: database_error(error, self._engine)),
+            self._engine.begin() as own,
+        ):
+            return insert_on(own, jobs, write_locked=True, payloads=payloads)
 
     def _admit(self, app: AppConnection) -> None:
         """ConnectionRejected unless `app` is on the tenant's database (asked once for each

@@ -24,6 +24,7 @@ from ket.store.sql.app_connection import (
     async_app_connection,
 )
 from ket.store.sql.fetch import EngineRows, Rows
+from ket.store.sql.gather import Gather, gathers
 from ket.store.sql.insert import insert_plan, one_statement, run_plan, run_sync
 from ket.store.sql.limit import expire, limited_claim
 from ket.store.sql.now import time_params
@@ -63,20 +64,38 @@ _RUNNABLE_AGAIN = frozenset({"retryable", "snoozed"})
 class SqlJobs(SqlSession):
     """JobStore's job operations."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # concurrent inserts of plain jobs share a statement and its commit (gather.py)
+        self._gather = Gather(self._inserted)
+
+    async def close(self) -> None:
+        """As the session's, once the inserts gathered under way have committed."""
+        await self._gather.close()
+        await super().close()
+
     async def job_insert(self, batch: Sequence[NewJob]) -> list[Inserted]:
-        """Insert jobs in one transaction; unique keys coalesce with their active holder."""
+        """Insert jobs in one transaction; unique keys coalesce with their active holder.
+        Plain jobs inserted concurrently through this store commit together (gather.py)."""
         payloads = validate.encode_payloads(batch)
         if not batch:
             return []
+        if gathers(batch):
+            inserted = await self._gather.insert(batch, payloads)
+        else:
+            inserted = await self._inserted(batch, payloads)
+        self._woken(batch, self._now())
+        return inserted
+
+    async def _inserted(self, batch: Sequence[NewJob], payloads: Sequence[str]) -> list[Inserted]:
+        """Insert `batch`, its payloads encoded already, in one statement or transaction."""
         now = self._now()
         # one statement needs no transaction of its own; several do
         single = one_statement(self.dialect, batch)
-        inserted = await self._hot(
+        return await self._hot(
             lambda rows: run_plan(rows, insert_plan(self.dialect, now, batch, payloads)),
             single=single,
         )
-        self._woken(batch, now)
-        return inserted
 
     def job_insert_sync(self, connection: object, batch: Sequence[NewJob]) -> list[Inserted]:
         """Insert jobs on an application's own synchronous connection, in its transaction
@@ -372,16 +391,19 @@ def insert_on(
     *,
     now: datetime | None = None,
     write_locked: bool = False,
+    payloads: Sequence[str] | None = None,
 ) -> list[Inserted]:
     """Insert jobs on a synchronous connection, inside its transaction: a SQLAlchemy
     Connection, a psycopg 3 Connection or Django's connection (app_connection.py), or one
     already adapted; ConnectionRejected for anything else.
 
     `now` None means the database's time (this machine's for SQLite); `write_locked` says the
-    transaction holds SQLite's write lock from its start (ket's own engines do).
+    transaction holds SQLite's write lock from its start (ket's own engines do); `payloads`,
+    the jobs' inputs checked and encoded already (validate.encode_payloads).
     """
     app = connection if isinstance(connection, AppConnection) else app_connection(connection)
-    payloads = validate.encode_payloads(batch)
+    if payloads is None:
+        payloads = validate.encode_payloads(batch)
     if not batch:
         return []
     dialect = app.rows.dialect
