@@ -162,12 +162,10 @@ def test_enqueue_many_from_concurrent_callers_keeps_each_batch_whole_and_in_orde
     async def scenario() -> list[list[Any]]:
         client = await open_async_client(APP, database_url=tenant_database)
         try:
-            return await asyncio.gather(
-                *(
-                    client.aenqueue_many([("orders.place", _order(f"{b}-{n}")) for n in range(count)])
-                    for b in range(6)
-                )
-            )
+            batches = [
+                [("orders.place", _order(f"{b}-{n}")) for n in range(count)] for b in range(6)
+            ]
+            return await asyncio.gather(*(client.aenqueue_many(batch) for batch in batches))
         finally:
             await client.aclose()
 
