@@ -87,9 +87,17 @@ class Gather:
         # caller cancelled during its own statement may
         return await part.done
 
-    def _next(self) -> None:
+    def _next(self, *, grouped: bool = False) -> None:
         """An insert ended: the parts gathered meanwhile go as one group now, in a task of its
-        own (so that no caller's cancellation cuts the others' insert short)."""
+        own (so that no caller's cancellation cuts the others' insert short).
+
+        `grouped`: the insert that ended was a group's, whose callers were just handed their
+        ids and mostly enqueue again at once. With none gathered yet, the next insert waits
+        for them for one turn of the loop (their wake-ups run first), so that they go together
+        again rather than the first alone with the rest gathering behind it."""
+        if grouped:
+            asyncio.get_running_loop().call_soon(self._next)
+            return
         parts, self._waiting = self._waiting, []
         if not parts:
             self._flying = False
@@ -106,7 +114,7 @@ class Gather:
                 _fail(part.done, error)
             raise
         finally:
-            self._next()
+            self._next(grouped=len(parts) > 1)
 
     async def _group(self, parts: list[_Part]) -> None:
         if len(parts) > 1:
