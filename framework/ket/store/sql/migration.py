@@ -393,10 +393,12 @@ DECLARE
     v_now_us BIGINT;  -- now, in microseconds from the Unix epoch
     v_running JSONB;  -- by concurrency key: the queue's executing attempts
     v_total BIGINT;   -- all of them
-    v_started JSONB;  -- by rate scope: the starts within its rate's period
-    v_oldest JSONB;   -- by rate scope: the first of those
+    v_started JSONB := '{}';  -- by rate scope met: the starts within its rate's period
+    v_oldest JSONB := '{}';   -- by rate scope met: when the first of those leaves it
+    v_width INTERVAL;
+    v_frees TIMESTAMP WITH TIME ZONE;
+    v_seen BIGINT := 0;  -- the candidates met: due jobs whose keys were not full
     v_full_c TEXT[];
-    v_full_r TEXT[];
     v_room BIGINT := 9223372036854775807;
     v_mine JSONB := '{}';    -- by concurrency key: the attempts this claim starts
     v_starts JSONB := '{}';  -- by rate scope: the starts this claim records
@@ -444,38 +446,27 @@ BEGIN
     IF v_longest IS NOT NULL THEN
         DELETE FROM ket_rate_starts s  -- past every period: they count no more
         WHERE s.queue = p_queue AND s.at <= v_kept;
-        -- by scope, the starts of the tenths any of which lies within the period, and when
-        -- the first of those leaves it (admission.counts_at, admission.frees_at)
-        SELECT coalesce(jsonb_object_agg(w.scope, w.n), '{}'),
-               coalesce(jsonb_object_agg(w.scope, w.frees), '{}')
-        INTO v_started, v_oldest
-        FROM (SELECT r.scope, sum(r.n) AS n,
-                     min(r.at) + r.width + r.period * interval '1 second' AS frees
-              FROM (SELECT s.scope, s.at, s.n, p.period,
-                           greatest(round(p.period * 100000)::BIGINT, 1)
-                               * interval '1 microsecond' AS width
-                    FROM ket_rate_starts s
-                    LEFT JOIN unnest(p_names, p_rate, p_period) AS l(name, rate, period)
-                      ON s.scope <> '*' AND l.name = split_part(s.scope, '|', 1)
-                    CROSS JOIN LATERAL (SELECT CASE WHEN s.scope = '*' THEN p_queue_period
-                                                    WHEN l.rate IS NOT NULL THEN l.period
-                                               END AS period) AS p
-                    WHERE s.queue = p_queue AND s.at > v_kept) AS r
-              WHERE r.at + r.width > v_now - r.period * interval '1 second'
-              GROUP BY r.scope, r.width, r.period) AS w;
-    ELSE
-        v_started := '{}';
-        v_oldest := '{}';
+    END IF;
+    -- the starts within its rate's period of each scope the claim meets (v_started), and when
+    -- the first of those leaves it (v_oldest), read when first met (admission.counts_at,
+    -- admission.frees_at): by the scope's index, so that a claim reads the records of its
+    -- candidates' scopes only, not every start of the period (a million a second per key kept
+    -- every start of the last second)
+    IF p_queue_rate IS NOT NULL THEN
+        v_width := greatest(round(p_queue_period * 100000)::BIGINT, 1) * interval '1 microsecond';
+        SELECT coalesce(sum(s.n), 0), min(s.at) + v_width + p_queue_period * interval '1 second'
+        INTO v_n, v_frees
+        FROM ket_rate_starts s
+        WHERE s.queue = p_queue AND s.scope = '*'
+          AND s.at > v_now - p_queue_period * interval '1 second' - v_width;
+        v_started := v_started || jsonb_build_object('*', v_n);
+        v_oldest := v_oldest || jsonb_build_object('*', v_frees);
     END IF;
 
     SELECT coalesce(array_agg(r.k), '{}') INTO v_full_c
     FROM jsonb_each_text(v_running) AS r(k, n)
     JOIN unnest(p_names, p_concurrency) AS l(name, lim) ON l.name = split_part(r.k, '|', 1)
     WHERE l.lim IS NOT NULL AND r.n::BIGINT >= l.lim;
-    SELECT coalesce(array_agg(s.k), '{}') INTO v_full_r
-    FROM jsonb_each_text(v_started) AS s(k, n)
-    JOIN unnest(p_names, p_rate) AS l(name, lim) ON l.name = split_part(s.k, '|', 1)
-    WHERE s.k <> '*' AND l.lim IS NOT NULL AND s.n::BIGINT >= l.lim;
     v_contended := cardinality(v_full_c) > 0;
 
     IF p_queue_concurrency IS NOT NULL THEN
@@ -493,12 +484,28 @@ BEGIN
               AND NOT EXISTS (SELECT 1 FROM ket_queue_pauses p WHERE p.queue = p_queue)
               AND (j.expires_at IS NULL OR j.expires_at > v_now)
               AND (j.concurrency_key IS NULL OR NOT j.concurrency_key = ANY (v_full_c))
-              AND (j.rate_key IS NULL OR NOT j.rate_key = ANY (v_full_r))
             ORDER BY j.priority, j.run_at, j.id
-            LIMIT p_limit FOR UPDATE SKIP LOCKED
+            FOR UPDATE SKIP LOCKED
         LOOP
-            EXIT WHEN cardinality(v_ids) >= p_limit OR v_room <= 0;
+            EXIT WHEN v_seen >= p_limit OR cardinality(v_ids) >= p_limit OR v_room <= 0;
             v_i := array_position(p_names, c.name);
+            IF v_i IS NOT NULL AND p_rate[v_i] IS NOT NULL AND c.rk <> '' THEN
+                IF NOT v_started ? c.rk THEN  -- its scope's records, read once a claim
+                    v_width := greatest(round(p_period[v_i] * 100000)::BIGINT, 1)
+                        * interval '1 microsecond';
+                    SELECT coalesce(sum(s.n), 0),
+                           min(s.at) + v_width + p_period[v_i] * interval '1 second'
+                    INTO v_n, v_frees
+                    FROM ket_rate_starts s
+                    WHERE s.queue = p_queue AND s.scope = c.rk
+                      AND s.at > v_now - p_period[v_i] * interval '1 second' - v_width;
+                    v_started := v_started || jsonb_build_object(c.rk, v_n);
+                    v_oldest := v_oldest || jsonb_build_object(c.rk, v_frees);
+                END IF;
+                -- full before this claim: no candidate (other keys' jobs take its turn)
+                CONTINUE WHEN (v_started->>c.rk)::BIGINT >= p_rate[v_i];
+            END IF;
+            v_seen := v_seen + 1;
             IF v_i IS NOT NULL AND p_concurrency[v_i] IS NOT NULL AND c.ck <> '' THEN
                 IF coalesce((v_running->>c.ck)::BIGINT, 0) + coalesce((v_mine->>c.ck)::BIGINT, 0)
                         >= p_concurrency[v_i] THEN
@@ -650,6 +657,16 @@ MIGRATIONS += (
             "postgresql": _v12("TIMESTAMP WITH TIME ZONE"),
             "sqlite": _v12("BIGINT"),
         },
+    ),
+)
+# A limited claim reads the starts of its candidates' rate scopes only (ket_limited_claim, made
+# again: it read every start of the longest period at each claim), by the scope's index.
+_RATE_SCOPE = "CREATE INDEX ket_rate_starts_scope ON ket_rate_starts (queue, scope, at)"
+MIGRATIONS += (
+    Migration(
+        version=13,
+        name="a limited claim reads the starts of its candidates' rate scopes only",
+        statements={"postgresql": (_RATE_SCOPE, _PG_LIMITED_CLAIM), "sqlite": (_RATE_SCOPE,)},
     ),
 )
 LATEST = MIGRATIONS[-1].version

@@ -272,6 +272,7 @@ rate_starts = Table(
     sqlite_autoincrement=True,
 )
 Index("ket_rate_starts_queue", rate_starts.c.queue, rate_starts.c.at)
+Index("ket_rate_starts_scope", rate_starts.c.queue, rate_starts.c.scope, rate_starts.c.at)
 
 # The paused queues: no claim takes a job of a queue with a row here (ket queues pause)
 queue_pauses = Table(
