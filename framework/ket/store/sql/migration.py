@@ -398,6 +398,10 @@ DECLARE
     v_width INTERVAL;
     v_frees TIMESTAMP WITH TIME ZONE;
     v_seen BIGINT := 0;  -- the candidates met: due jobs whose keys were not full
+    v_read BIGINT;       -- the due jobs one read returned
+    v_after_p INTEGER := -2147483648;  -- where the last read ended, in claim order
+    v_after_r TIMESTAMP WITH TIME ZONE := '-infinity';
+    v_after_id BIGINT := 0;
     v_full_c TEXT[];
     v_room BIGINT := 9223372036854775807;
     v_mine JSONB := '{}';    -- by concurrency key: the attempts this claim starts
@@ -476,17 +480,26 @@ BEGIN
         v_room := least(v_room, p_queue_rate - coalesce((v_started->>'*')::BIGINT, 0));
     END IF;
 
-    IF v_room > 0 THEN
+    -- the due jobs in claim order, p_limit at a time from where the last read ended (a
+    -- scope found full passes its jobs over: the next read goes on past them)
+    WHILE v_room > 0 AND v_seen < p_limit AND cardinality(v_ids) < p_limit LOOP
+        v_read := 0;
         FOR c IN
-            SELECT j.id, j.name, j.concurrency_key AS ck, j.rate_key AS rk FROM ket_jobs j
+            SELECT j.id, j.name, j.concurrency_key AS ck, j.rate_key AS rk,
+                   j.priority, j.run_at FROM ket_jobs j
             WHERE j.queue = p_queue AND j.state IN ('available', 'scheduled', 'retryable')
               AND j.run_at <= v_now
+              AND (j.priority, j.run_at, j.id) > (v_after_p, v_after_r, v_after_id)
               AND NOT EXISTS (SELECT 1 FROM ket_queue_pauses p WHERE p.queue = p_queue)
               AND (j.expires_at IS NULL OR j.expires_at > v_now)
               AND (j.concurrency_key IS NULL OR NOT j.concurrency_key = ANY (v_full_c))
             ORDER BY j.priority, j.run_at, j.id
-            FOR UPDATE SKIP LOCKED
+            LIMIT p_limit FOR UPDATE SKIP LOCKED
         LOOP
+            v_read := v_read + 1;
+            v_after_p := c.priority;
+            v_after_r := c.run_at;
+            v_after_id := c.id;
             EXIT WHEN v_seen >= p_limit OR cardinality(v_ids) >= p_limit OR v_room <= 0;
             v_i := array_position(p_names, c.name);
             IF v_i IS NOT NULL AND p_rate[v_i] IS NOT NULL AND c.rk <> '' THEN
@@ -528,7 +541,8 @@ BEGIN
             v_ids := v_ids || c.id;
             v_room := v_room - 1;
         END LOOP;
-    END IF;
+        EXIT WHEN v_read < p_limit;  -- no due job left past these
+    END LOOP;
 
     IF p_queue_rate IS NOT NULL AND cardinality(v_ids) > 0 THEN
         v_starts := v_starts || jsonb_build_object('*', cardinality(v_ids));
@@ -561,7 +575,7 @@ BEGIN
     IF cardinality(v_ids) > 0 THEN
         -- each scope's starts added to the record of their tenth of its rate's period
         -- (admission.bucket_of), or a new record: the claims of the queue take turns
-        FOR c IN
+        WITH counted AS (
             SELECT t.k AS scope, t.n::INTEGER AS n,
                    to_timestamp(0) + v_now_us / w.width * w.width * interval '1 microsecond'
                        AS tenth
@@ -571,14 +585,14 @@ BEGIN
                                            ELSE p_period[array_position(p_names,
                                                 split_part(t.k, '|', 1))]
                                       END * 100000)::BIGINT, 1) AS width) AS w
-        LOOP
-            UPDATE ket_rate_starts s SET n = s.n + c.n
-            WHERE s.queue = p_queue AND s.scope = c.scope AND s.at = c.tenth;
-            IF NOT FOUND THEN
-                INSERT INTO ket_rate_starts (queue, scope, at, n)
-                VALUES (p_queue, c.scope, c.tenth, c.n);
-            END IF;
-        END LOOP;
+        ), added AS (
+            UPDATE ket_rate_starts s SET n = s.n + counted.n FROM counted
+            WHERE s.queue = p_queue AND s.scope = counted.scope AND s.at = counted.tenth
+            RETURNING s.scope
+        )
+        INSERT INTO ket_rate_starts (queue, scope, at, n)
+        SELECT p_queue, counted.scope, counted.tenth, counted.n FROM counted
+        WHERE counted.scope NOT IN (SELECT added.scope FROM added);
         RETURN QUERY
         UPDATE ket_jobs j SET state = 'executing', attempt = j.attempt + 1,
             worker_id = p_worker_id, attempted_at = v_now,
