@@ -1,7 +1,8 @@
 """The server's own limit for the enqueue rows, measured in the same run: how many single-row
 INSERT commits a second pgbench gets with 1, 8 and 32 clients, into a table shaped like a queue's
 (an id, a JSON input, a state, a time), on a fresh database of the same server. An enqueue that
-commits one row cannot beat it; the report gives each library's enqueue rows as a fraction of it.
+commits its one row alone cannot beat it (ket's concurrent enqueues share commits, and can); the
+report gives each library's enqueue rows as a fraction of it.
 """
 
 from __future__ import annotations
