@@ -272,9 +272,11 @@ class Lane:
                 self._in_background(close_quietly(dropped))
                 self._wake_one()
             return
-        if self._waiters and self._budget is not None and self._budget.owed():
+        if self._budget is not None and self._budget.owed():
             # another tenant has waited for room long enough: its turn, not our next caller's
-            # (who asks the budget for room of its own, in line)
+            # (who asks the budget for room of its own, in line). Whether or not a caller of
+            # ours waits here: enqueues gathered behind this one wait in the store's Gather,
+            # not here, and the group that takes them would take this connection back at once
             self._open -= 1
             self._in_background(self._give_up(raw))
             return
