@@ -8,8 +8,10 @@ Each pass enqueues `--jobs` jobs keyed by an order id, then claims `--batch` at 
 completes each batch at once, until the queue is empty, as a worker that never waits would. The
 kinds: `none` (no limits), `concurrency` (at most 10 running per order: never reached), `both`
 (that and a million starts a second: never reached), `reached` (at most 4 running at once in
-all, the batch's completions keeping it there). Rounds interleave the kinds; prints the median
-jobs a second and time per claim, and the ratio to `none` in the same run. The database
+all, the batch's completions keeping it there), `keyed_rate` (at most 10 running and 5 started
+a minute per order: never reached, every start of the last minute kept). Rounds interleave
+the kinds; prints the median jobs a second and time per claim, and the ratio to `none` in the
+same run. The database
 `ketbench_claim` on KET_BENCH_POSTGRES_URL's server (default
 postgresql://root@127.0.0.1:5432/postgres) is made afresh.
 """
@@ -38,6 +40,10 @@ LIMITS: dict[str, ClaimLimits | None] = {
         jobs={NAME: JobLimits(concurrency=10, rate=Rate(limit=1_000_000, period_seconds=1))}
     ),
     "reached": ClaimLimits(concurrency=4),
+    # a rate per order over a minute, never reached: every start of the last minute is kept
+    "keyed_rate": ClaimLimits(
+        jobs={NAME: JobLimits(concurrency=10, rate=Rate(limit=5, period_seconds=60))}
+    ),
 }
 
 
@@ -50,7 +56,7 @@ async def _pass(kind: str, jobs: int, batch: int) -> tuple[float, float]:
                 name=NAME,
                 payload={"order_id": f"o{n}", "amount": n},
                 concurrency_key=f'{NAME}|["o{n}"]',
-                rate_key=f"{NAME}|[]",
+                rate_key=f'{NAME}|["o{n}"]' if kind == "keyed_rate" else f"{NAME}|[]",
             )
             for n in range(jobs)
         ]
