@@ -14,6 +14,7 @@ from ket.secret.field import (
     holds_secrets,
     open_payload,
     plain_payload,
+    plain_payloads,
     redact_payload,
     seal_payload,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "holds_secrets",
     "open_payload",
     "plain_payload",
+    "plain_payloads",
     "redact_payload",
     "seal_payload",
 ]

@@ -66,6 +66,15 @@ def plain_payload(value: BaseModel, *, job: str) -> dict[str, Any]:
     return shown
 
 
+def plain_payloads(shown: list[dict[str, Any]], *, job: str) -> list[dict[str, Any]]:
+    """plain_payload for inputs validated and dumped together (a TypeAdapter over their list):
+    the same refusal of an envelope-shaped object, naming the field."""
+    for payload in shown:
+        if _is_envelope(payload) or not _flat(payload):
+            _refuse_envelopes(payload, _Where(job, ""))
+    return shown
+
+
 def open_payload(
     payload: dict[str, Any], keys: SecretKeys | None
 ) -> tuple[dict[str, Any], list[str]]:
