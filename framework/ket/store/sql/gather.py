@@ -92,9 +92,9 @@ class Gather:
         own (so that no caller's cancellation cuts the others' insert short).
 
         `grouped`: the insert that ended was a group's, whose callers were just handed their
-        ids and mostly enqueue again at once. With none gathered yet, the next insert waits
-        for them for one turn of the loop (their wake-ups run first), so that they go together
-        again rather than the first alone with the rest gathering behind it."""
+        ids and mostly enqueue again at once. The next insert waits one turn of the loop for
+        them (their wake-ups run first) and takes them with whatever gathered meanwhile, so
+        that they go together again rather than the first alone and the rest behind it."""
         if grouped:
             asyncio.get_running_loop().call_soon(self._next)
             return
