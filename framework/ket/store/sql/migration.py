@@ -418,15 +418,20 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('ket limits ' || p_queue, 0));
     v_now := coalesce(p_now, clock_timestamp());
     -- the longest period, and its tenth: older starts count no more (admission.kept_since)
-    v_longest := greatest(
-        (SELECT max(l.period) FROM unnest(p_rate, p_period) AS l(rate, period)
-         WHERE l.rate IS NOT NULL),
-        CASE WHEN p_queue_rate IS NOT NULL THEN p_queue_period END);
-    v_kept := v_now - v_longest * interval '1 second'
-        - greatest(round(v_longest * 100000)::BIGINT, 1) * interval '1 microsecond';
+    -- (each statement of a function costs its own start, whatever it does: the claim of a
+    -- queue whose limits are far runs as few as it can)
+    IF p_queue_rate IS NOT NULL OR array_remove(p_rate, NULL) <> '{}' THEN
+        v_longest := greatest(
+            (SELECT max(l.period) FROM unnest(p_rate, p_period) AS l(rate, period)
+             WHERE l.rate IS NOT NULL),
+            CASE WHEN p_queue_rate IS NOT NULL THEN p_queue_period END);
+        v_kept := v_now - v_longest * interval '1 second'
+            - greatest(round(v_longest * 100000)::BIGINT, 1) * interval '1 microsecond';
+    END IF;
     v_now_us := (extract(epoch FROM v_now) * 1000000)::BIGINT;
 
-    -- the expired jobs discarded, and why (as the plain claim does)
+    -- the expired jobs discarded, and why (as the plain claim does); the running attempts by
+    -- concurrency key, all of them, and the keys at their job's limit
     WITH expiring AS (
         SELECT e.id FROM ket_jobs e
         WHERE e.queue = p_queue AND e.expires_at IS NOT NULL
@@ -436,16 +441,22 @@ BEGIN
         UPDATE ket_jobs j SET state = 'discarded', finished_at = v_now, lease_until = NULL,
             cancel_requested = false
         FROM expiring WHERE j.id = expiring.id RETURNING j.id, j.attempt
+    ), noted AS (
+        INSERT INTO ket_job_errors (job_id, attempt, at, error)
+        SELECT expired.id, expired.attempt, v_now, 'expired' FROM expired
+    ), running AS (
+        SELECT j.concurrency_key AS k, count(*) AS n FROM ket_jobs j
+        WHERE j.queue = p_queue AND j.state = 'executing'
+        GROUP BY j.concurrency_key
     )
-    INSERT INTO ket_job_errors (job_id, attempt, at, error)
-    SELECT expired.id, expired.attempt, v_now, 'expired' FROM expired;
-
-    SELECT coalesce(jsonb_object_agg(r.k, r.n) FILTER (WHERE r.k IS NOT NULL), '{}'),
-           coalesce(sum(r.n), 0)
-    INTO v_running, v_total
-    FROM (SELECT j.concurrency_key AS k, count(*) AS n FROM ket_jobs j
-          WHERE j.queue = p_queue AND j.state = 'executing'
-          GROUP BY j.concurrency_key) AS r;
+    SELECT coalesce((SELECT jsonb_object_agg(r.k, r.n) FROM running r WHERE r.k IS NOT NULL),
+                    '{}'),
+           coalesce((SELECT sum(r.n) FROM running r), 0),
+           coalesce((SELECT array_agg(r.k) FROM running r
+                     JOIN unnest(p_names, p_concurrency) AS l(name, lim)
+                       ON l.name = split_part(r.k, '|', 1)
+                     WHERE l.lim IS NOT NULL AND r.n >= l.lim), '{}')
+    INTO v_running, v_total, v_full_c;
 
     IF v_longest IS NOT NULL THEN
         DELETE FROM ket_rate_starts s  -- past every period: they count no more
@@ -467,10 +478,6 @@ BEGIN
         v_oldest := v_oldest || jsonb_build_object('*', v_frees);
     END IF;
 
-    SELECT coalesce(array_agg(r.k), '{}') INTO v_full_c
-    FROM jsonb_each_text(v_running) AS r(k, n)
-    JOIN unnest(p_names, p_concurrency) AS l(name, lim) ON l.name = split_part(r.k, '|', 1)
-    WHERE l.lim IS NOT NULL AND r.n::BIGINT >= l.lim;
     v_contended := cardinality(v_full_c) > 0;
 
     IF p_queue_concurrency IS NOT NULL THEN
@@ -572,7 +579,7 @@ BEGIN
         v_retry := coalesce(v_retry, v_own_period);
     END IF;
 
-    IF cardinality(v_ids) > 0 THEN
+    IF cardinality(v_ids) > 0 AND v_starts <> '{}' THEN
         -- each scope's starts added to the record of their tenth of its rate's period
         -- (admission.bucket_of), or a new record: the claims of the queue take turns
         WITH counted AS (
@@ -593,6 +600,8 @@ BEGIN
         INSERT INTO ket_rate_starts (queue, scope, at, n)
         SELECT p_queue, counted.scope, counted.tenth, counted.n FROM counted
         WHERE counted.scope NOT IN (SELECT added.scope FROM added);
+    END IF;
+    IF cardinality(v_ids) > 0 THEN
         RETURN QUERY
         UPDATE ket_jobs j SET state = 'executing', attempt = j.attempt + 1,
             worker_id = p_worker_id, attempted_at = v_now,
