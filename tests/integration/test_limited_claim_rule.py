@@ -5,6 +5,7 @@ when a held rate frees."""
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from sqlalchemy import create_engine
 
 from ket.store.admission import Candidate, Counts, Start, kept_since, longest_period
 from ket.store.sql import migrate
+from ket.store.sql.limit import array_literal
 from ket.store.sql.postgres_text import TEXT
 from ket.store.types import ClaimLimits, JobLimits, Rate
 
@@ -29,7 +31,7 @@ NAMES = ("a", "b")
 @pytest.fixture(scope="module")
 def database(postgres_url: str) -> Iterator[psycopg.Connection[Any]]:
     """One migrated schema for every example, on one autocommit connection."""
-    schema = "ket_test_limited_rule"
+    schema = f"ket_test_limited_rule_{uuid.uuid4().hex[:8]}"  # one per test process
     with psycopg.connect(postgres_url, autocommit=True) as admin:
         admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
         admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
@@ -203,3 +205,26 @@ def test_the_function_admits_what_the_rule_admits(
     for scope, at, n in database.execute("SELECT scope, at, n FROM ket_rate_starts"):
         stored[scope, at] += n
     assert stored == +kept
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["a", "b"],
+        ['quo"te', "back\\slash", "com,ma", "{brace}", "sp ace", "NULL", ""],
+        [1, None, 9_223_372_036_854_775_807],
+        [1.0, None, 2.5, 0.1],
+    ],
+)
+def test_the_limits_travel_as_array_literals_the_server_reads_back_as_given(
+    database: psycopg.Connection[Any], values: list[Any]
+) -> None:
+    kind = (
+        "text"
+        if isinstance(values[0], str)
+        else "bigint"
+        if isinstance(values[0], int)
+        else "float8"
+    )
+    [(found,)] = database.execute(f"SELECT %s::{kind}[]", (array_literal(values),)).fetchall()
+    assert found == values
