@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Collection, Iterable
@@ -342,13 +343,22 @@ class ControlChannel:
 
 
 class SyncHints:
-    """The hints of a synchronous client: sent on a connection of its own, after each commit."""
+    """The hints of a synchronous client: sent on a connection of its own, after each commit.
+
+    Threads that commit while a hint is on its way do not queue behind it on the connection:
+    their hints join the next send, which the sending thread makes once its own is done (each
+    send is a commit that NOTIFYs, and those take PostgreSQL's one notification lock in turn:
+    sixteen threads sending their own would send one after another). A hint is never sent
+    before its commit: it is only gathered once the commit returned."""
 
     def __init__(self, dsn: str, tenant: str) -> None:
         self.dsn = dsn
         self.tenant = tenant
         self._connection: psycopg.Connection[Any] | None = None
         self._dropped = _Dropped(dsn)
+        self._lock = threading.Lock()
+        self._gathered: set[str] = set()  # hints waiting for the next send
+        self._sending = False  # a thread is sending: it sends what gathers meanwhile too
 
     def connect(self) -> None:
         """Open the connection now, so that the first hint pays no set-up; one that cannot be
@@ -366,17 +376,33 @@ class SyncHints:
         return connection
 
     def sent(self, queues: Collection[str], woken: Collection[str] = ()) -> None:
-        """As ControlChannel.sent, in the caller's thread; a failure is logged, not raised.
-        (`woken` changes nothing: a synchronous client routes no hints in its process.)"""
+        """As ControlChannel.sent, in the caller's thread (or in the thread sending already);
+        a failure is logged, not raised. (`woken` changes nothing: a synchronous client routes
+        no hints in its process.)"""
         if not queues:
             return
+        with self._lock:
+            self._gathered.update(hint(self.tenant, queue) for queue in queues)
+            if self._sending:
+                return
+            self._sending = True
         try:
-            connection = self._connected()
-            hints = [hint(self.tenant, queue) for queue in sorted(queues)]
-            connection.execute(SEND, (hints,), prepare=False)  # pooler.py
-        except Exception as error:
-            self.close()
-            self._dropped.said(error, len(queues))
+            while True:
+                with self._lock:
+                    hints, self._gathered = sorted(self._gathered), set()
+                    if not hints:
+                        self._sending = False
+                        return
+                try:
+                    connection = self._connected()
+                    connection.execute(SEND, (hints,), prepare=False)  # pooler.py
+                except Exception as error:
+                    self.close()
+                    self._dropped.said(error, len(hints))
+        except BaseException:  # interrupted: the next commit's thread sends what is left
+            with self._lock:
+                self._sending = False
+            raise
 
     def close(self) -> None:
         connection, self._connection = self._connection, None
