@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from ket.errors import StoreUnavailable
 from ket.store.types import Inserted, NewJob
@@ -117,28 +118,22 @@ class Gather:
             self._next(grouped=len(parts) > 1)
 
     async def _group(self, parts: list[_Part]) -> None:
-        if len(parts) > 1:
-            try:
-                inserted = await self._insert(
-                    [job for part in parts for job in part.jobs],
-                    [text for part in parts for text in part.payloads],
-                )
-            except Exception as error:
-                if _unknown(error):
-                    for part in parts:
-                        _fail(part.done, error)
-                    return
-                # refused, so nothing of it was written: each part on its own, below
-            else:
-                _share(parts, inserted, lambda part, mine: _give(part.done, mine))
-                return
-        for part in parts:
-            if part.done.done():  # its caller was cancelled: nobody wants these jobs now
-                continue
-            try:
-                _give(part.done, await self._insert(part.jobs, part.payloads))
-            except Exception as error:
-                _fail(part.done, error)
+        plan = _plan(parts, lambda part: not part.done.done())  # a cancelled caller's: none
+        try:
+            batch = next(plan)
+            while True:
+                try:
+                    result: list[Inserted] | Exception = await self._insert(*batch)
+                except Exception as error:
+                    result = error
+                batch = plan.send(result)
+        except StopIteration as ended:
+            outcomes: list[list[Inserted] | Exception | None] = ended.value
+        for part, outcome in zip(parts, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                _fail(part.done, outcome)
+            elif outcome is not None:
+                _give(part.done, outcome)
 
     async def close(self) -> None:
         """Wait for the groups under way (their callers wait for them too)."""
@@ -146,17 +141,47 @@ class Gather:
             await asyncio.gather(*self._groups, return_exceptions=True)
 
 
-def _share(
-    parts: Sequence[_Part] | Sequence[_ThreadPart],
-    inserted: list[Inserted],
-    give: Callable[..., None],
-) -> None:
-    """Hand each part its own slice of the group's results, in the group's order."""
-    start = 0
+class _Jobs(Protocol):
+    """A part of a group, as the plan reads it."""
+
+    @property
+    def jobs(self) -> Sequence[NewJob]: ...
+
+    @property
+    def payloads(self) -> Sequence[str]: ...
+
+
+Batch = tuple[Sequence[NewJob], Sequence[str]]  # an insert: its jobs and their payloads
+Plan = Generator[Batch, "list[Inserted] | Exception", "list[list[Inserted] | Exception | None]"]
+
+
+def _plan(parts: Sequence[_Jobs], wanted: Callable[[Any], bool] = lambda part: True) -> Plan:
+    """The inserts of a group, one implementation for both gathers: it yields each insert's
+    jobs and payloads, is sent the inserted rows or the insert's failure, and returns each
+    part's outcome (None for a part no longer `wanted`, not inserted on its own).
+
+    All the parts as one insert; if the database refused it (nothing was written), each wanted
+    part on its own, so that the refusal reaches its own caller only; if its outcome is unknown
+    (StoreUnavailable: it may have been written), that failure is every part's."""
+    if len(parts) > 1:
+        result = yield (
+            [job for part in parts for job in part.jobs],
+            [text for part in parts for text in part.payloads],
+        )
+        if not isinstance(result, Exception):
+            outcomes: list[list[Inserted] | Exception | None] = []
+            start = 0
+            for part in parts:  # each part its own slice, in the group's order
+                end = start + len(part.jobs)
+                outcomes.append(result[start:end])
+                start = end
+            return outcomes
+        if _unknown(result):
+            return [result for _ in parts]
+    outcomes = []
     for part in parts:
-        end = start + len(part.jobs)
-        give(part, inserted[start:end])
-        start = end
+        outcomes.append((yield (part.jobs, part.payloads)) if wanted(part) else None)
+    return outcomes
 
 
 def _give(done: asyncio.Future[list[Inserted]], inserted: list[Inserted]) -> None:
@@ -234,29 +259,24 @@ class ThreadGather:
 
     def _group(self, parts: list[_ThreadPart]) -> None:
         parts[0].ready.clear()  # the leader's: set again once its own outcome is in
+        plan = _plan(parts)
         try:
-            if len(parts) > 1:
+            batch = next(plan)
+            while True:
                 try:
-                    inserted = self._insert(
-                        [job for part in parts for job in part.jobs],
-                        [text for part in parts for text in part.payloads],
-                    )
+                    result: list[Inserted] | Exception = self._insert(*batch)
                 except Exception as error:
-                    if _unknown(error):
-                        for part in parts:
-                            part.settle(None, error)
-                        return
-                    # refused, so nothing of it was written: each part on its own, below
-                else:
-                    _share(parts, inserted, lambda part, mine: part.settle(mine, None))
-                    return
-            for part in parts:
-                try:
-                    part.settle(self._insert(part.jobs, part.payloads), None)
-                except Exception as error:
-                    part.settle(None, error)
+                    result = error
+                batch = plan.send(result)
+        except StopIteration as ended:
+            outcomes: list[list[Inserted] | Exception | None] = ended.value
         except BaseException as error:  # interrupted: nobody is left waiting
             for part in parts:
                 if not part.ready.is_set():
                     part.settle(None, error)
             raise
+        for part, outcome in zip(parts, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                part.settle(None, outcome)
+            else:
+                part.settle(outcome, None)
