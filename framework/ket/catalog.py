@@ -301,6 +301,21 @@ class Catalog:
             payload = seal_payload(validate_input(spec, input), self.keys, job=name)
         else:
             payload = plain_payload(validate_input(spec, input), job=name)
+        job = self._job(name, spec, payload, options, tick, ticks_skipped)
+        if bare and spec.no_input and not self.tracing:  # a traced enqueue is a span of its own
+            self._plain[name] = job
+        return job
+
+    def _job(
+        self,
+        name: str,
+        spec: JobSpec,
+        payload: dict[str, Any],
+        options: EnqueueOptions,
+        tick: datetime | None,
+        ticks_skipped: int | None,
+    ) -> NewJob:
+        """The job of a validated payload, as new_job makes it (new_jobs too)."""
         run_at, run_in, tags = options.run_at, options.run_in, options.tags
         at, delay = None, 0.0
         if run_at is not None or run_in is not None:  # most enqueues are due now: no call
@@ -331,7 +346,7 @@ class Catalog:
                     delay += spec.window.seconds
                 else:
                     at += timedelta(seconds=spec.window.seconds)
-        job = NewJob(
+        return NewJob(
             name=name,
             queue=spec.queue,
             payload=payload,
@@ -352,9 +367,6 @@ class Catalog:
             window_key=window_key,
             window=spec.window,
         )
-        if bare and spec.no_input and not self.tracing:  # a traced enqueue is a span of its own
-            self._plain[name] = job
-        return job
 
     def new_jobs(self, name: str, inputs: list[Any]) -> list[NewJob]:
         """`new_job(name, input)` for each of `inputs` (no options), the inputs validated and
@@ -375,27 +387,7 @@ class Catalog:
         except ValidationError:
             return [self.new_job(name, input) for input in inputs]
         payloads = plain_payloads(adapter.dump_python(models, mode="json"), job=name)
-        keys_of = None if spec.limit_keys is None else spec.limit_keys.of_payload
-        queue, priority, attempts = spec.queue, spec.priority, spec.max_attempts
-        version, tags, expires_in = spec.input_version, spec.tags, spec.expires_in_seconds
-        jobs = []
-        for payload in payloads:
-            keys = _NO_KEYS if keys_of is None else keys_of(payload)
-            jobs.append(
-                NewJob(
-                    name=name,
-                    queue=queue,
-                    payload=payload,
-                    priority=priority,
-                    max_attempts=attempts,
-                    payload_version=version,
-                    tags=tags,
-                    expires_in_seconds=expires_in,
-                    concurrency_key=keys[0],
-                    rate_key=keys[1],
-                )
-            )
-        return jobs
+        return [self._job(name, spec, payload, NO_OPTIONS, None, None) for payload in payloads]
 
     def job_input(
         self, spec: OperationSpec, payload: dict[str, Any], version: int = 1

@@ -61,17 +61,20 @@ def plain_payload(value: BaseModel, *, job: str) -> dict[str, Any]:
     """The JSON payload of a validated input that holds no secret field; JobRejected, naming
     the field, for an envelope-shaped object in it."""
     shown: dict[str, Any] = value.model_dump(mode="json")
-    if _is_envelope(shown) or not _flat(shown):  # most payloads are flat: nothing to walk
-        _refuse_envelopes(shown, _Where(job, ""))
-    return shown
+    return _no_envelopes(shown, job)
 
 
 def plain_payloads(shown: list[dict[str, Any]], *, job: str) -> list[dict[str, Any]]:
     """plain_payload for inputs validated and dumped together (a TypeAdapter over their list):
     the same refusal of an envelope-shaped object, naming the field."""
     for payload in shown:
-        if _is_envelope(payload) or not _flat(payload):
-            _refuse_envelopes(payload, _Where(job, ""))
+        _no_envelopes(payload, job)
+    return shown
+
+
+def _no_envelopes(shown: dict[str, Any], job: str) -> dict[str, Any]:
+    if _is_envelope(shown) or not _flat(shown):  # most payloads are flat: nothing to walk
+        _refuse_envelopes(shown, _Where(job, ""))
     return shown
 
 
