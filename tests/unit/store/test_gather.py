@@ -63,6 +63,16 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
+async def _under_way(database: _Database) -> tuple[Gather, asyncio.Future[list[Inserted]]]:
+    """A gather on `database` whose first insert ("a", alone) is under way, held at the gate:
+    what comes now gathers behind it."""
+    database.gate.clear()
+    gather = Gather(database.insert)
+    first = asyncio.ensure_future(gather.insert(_jobs("a"), ["null"]))
+    await _settle()
+    return gather, first
+
+
 @_run
 async def test_a_lone_enqueue_goes_at_once_and_alone() -> None:
     database = _Database()
@@ -75,10 +85,7 @@ async def test_a_lone_enqueue_goes_at_once_and_alone() -> None:
 @_run
 async def test_enqueues_arriving_during_an_insert_go_together_as_the_next_one() -> None:
     database = _Database()
-    database.gate.clear()
-    gather = Gather(database.insert)
-    first = asyncio.ensure_future(gather.insert(_jobs("a"), ["null"]))
-    await _settle()  # "a" is under way, held at the gate
+    gather, first = await _under_way(database)
     rest = [
         asyncio.ensure_future(gather.insert(_jobs(name, name + "2"), ["null", "null"]))
         for name in ("b", "c", "d")
@@ -95,10 +102,7 @@ async def test_enqueues_arriving_during_an_insert_go_together_as_the_next_one() 
 @_run
 async def test_a_refused_group_is_tried_again_part_by_part_so_only_its_caller_fails() -> None:
     database = _Database()
-    database.gate.clear()
-    gather = Gather(database.insert)
-    first = asyncio.ensure_future(gather.insert(_jobs("a"), ["null"]))
-    await _settle()
+    gather, first = await _under_way(database)
     calls = {n: asyncio.ensure_future(gather.insert(_jobs(n), ["null"])) for n in ("b", "refused")}
     calls["c"] = asyncio.ensure_future(gather.insert(_jobs("c"), ["null"]))
     await _settle()
@@ -115,10 +119,7 @@ async def test_a_refused_group_is_tried_again_part_by_part_so_only_its_caller_fa
 @_run
 async def test_a_group_whose_outcome_is_unknown_fails_every_caller_and_is_not_tried_again() -> None:
     database = _Database()
-    database.gate.clear()
-    gather = Gather(database.insert)
-    first = asyncio.ensure_future(gather.insert(_jobs("a"), ["null"]))
-    await _settle()
+    gather, first = await _under_way(database)
     calls = [asyncio.ensure_future(gather.insert(_jobs(n), ["null"])) for n in ("b", "lost")]
     await _settle()
     database.gate.set()
@@ -133,10 +134,7 @@ async def test_a_group_whose_outcome_is_unknown_fails_every_caller_and_is_not_tr
 @_run
 async def test_a_caller_cancelled_in_flight_leaves_the_group_it_led_to_the_others() -> None:
     database = _Database()
-    database.gate.clear()
-    gather = Gather(database.insert)
-    first = asyncio.ensure_future(gather.insert(_jobs("a"), ["null"]))
-    await _settle()
+    gather, first = await _under_way(database)
     second = asyncio.ensure_future(gather.insert(_jobs("b"), ["null"]))
     third = asyncio.ensure_future(gather.insert(_jobs("c"), ["null"]))
     await _settle()

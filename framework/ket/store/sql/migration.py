@@ -367,6 +367,8 @@ MIGRATIONS += (
 # conformance kit's area `limits` holds the two to the same behaviour. The queue's limited
 # claims run one at a time (the advisory lock), and count from the clock once it is held. Every
 # claimed row, then one row with no job, carry `contended` and `retry_at` (admission.Admitted).
+# Migrations 11 and 13 both make the function from this one text: a database that applied 11's
+# earlier text gets this one from 13, a fresh database already at 11 (and again at 13).
 _PG_LIMITED_CLAIM = """CREATE OR REPLACE FUNCTION ket_limited_claim(
     p_queue TEXT, p_limit INTEGER, p_worker_id TEXT, p_now TIMESTAMP WITH TIME ZONE,
     p_lease_s DOUBLE PRECISION, p_lease_at TIMESTAMP WITH TIME ZONE,
