@@ -9,7 +9,9 @@ million starts a second: never reached), `concurrency` (the first of those alone
 (at most 4 running at once). Each round
 drains a fresh backlog once per kind, the order turning each round (none, declared; declared,
 none; ...), with ket's default worker settings and with its best ones. Prints the medians, and
-each kind's ratio to `none` in the same run: the cost of its limits. The drain, its database
+each kind's ratio to `none` in the same run: the cost of its limits, as the ratio of the medians
+and as the median of each round's ratio to its own `none` (on a shared machine the drain's
+speed drifts by a fifth between rounds: read at least seven). The drain, its database
 and its checks are run.py's (drain.py).
 """
 
@@ -66,9 +68,13 @@ def main() -> None:
         for kind in kinds:
             rate = statistics.median(rates[kind])
             low, high = min(rates[kind]), max(rates[kind])
+            # each round's ratio to its own `none`: the machine's drift between rounds cancels
+            paired = statistics.median(
+                mine / none for mine, none in zip(rates[kind], rates["none"], strict=True)
+            )
             print(
-                f"  drain, {label:<16} {kind:<9} {rate:7,.0f} jobs/s ({low:,.0f}-{high:,.0f})"
-                f"  {rate / base:5.2f}x none"
+                f"  drain, {label:<16} {kind:<11} {rate:7,.0f} jobs/s ({low:,.0f}-{high:,.0f})"
+                f"  {rate / base:5.2f}x none, {paired:5.2f}x round by round"
             )
 
 

@@ -366,10 +366,111 @@ MIGRATIONS += (
 # ket.store.admission's, step by step (SQLite and the memory store run that module); the
 # conformance kit's area `limits` holds the two to the same behaviour. The queue's limited
 # claims run one at a time (the advisory lock), and count from the clock once it is held. Every
-# claimed row, then one row with no job, carry `contended` and `retry_at` (admission.Admitted).
-# Migrations 11 and 13 both make the function from this one text: a database that applied 11's
-# earlier text gets this one from 13, a fresh database already at 11 (and again at 13).
-_PG_LIMITED_CLAIM = """CREATE OR REPLACE FUNCTION ket_limited_claim(
+# claimed row, then one row with no job, carry `contended` and `retry_at` (admission.Admitted);
+# the claimed rows may carry NULL there, the last row is the one read.
+#
+# Each statement of a function costs its own start (and its plan: the function's are made once
+# a connection), and a statement that writes a table costs the opening of its indexes even when
+# it writes nothing: a claim whose limits are far from reached runs as few as it can, and
+# writes only what it has to. Its due jobs are claimed in one statement when every limit lets
+# all of them start (_claim_all); only when one does not fit does the walk admit them one by
+# one, as admission.Counts.admit does. Claimed rows are found again by `id = ANY (ARRAY(...))`,
+# which the primary key serves whatever the number (a join, planned without it, may not).
+#
+# Migrations 11, 13 and 14 all make the function from this one text: a database that applied an
+# earlier text gets this one from the next of them, a fresh database already at 11.
+
+# the due jobs in claim order past the concurrency keys at their limit, locked
+_DUE = """SELECT j.id, j.name, j.concurrency_key AS ck, j.rate_key AS rk,
+                   j.priority, j.run_at FROM ket_jobs j
+            WHERE j.queue = p_queue AND j.state IN ('available', 'scheduled', 'retryable')
+              AND j.run_at <= v_now{after}
+              AND NOT EXISTS (SELECT 1 FROM ket_queue_pauses p WHERE p.queue = p_queue)
+              AND (j.expires_at IS NULL OR j.expires_at > v_now)
+              AND (j.concurrency_key IS NULL OR NOT j.concurrency_key = ANY (v_full_c))
+            ORDER BY j.priority, j.run_at, j.id
+            LIMIT p_limit FOR UPDATE SKIP LOCKED"""
+# where the walk's last read ended
+_AFTER = "(v_after_p, v_after_r, v_after_id)"
+# a claimed job's new values, and the columns a claim returns (query.claimed_job)
+_CLAIMED = """state = 'executing', attempt = j.attempt + 1,
+            worker_id = p_worker_id, attempted_at = v_now,
+            lease_until = coalesce(p_lease_at, v_now + p_lease_s * interval '1 second'),
+            fence = j.fence + 1, cancel_requested = false"""
+_RETURNED = """j.id, j.name, j.queue, j.payload, j.payload_version, j.priority, j.attempt,
+            j.max_attempts, j.unique_key, j.company, j.run_at, j.enqueued_at, j.lease_until,
+            j.fence, j.tick, j.ticks_skipped, j.trace_context"""
+# a scope's starts added to the record of their tenth of its rate's period (admission.bucket_of),
+# or a new record (the claims of the queue take turns): `counted` holds (scope, n, tenth); the
+# second a statement's end, after a WITH that holds the first
+_ADDED = """added AS (
+            UPDATE ket_rate_starts s SET n = s.n + counted.n FROM counted
+            WHERE s.queue = p_queue AND s.scope = counted.scope AND s.at = counted.tenth
+            RETURNING s.scope
+        )"""
+_INSERTED = """INSERT INTO ket_rate_starts (queue, scope, at, n)
+        SELECT p_queue, counted.scope, counted.tenth, counted.n FROM counted
+        WHERE counted.scope NOT IN (SELECT added.scope FROM added)"""
+
+
+def _claim_all(rated: bool) -> str:
+    """The first p_limit due jobs claimed in one statement when every limit lets all of them
+    start, none otherwise; with `rated`, the starts of each rate scope (and the queue's) read
+    and, when claimed, recorded in the same statement."""
+    scopes = rate_fits = recorded = ""
+    if rated:
+        scopes = """, by_scope AS (  -- the candidates of each rate scope, and its starts in period
+            SELECT s.rk, s.n, s.rate, s.width, (
+                SELECT coalesce(sum(r.n), 0) FROM ket_rate_starts r
+                WHERE r.queue = p_queue AND r.scope = s.rk
+                  AND r.at > v_now - s.period * interval '1 second'
+                      - s.width * interval '1 microsecond') AS started
+            FROM (SELECT c.rk, count(*) AS n, min(l.rate) AS rate, min(l.period) AS period,
+                         min(l.width) AS width
+                  FROM candidate c JOIN limited l ON l.name = c.name
+                  WHERE l.rate IS NOT NULL AND c.rk <> '' GROUP BY c.rk) AS s
+        )"""
+        rate_fits = """
+                   AND NOT EXISTS (SELECT 1 FROM by_scope s WHERE s.started + s.n > s.rate)"""
+        recorded = f""", counted AS (
+            SELECT t.scope, t.n::INTEGER AS n,
+                   to_timestamp(0) + v_now_us / t.width * t.width * interval '1 microsecond'
+                       AS tenth
+            FROM (SELECT s.rk AS scope, s.n, s.width FROM by_scope s
+                  UNION ALL
+                  SELECT '*', (SELECT count(*) FROM candidate),
+                         greatest(round(p_queue_period * 100000)::BIGINT, 1)
+                  WHERE p_queue_rate IS NOT NULL) AS t
+            WHERE t.n > 0 AND (SELECT f.ok FROM fits f)
+        ), {_ADDED}, recorded AS (
+            {_INSERTED}
+        )"""
+    return f"""RETURN QUERY
+        WITH candidate AS (
+            {_DUE.format(after="")}
+        ), limited AS (
+            SELECT l.name, l.lim, l.rate, l.period,
+                   greatest(round(l.period * 100000)::BIGINT, 1) AS width
+            FROM unnest(p_names, p_concurrency, p_rate, p_period) AS l(name, lim, rate, period)
+        ), by_key AS (  -- the candidates of each concurrency key that has a limit
+            SELECT c.ck, count(*) AS n, min(l.lim) AS lim
+            FROM candidate c JOIN limited l ON l.name = c.name
+            WHERE l.lim IS NOT NULL AND c.ck <> '' GROUP BY c.ck
+        ){scopes}, fits AS (
+            SELECT (SELECT count(*) FROM candidate) <= v_room
+                   AND NOT EXISTS (
+                       SELECT 1 FROM by_key k
+                       WHERE coalesce((v_running->>k.ck)::BIGINT, 0) + k.n > k.lim){rate_fits}
+                   AS ok
+        ){recorded}
+        UPDATE ket_jobs j SET {_CLAIMED}
+        WHERE j.id = ANY (ARRAY(SELECT c.id FROM candidate c)) AND (SELECT f.ok FROM fits f)
+        RETURNING {_RETURNED}, NULL::BOOLEAN, NULL::TIMESTAMP WITH TIME ZONE;
+        GET DIAGNOSTICS v_claimed = ROW_COUNT;"""
+
+
+_PG_LIMITED_CLAIM = (
+    """CREATE OR REPLACE FUNCTION ket_limited_claim(
     p_queue TEXT, p_limit INTEGER, p_worker_id TEXT, p_now TIMESTAMP WITH TIME ZONE,
     p_lease_s DOUBLE PRECISION, p_lease_at TIMESTAMP WITH TIME ZONE,
     p_names TEXT[], p_concurrency BIGINT[], p_rate BIGINT[], p_period DOUBLE PRECISION[],
@@ -382,34 +483,42 @@ RETURNS TABLE (
     ticks_skipped INTEGER, trace_context JSONB,
     contended BOOLEAN, retry_at TIMESTAMP WITH TIME ZONE)
 LANGUAGE plpgsql
--- the running attempts are read through ket_jobs_executing, whose entries of attempts that
+-- each statement's plan is made once a connection, without the parameters' values (planned
+-- again at every call, as a statement with parameters is by default when the values change
+-- its cost, the statements took longer to plan than to run), and every plan reads by index
+-- (a plan made while a table was small must not read it whole once it is large; and each
+-- statement is written so that an index serves it whatever its parameters' values). The
+-- running attempts are read through ket_jobs_executing, whose entries of attempts that
 -- ended stay until a vacuum: a plain index scan marks them dead as it passes (a bitmap scan
 -- reads every one again at each claim, a millisecond after a few thousand jobs)
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 SET enable_bitmapscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
     v_now TIMESTAMP WITH TIME ZONE;
-    v_longest DOUBLE PRECISION;
+    v_longest DOUBLE PRECISION;  -- the longest rate period (NULL: no rate)
     v_kept TIMESTAMP WITH TIME ZONE;
     v_now_us BIGINT;  -- now, in microseconds from the Unix epoch
-    v_running JSONB;  -- by concurrency key: the queue's executing attempts
-    v_total BIGINT;   -- all of them
+    v_running JSONB := '{}';  -- by concurrency key: the queue's executing attempts
+    v_total BIGINT := 0;      -- all of them
+    v_full_c TEXT[] := '{}';  -- the concurrency keys at their job's limit
     v_started JSONB := '{}';  -- by rate scope met: the starts within its rate's period
     v_oldest JSONB := '{}';   -- by rate scope met: when the first of those leaves it
     v_width INTERVAL;
     v_frees TIMESTAMP WITH TIME ZONE;
-    v_seen BIGINT := 0;  -- the candidates met: due jobs whose keys were not full
+    v_claimed BIGINT := 0;  -- the jobs claimed all at once (then the walk claims none)
+    v_seen BIGINT := 0;  -- the candidates the walk met: due jobs whose keys were not full
     v_read BIGINT;       -- the due jobs one read returned
     v_after_p INTEGER := -2147483648;  -- where the last read ended, in claim order
     v_after_r TIMESTAMP WITH TIME ZONE := '-infinity';
     v_after_id BIGINT := 0;
-    v_full_c TEXT[];
     v_room BIGINT := 9223372036854775807;
-    v_mine JSONB := '{}';    -- by concurrency key: the attempts this claim starts
-    v_starts JSONB := '{}';  -- by rate scope: the starts this claim records
+    v_mine JSONB := '{}';    -- by concurrency key: the attempts the walk starts
+    v_starts JSONB := '{}';  -- by rate scope: the starts the walk records
     v_held TEXT[] := '{}';   -- the rate scopes that held a job back
-    v_ids BIGINT[] := '{}';
+    v_ids BIGINT[] := '{}';  -- the jobs the walk admits
     v_contended BOOLEAN;
     v_retry TIMESTAMP WITH TIME ZONE;
     v_own_period TIMESTAMP WITH TIME ZONE;  -- a held rate whose starts are all this claim's
@@ -420,8 +529,6 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('ket limits ' || p_queue, 0));
     v_now := coalesce(p_now, clock_timestamp());
     -- the longest period, and its tenth: older starts count no more (admission.kept_since)
-    -- (each statement of a function costs its own start, whatever it does: the claim of a
-    -- queue whose limits are far runs as few as it can)
     IF p_queue_rate IS NOT NULL OR array_remove(p_rate, NULL) <> '{}' THEN
         v_longest := greatest(
             (SELECT max(l.period) FROM unnest(p_rate, p_period) AS l(rate, period)
@@ -432,43 +539,51 @@ BEGIN
     END IF;
     v_now_us := (extract(epoch FROM v_now) * 1000000)::BIGINT;
 
-    -- the expired jobs discarded, and why (as the plain claim does); the running attempts by
-    -- concurrency key, all of them, and the keys at their job's limit
-    WITH expiring AS (
-        SELECT e.id FROM ket_jobs e
-        WHERE e.queue = p_queue AND e.expires_at IS NOT NULL
-          AND e.state IN ('available', 'scheduled', 'retryable') AND e.expires_at <= v_now
-        ORDER BY e.expires_at, e.id LIMIT p_limit FOR UPDATE SKIP LOCKED
-    ), expired AS (
-        UPDATE ket_jobs j SET state = 'discarded', finished_at = v_now, lease_until = NULL,
-            cancel_requested = false
-        FROM expiring WHERE j.id = expiring.id RETURNING j.id, j.attempt
-    ), noted AS (
+    -- the expired jobs discarded, and why (as the plain claim does), when there are any
+    IF EXISTS (SELECT 1 FROM ket_jobs e
+               WHERE e.queue = p_queue AND e.expires_at IS NOT NULL
+                 AND e.state IN ('available', 'scheduled', 'retryable')
+                 AND e.expires_at <= v_now) THEN
+        WITH expiring AS (
+            SELECT e.id FROM ket_jobs e
+            WHERE e.queue = p_queue AND e.expires_at IS NOT NULL
+              AND e.state IN ('available', 'scheduled', 'retryable') AND e.expires_at <= v_now
+            ORDER BY e.expires_at, e.id LIMIT p_limit FOR UPDATE SKIP LOCKED
+        ), expired AS (
+            UPDATE ket_jobs j SET state = 'discarded', finished_at = v_now, lease_until = NULL,
+                cancel_requested = false
+            WHERE j.id = ANY (ARRAY(SELECT expiring.id FROM expiring))
+            RETURNING j.id, j.attempt
+        )
         INSERT INTO ket_job_errors (job_id, attempt, at, error)
-        SELECT expired.id, expired.attempt, v_now, 'expired' FROM expired
-    ), running AS (
-        SELECT j.concurrency_key AS k, count(*) AS n FROM ket_jobs j
-        WHERE j.queue = p_queue AND j.state = 'executing'
-        GROUP BY j.concurrency_key
-    )
-    SELECT coalesce((SELECT jsonb_object_agg(r.k, r.n) FROM running r WHERE r.k IS NOT NULL),
-                    '{}'),
-           coalesce((SELECT sum(r.n) FROM running r), 0),
-           coalesce((SELECT array_agg(r.k) FROM running r
-                     JOIN unnest(p_names, p_concurrency) AS l(name, lim)
-                       ON l.name = split_part(r.k, '|', 1)
-                     WHERE l.lim IS NOT NULL AND r.n >= l.lim), '{}')
-    INTO v_running, v_total, v_full_c;
-
-    IF v_longest IS NOT NULL THEN
-        DELETE FROM ket_rate_starts s  -- past every period: they count no more
-        WHERE s.queue = p_queue AND s.at <= v_kept;
+        SELECT expired.id, expired.attempt, v_now, 'expired' FROM expired;
     END IF;
-    -- the starts within its rate's period of each scope the claim meets (v_started), and when
-    -- the first of those leaves it (v_oldest), read when first met (admission.counts_at,
-    -- admission.frees_at): by the scope's index, so that a claim reads the records of its
-    -- candidates' scopes only, not every start of the period (a million a second per key kept
-    -- every start of the last second)
+    -- the running attempts by concurrency key, all of them, and the keys at their job's limit,
+    -- when a concurrency limit counts them
+    IF p_queue_concurrency IS NOT NULL OR array_remove(p_concurrency, NULL) <> '{}' THEN
+        WITH running AS (
+            SELECT j.concurrency_key AS k, count(*) AS n FROM ket_jobs j
+            WHERE j.queue = p_queue AND j.state = 'executing'
+            GROUP BY j.concurrency_key
+        )
+        SELECT coalesce((SELECT jsonb_object_agg(r.k, r.n) FROM running r
+                         WHERE r.k IS NOT NULL), '{}'),
+               coalesce((SELECT sum(r.n) FROM running r), 0),
+               coalesce((SELECT array_agg(r.k) FROM running r
+                         JOIN unnest(p_names, p_concurrency) AS l(name, lim)
+                           ON l.name = split_part(r.k, '|', 1)
+                         WHERE l.lim IS NOT NULL AND r.n >= l.lim), '{}')
+        INTO v_running, v_total, v_full_c;
+    END IF;
+
+    IF v_longest IS NOT NULL THEN  -- the starts past every period count no more
+        IF EXISTS (SELECT 1 FROM ket_rate_starts s
+                   WHERE s.queue = p_queue AND s.at <= v_kept) THEN
+            DELETE FROM ket_rate_starts s WHERE s.queue = p_queue AND s.at <= v_kept;
+        END IF;
+    END IF;
+    -- the queue's own starts within its rate's period, and when the first of those leaves it
+    -- (admission.counts_at, admission.frees_at)
     IF p_queue_rate IS NOT NULL THEN
         v_width := greatest(round(p_queue_period * 100000)::BIGINT, 1) * interval '1 microsecond';
         SELECT coalesce(sum(s.n), 0), min(s.at) + v_width + p_queue_period * interval '1 second'
@@ -489,21 +604,23 @@ BEGIN
         v_room := least(v_room, p_queue_rate - coalesce((v_started->>'*')::BIGINT, 0));
     END IF;
 
-    -- the due jobs in claim order, p_limit at a time from where the last read ended (a
-    -- scope found full passes its jobs over: the next read goes on past them)
-    WHILE v_room > 0 AND v_seen < p_limit AND cardinality(v_ids) < p_limit LOOP
+    -- the common case, limits far from reached: every due job of the first p_limit claimed
+    IF v_room > 0 THEN
+        IF v_longest IS NULL THEN
+            @CLAIM_ALL@
+        ELSE
+            @CLAIM_ALL_RATED@
+        END IF;
+    END IF;
+
+    -- else the walk: the due jobs in claim order, p_limit at a time from where the last read
+    -- ended, each admitted that every limit allows (a scope found full passes its jobs over:
+    -- the next read goes on past them)
+    WHILE v_claimed = 0 AND v_room > 0 AND v_seen < p_limit AND cardinality(v_ids) < p_limit
+    LOOP
         v_read := 0;
         FOR c IN
-            SELECT j.id, j.name, j.concurrency_key AS ck, j.rate_key AS rk,
-                   j.priority, j.run_at FROM ket_jobs j
-            WHERE j.queue = p_queue AND j.state IN ('available', 'scheduled', 'retryable')
-              AND j.run_at <= v_now
-              AND (j.priority, j.run_at, j.id) > (v_after_p, v_after_r, v_after_id)
-              AND NOT EXISTS (SELECT 1 FROM ket_queue_pauses p WHERE p.queue = p_queue)
-              AND (j.expires_at IS NULL OR j.expires_at > v_now)
-              AND (j.concurrency_key IS NULL OR NOT j.concurrency_key = ANY (v_full_c))
-            ORDER BY j.priority, j.run_at, j.id
-            LIMIT p_limit FOR UPDATE SKIP LOCKED
+            @DUE_AFTER@
         LOOP
             v_read := v_read + 1;
             v_after_p := c.priority;
@@ -553,15 +670,15 @@ BEGIN
         EXIT WHEN v_read < p_limit;  -- no due job left past these
     END LOOP;
 
-    IF p_queue_rate IS NOT NULL AND cardinality(v_ids) > 0 THEN
-        v_starts := v_starts || jsonb_build_object('*', cardinality(v_ids));
+    v_n := v_claimed + cardinality(v_ids);  -- the jobs this claim starts
+    IF p_queue_rate IS NOT NULL AND v_n > 0 THEN
+        v_starts := v_starts || jsonb_build_object('*', v_n);
     END IF;
     IF p_queue_rate IS NOT NULL AND coalesce((v_started->>'*')::BIGINT, 0)
             + coalesce((v_starts->>'*')::BIGINT, 0) >= p_queue_rate THEN
         v_held := v_held || '*'::TEXT;
     END IF;
-    IF p_queue_concurrency IS NOT NULL
-            AND v_total + cardinality(v_ids) >= p_queue_concurrency THEN
+    IF p_queue_concurrency IS NOT NULL AND v_total + v_n >= p_queue_concurrency THEN
         v_contended := true;
     END IF;
     IF cardinality(v_held) > 0 THEN  -- when the first start of a held rate leaves its period
@@ -581,9 +698,7 @@ BEGIN
         v_retry := coalesce(v_retry, v_own_period);
     END IF;
 
-    IF cardinality(v_ids) > 0 AND v_starts <> '{}' THEN
-        -- each scope's starts added to the record of their tenth of its rate's period
-        -- (admission.bucket_of), or a new record: the claims of the queue take turns
+    IF cardinality(v_ids) > 0 AND v_starts <> '{}' THEN  -- the walk's starts recorded
         WITH counted AS (
             SELECT t.k AS scope, t.n::INTEGER AS n,
                    to_timestamp(0) + v_now_us / w.width * w.width * interval '1 microsecond'
@@ -594,25 +709,14 @@ BEGIN
                                            ELSE p_period[array_position(p_names,
                                                 split_part(t.k, '|', 1))]
                                       END * 100000)::BIGINT, 1) AS width) AS w
-        ), added AS (
-            UPDATE ket_rate_starts s SET n = s.n + counted.n FROM counted
-            WHERE s.queue = p_queue AND s.scope = counted.scope AND s.at = counted.tenth
-            RETURNING s.scope
-        )
-        INSERT INTO ket_rate_starts (queue, scope, at, n)
-        SELECT p_queue, counted.scope, counted.tenth, counted.n FROM counted
-        WHERE counted.scope NOT IN (SELECT added.scope FROM added);
+        ), @ADDED@
+        @INSERTED@;
     END IF;
     IF cardinality(v_ids) > 0 THEN
         RETURN QUERY
-        UPDATE ket_jobs j SET state = 'executing', attempt = j.attempt + 1,
-            worker_id = p_worker_id, attempted_at = v_now,
-            lease_until = coalesce(p_lease_at, v_now + p_lease_s * interval '1 second'),
-            fence = j.fence + 1, cancel_requested = false
+        UPDATE ket_jobs j SET @CLAIMED@
         WHERE j.id = ANY (v_ids)
-        RETURNING j.id, j.name, j.queue, j.payload, j.payload_version, j.priority, j.attempt,
-            j.max_attempts, j.unique_key, j.company, j.run_at, j.enqueued_at, j.lease_until,
-            j.fence, j.tick, j.ticks_skipped, j.trace_context, v_contended, v_retry;
+        RETURNING @RETURNED@, v_contended, v_retry;
     END IF;
     RETURN QUERY SELECT NULL::BIGINT, NULL::TEXT, NULL::TEXT, NULL::JSONB, NULL::INTEGER,
         NULL::INTEGER, NULL::INTEGER, NULL::INTEGER, NULL::TEXT, NULL::TEXT,
@@ -620,7 +724,18 @@ BEGIN
         NULL::TIMESTAMP WITH TIME ZONE, NULL::BIGINT, NULL::TIMESTAMP WITH TIME ZONE,
         NULL::INTEGER, NULL::JSONB, v_contended, v_retry;
 END
-$$"""
+$$""".replace("@CLAIM_ALL@", _claim_all(rated=False))
+    .replace("@CLAIM_ALL_RATED@", _claim_all(rated=True))
+    .replace(
+        "@DUE_AFTER@",
+        _DUE.format(after="\n              AND (j.priority, j.run_at, j.id) > " + _AFTER),
+    )
+    .replace("@ADDED@", _ADDED)
+    .replace("@INSERTED@", _INSERTED)
+    .replace("@CLAIMED@", _CLAIMED)
+    .replace("@RETURNED@", _RETURNED)
+)
+
 # One job's entries of the audit log, for its page on the dashboard.
 _AUDIT_JOB = "CREATE INDEX ket_audit_job ON ket_audit (job_id) WHERE job_id IS NOT NULL"
 # The jobs discarded lately (JobStats.discarded_last_hour): only jobs that gave up are in it.
@@ -692,6 +807,16 @@ MIGRATIONS += (
         version=13,
         name="a limited claim reads the starts of its candidates' rate scopes only",
         statements={"postgresql": (_RATE_SCOPE, _PG_LIMITED_CLAIM), "sqlite": (_RATE_SCOPE,)},
+    ),
+)
+# A limited claim whose limits are far from reached claims its jobs in one statement, and the
+# function's plans are made once a connection (ket_limited_claim, made again: it planned its
+# statements at every call, and walked every job). SQLite has nothing to change.
+MIGRATIONS += (
+    Migration(
+        version=14,
+        name="a limited claim far from its limits costs about what a plain claim does",
+        statements={"postgresql": (_PG_LIMITED_CLAIM,), "sqlite": ()},
     ),
 )
 LATEST = MIGRATIONS[-1].version
