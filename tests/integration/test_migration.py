@@ -152,6 +152,7 @@ def test_uninstall_on_postgresql_drops_ket_s_functions_and_migrate_brings_them_b
             migrate(connection)
         with engine.connect() as connection:
             assert connection.execute(functions).scalars().all() == [
+                "ket_claim",
                 "ket_jobs_notify",
                 "ket_limited_claim",
             ]

@@ -380,16 +380,39 @@ MIGRATIONS += (
 # Migrations 11, 13 and 14 all make the function from this one text: a database that applied an
 # earlier text gets this one from the next of them, a fresh database already at 11.
 
-# the due jobs in claim order past the concurrency keys at their limit, locked
+# the columns a claim returns (query.claimed_job), as a function declares them
+_COLUMNS = """
+    id BIGINT, name TEXT, queue TEXT, payload JSONB, payload_version INTEGER, priority INTEGER,
+    attempt INTEGER, max_attempts INTEGER, unique_key TEXT, company TEXT,
+    run_at TIMESTAMP WITH TIME ZONE, enqueued_at TIMESTAMP WITH TIME ZONE,
+    lease_until TIMESTAMP WITH TIME ZONE, fence BIGINT, tick TIMESTAMP WITH TIME ZONE,
+    ticks_skipped INTEGER, trace_context JSONB"""
+# a claim function's language and settings
+_SETTINGS = """LANGUAGE plpgsql
+-- each statement's plan is made once a connection, without the parameters' values (planned
+-- again at every call, as a statement with parameters is by default when the values change
+-- its cost, the statements took longer to plan than to run), and every plan reads by index
+-- (a plan made while a table was small must not read it whole once it is large; and each
+-- statement is written so that an index serves it whatever its parameters' values). The
+-- running attempts are read through ket_jobs_executing, whose entries of attempts that
+-- ended stay until a vacuum: a plain index scan marks them dead as it passes (a bitmap scan
+-- reads every one again at each claim, a millisecond after a few thousand jobs)
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off"""
+# the due jobs in claim order, locked
 _DUE = """SELECT j.id, j.name, j.concurrency_key AS ck, j.rate_key AS rk,
                    j.priority, j.run_at FROM ket_jobs j
             WHERE j.queue = p_queue AND j.state IN ('available', 'scheduled', 'retryable')
               AND j.run_at <= v_now{after}
               AND NOT EXISTS (SELECT 1 FROM ket_queue_pauses p WHERE p.queue = p_queue)
               AND (j.expires_at IS NULL OR j.expires_at > v_now)
-              AND (j.concurrency_key IS NULL OR NOT j.concurrency_key = ANY (v_full_c))
+{keys}
             ORDER BY j.priority, j.run_at, j.id
             LIMIT p_limit FOR UPDATE SKIP LOCKED"""
+# ... of a limited claim: past the concurrency keys at their limit
+_KEYS = """
+              AND (j.concurrency_key IS NULL OR NOT j.concurrency_key = ANY (v_full_c))"""
 # where the walk's last read ended
 _AFTER = "(v_after_p, v_after_r, v_after_id)"
 # a claimed job's new values, and the columns a claim returns (query.claimed_job)
@@ -411,6 +434,28 @@ _ADDED = """added AS (
 _INSERTED = """INSERT INTO ket_rate_starts (queue, scope, at, n)
         SELECT p_queue, counted.scope, counted.tenth, counted.n FROM counted
         WHERE counted.scope NOT IN (SELECT added.scope FROM added)"""
+
+
+# the queue's expired jobs discarded, and why, when there are any (a statement that writes a
+# table costs the opening of its indexes, even when it writes nothing)
+_EXPIRE = """    IF EXISTS (SELECT 1 FROM ket_jobs e
+               WHERE e.queue = p_queue AND e.expires_at IS NOT NULL
+                 AND e.state IN ('available', 'scheduled', 'retryable')
+                 AND e.expires_at <= v_now) THEN
+        WITH expiring AS (
+            SELECT e.id FROM ket_jobs e
+            WHERE e.queue = p_queue AND e.expires_at IS NOT NULL
+              AND e.state IN ('available', 'scheduled', 'retryable') AND e.expires_at <= v_now
+            ORDER BY e.expires_at, e.id LIMIT p_limit FOR UPDATE SKIP LOCKED
+        ), expired AS (
+            UPDATE ket_jobs j SET state = 'discarded', finished_at = v_now, lease_until = NULL,
+                cancel_requested = false
+            WHERE j.id = ANY (ARRAY(SELECT expiring.id FROM expiring))
+            RETURNING j.id, j.attempt
+        )
+        INSERT INTO ket_job_errors (job_id, attempt, at, error)
+        SELECT expired.id, expired.attempt, v_now, 'expired' FROM expired;
+    END IF;"""
 
 
 def _claim_all(rated: bool) -> str:
@@ -447,7 +492,7 @@ def _claim_all(rated: bool) -> str:
         )"""
     return f"""RETURN QUERY
         WITH candidate AS (
-            {_DUE.format(after="")}
+            {_DUE.format(after="", keys=_KEYS)}
         ), limited AS (
             SELECT l.name, l.lim, l.rate, l.period,
                    greatest(round(l.period * 100000)::BIGINT, 1) AS width
@@ -475,25 +520,9 @@ _PG_LIMITED_CLAIM = (
     p_lease_s DOUBLE PRECISION, p_lease_at TIMESTAMP WITH TIME ZONE,
     p_names TEXT[], p_concurrency BIGINT[], p_rate BIGINT[], p_period DOUBLE PRECISION[],
     p_queue_concurrency BIGINT, p_queue_rate BIGINT, p_queue_period DOUBLE PRECISION)
-RETURNS TABLE (
-    id BIGINT, name TEXT, queue TEXT, payload JSONB, payload_version INTEGER, priority INTEGER,
-    attempt INTEGER, max_attempts INTEGER, unique_key TEXT, company TEXT,
-    run_at TIMESTAMP WITH TIME ZONE, enqueued_at TIMESTAMP WITH TIME ZONE,
-    lease_until TIMESTAMP WITH TIME ZONE, fence BIGINT, tick TIMESTAMP WITH TIME ZONE,
-    ticks_skipped INTEGER, trace_context JSONB,
+RETURNS TABLE (@COLUMNS@,
     contended BOOLEAN, retry_at TIMESTAMP WITH TIME ZONE)
-LANGUAGE plpgsql
--- each statement's plan is made once a connection, without the parameters' values (planned
--- again at every call, as a statement with parameters is by default when the values change
--- its cost, the statements took longer to plan than to run), and every plan reads by index
--- (a plan made while a table was small must not read it whole once it is large; and each
--- statement is written so that an index serves it whatever its parameters' values). The
--- running attempts are read through ket_jobs_executing, whose entries of attempts that
--- ended stay until a vacuum: a plain index scan marks them dead as it passes (a bitmap scan
--- reads every one again at each claim, a millisecond after a few thousand jobs)
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET enable_bitmapscan = off
+@SETTINGS@
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -539,25 +568,7 @@ BEGIN
     END IF;
     v_now_us := (extract(epoch FROM v_now) * 1000000)::BIGINT;
 
-    -- the expired jobs discarded, and why (as the plain claim does), when there are any
-    IF EXISTS (SELECT 1 FROM ket_jobs e
-               WHERE e.queue = p_queue AND e.expires_at IS NOT NULL
-                 AND e.state IN ('available', 'scheduled', 'retryable')
-                 AND e.expires_at <= v_now) THEN
-        WITH expiring AS (
-            SELECT e.id FROM ket_jobs e
-            WHERE e.queue = p_queue AND e.expires_at IS NOT NULL
-              AND e.state IN ('available', 'scheduled', 'retryable') AND e.expires_at <= v_now
-            ORDER BY e.expires_at, e.id LIMIT p_limit FOR UPDATE SKIP LOCKED
-        ), expired AS (
-            UPDATE ket_jobs j SET state = 'discarded', finished_at = v_now, lease_until = NULL,
-                cancel_requested = false
-            WHERE j.id = ANY (ARRAY(SELECT expiring.id FROM expiring))
-            RETURNING j.id, j.attempt
-        )
-        INSERT INTO ket_job_errors (job_id, attempt, at, error)
-        SELECT expired.id, expired.attempt, v_now, 'expired' FROM expired;
-    END IF;
+@EXPIRE@
     -- the running attempts by concurrency key, all of them, and the keys at their job's limit,
     -- when a concurrency limit counts them
     IF p_queue_concurrency IS NOT NULL OR array_remove(p_concurrency, NULL) <> '{}' THEN
@@ -724,14 +735,50 @@ BEGIN
         NULL::TIMESTAMP WITH TIME ZONE, NULL::BIGINT, NULL::TIMESTAMP WITH TIME ZONE,
         NULL::INTEGER, NULL::JSONB, v_contended, v_retry;
 END
-$$""".replace("@CLAIM_ALL@", _claim_all(rated=False))
+$$""".replace("@COLUMNS@", _COLUMNS)
+    .replace("@SETTINGS@", _SETTINGS)
+    .replace("@EXPIRE@", _EXPIRE)
+    .replace("@CLAIM_ALL@", _claim_all(rated=False))
     .replace("@CLAIM_ALL_RATED@", _claim_all(rated=True))
     .replace(
         "@DUE_AFTER@",
-        _DUE.format(after="\n              AND (j.priority, j.run_at, j.id) > " + _AFTER),
+        _DUE.format(
+            after="\n              AND (j.priority, j.run_at, j.id) > " + _AFTER, keys=_KEYS
+        ),
     )
     .replace("@ADDED@", _ADDED)
     .replace("@INSERTED@", _INSERTED)
+    .replace("@CLAIMED@", _CLAIMED)
+    .replace("@RETURNED@", _RETURNED)
+)
+
+# PostgreSQL: a claim (query.py, `claim`), as a function for its plans, made once a connection
+# (_SETTINGS): the queue's expired jobs discarded, and why, then its first `p_limit` due jobs
+# claimed. One round trip in autocommit, as the statement it replaces (migration 14).
+_PG_CLAIM = (
+    """CREATE OR REPLACE FUNCTION ket_claim(
+    p_queue TEXT, p_limit INTEGER, p_worker_id TEXT, p_now TIMESTAMP WITH TIME ZONE,
+    p_lease_s DOUBLE PRECISION, p_lease_at TIMESTAMP WITH TIME ZONE)
+RETURNS TABLE (@COLUMNS@)
+@SETTINGS@
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now TIMESTAMP WITH TIME ZONE := coalesce(p_now, now());
+BEGIN
+@EXPIRE@
+    RETURN QUERY
+    WITH due AS (
+        @DUE@
+    )
+    UPDATE ket_jobs j SET @CLAIMED@
+    WHERE j.id = ANY (ARRAY(SELECT due.id FROM due))
+    RETURNING @RETURNED@;
+END
+$$""".replace("@COLUMNS@", _COLUMNS)
+    .replace("@SETTINGS@", _SETTINGS)
+    .replace("@EXPIRE@", _EXPIRE)
+    .replace("@DUE@", _DUE.format(after="", keys=""))
     .replace("@CLAIMED@", _CLAIMED)
     .replace("@RETURNED@", _RETURNED)
 )
@@ -809,14 +856,17 @@ MIGRATIONS += (
         statements={"postgresql": (_RATE_SCOPE, _PG_LIMITED_CLAIM), "sqlite": (_RATE_SCOPE,)},
     ),
 )
-# A limited claim whose limits are far from reached claims its jobs in one statement, and the
-# function's plans are made once a connection (ket_limited_claim, made again: it planned its
-# statements at every call, and walked every job). SQLite has nothing to change.
+# A claim is a function, ket_claim, whose plans are made once a connection (the statement it
+# replaces was planned at every call); a limited claim whose limits are far from reached claims
+# its jobs in one statement, and its plans too are made once a connection (ket_limited_claim,
+# made again: it planned its statements at every call, and walked every job). SQLite has
+# nothing to change.
 MIGRATIONS += (
     Migration(
         version=14,
-        name="a limited claim far from its limits costs about what a plain claim does",
-        statements={"postgresql": (_PG_LIMITED_CLAIM,), "sqlite": ()},
+        name="claims run plans made once a connection; a limited claim far from its limits "
+        "claims in one statement",
+        statements={"postgresql": (_PG_LIMITED_CLAIM, _PG_CLAIM), "sqlite": ()},
     ),
 )
 LATEST = MIGRATIONS[-1].version
@@ -907,4 +957,5 @@ def uninstall(connection: Connection, *, control: bool = True) -> list[str]:
     if dialect == "postgresql":
         connection.execute(text("DROP FUNCTION IF EXISTS ket_jobs_notify()"))
         connection.execute(text("DROP FUNCTION IF EXISTS ket_limited_claim"))
+        connection.execute(text("DROP FUNCTION IF EXISTS ket_claim"))
     return dropped

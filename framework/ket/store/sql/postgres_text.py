@@ -342,35 +342,12 @@ TEXT: dict[str, Compiled] = {
     ),
     'query.claim': Compiled(
         text=(
-            'WITH expiring AS \n'
-            '(SELECT ket_jobs.id AS id \n'
-            'FROM ket_jobs \n'
-            "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.expires_at IS NOT NULL AND ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.expires_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) ORDER BY ket_jobs.expires_at, ket_jobs.id \n"
-            ' LIMIT %(limit)s FOR UPDATE SKIP LOCKED), \n'
-            'expired AS \n'
-            '(UPDATE ket_jobs SET state=%(param_1)s::VARCHAR, finished_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), lease_until=%(param_2)s::TIMESTAMP WITH TIME ZONE, cancel_requested=%(param_3)s FROM expiring WHERE ket_jobs.id = expiring.id RETURNING ket_jobs.id, ket_jobs.attempt), \n'
-            'noted AS \n'
-            "(INSERT INTO ket_job_errors (job_id, attempt, at, error) SELECT expired.id AS id, expired.attempt AS attempt, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_1, 'expired' \n"
-            'FROM expired), \n'
-            'claimable AS \n'
-            '(SELECT ket_jobs.id AS id \n'
-            'FROM ket_jobs \n'
-            "WHERE ket_jobs.queue = %(p_queue)s::VARCHAR AND ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.run_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AND NOT (EXISTS (SELECT ket_queue_pauses.queue \n"
-            'FROM ket_queue_pauses \n'
-            'WHERE ket_queue_pauses.queue = %(p_queue)s::VARCHAR)) AND (ket_jobs.expires_at IS NULL OR ket_jobs.expires_at > coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) ORDER BY ket_jobs.priority, ket_jobs.run_at, ket_jobs.id \n'
-            ' LIMIT %(limit)s FOR UPDATE SKIP LOCKED)\n'
-            " UPDATE ket_jobs SET state=%(state)s::VARCHAR, attempt=(ket_jobs.attempt + %(attempt_1)s::INTEGER), attempted_at=coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()), worker_id=%(p_worker_id)s::VARCHAR, lease_until=coalesce(%(lease_at)s::TIMESTAMP WITH TIME ZONE, now() + %(lease_s)s * interval '1 second'), fence=(ket_jobs.fence + %(fence_1)s::BIGINT), cancel_requested=%(cancel_requested)s FROM claimable WHERE ket_jobs.id = claimable.id RETURNING ket_jobs.id, ket_jobs.name, ket_jobs.queue, ket_jobs.payload, ket_jobs.payload_version, ket_jobs.priority, ket_jobs.attempt, ket_jobs.max_attempts, ket_jobs.unique_key, ket_jobs.company, ket_jobs.run_at, ket_jobs.enqueued_at, ket_jobs.lease_until, ket_jobs.fence, ket_jobs.tick, ket_jobs.ticks_skipped, ket_jobs.trace_context"
+            'SELECT anon_1.id, anon_1.name, anon_1.queue, anon_1.payload, anon_1.payload_version, anon_1.priority, anon_1.attempt, anon_1.max_attempts, anon_1.unique_key, anon_1.company, anon_1.run_at, anon_1.enqueued_at, anon_1.lease_until, anon_1.fence, anon_1.tick, anon_1.ticks_skipped, anon_1.trace_context \n'
+            'FROM ket_claim(%(p_queue)s::VARCHAR, %(limit)s::INTEGER, %(p_worker_id)s::VARCHAR, %(now)s::TIMESTAMP WITH TIME ZONE, %(lease_s)s, %(lease_at)s::TIMESTAMP WITH TIME ZONE) AS anon_1'
         ),
         constants={
-            'state': 'executing',
-            'attempt_1': 1,
-            'fence_1': 1,
-            'cancel_requested': False,
-            'param_1': 'discarded',
-            'param_2': None,
-            'param_3': False,
         },
-        returning=True,
+        returning=False,
     ),
     'query.clock': Compiled(
         text=(

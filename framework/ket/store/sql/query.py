@@ -86,7 +86,7 @@ _CLAIMED = (  # the order statement.claimed_job reads
 class Statements:
     """Every fixed statement of the SQL store in one dialect."""
 
-    claim: Any  # PostgreSQL: also discards the queue's expired jobs (`expire`, in one statement)
+    claim: Any  # PostgreSQL: one call of ket_claim, which also discards the expired jobs
     expire: Any  # a queue's expired jobs discarded (SQLite's claim, and a limited claim)
     expired_errors: Any  # their records (EXPIRED), from `expire`'s rows
     # a claim within fleet-wide limits (limit.py). PostgreSQL: one call of the function
@@ -145,7 +145,7 @@ def statements(dialect: str) -> Statements:
     due = and_(RUNNABLE, jobs.c.run_at <= now)
     dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return Statements(
-        claim=_claim(time, expiring=dialect == "postgresql"),
+        claim=_pg_claim() if dialect == "postgresql" else _claim(time),
         expire=_expire(time),
         expired_errors=insert(job_errors).values(
             job_id=bindparam("p_job_id"), attempt=bindparam("p_attempt"), at=now, error=EXPIRED
@@ -518,36 +518,37 @@ def _claim_values(time: TimeSql) -> dict[str, Any]:
     }
 
 
-def _claim(time: TimeSql, *, expiring: bool) -> Any:
-    """UPDATE the first due runnable rows of a queue (SKIP LOCKED on PostgreSQL) to executing.
-
-    A job past its expiry is never claimed: with `expiring` (PostgreSQL) the same statement
-    discards up to `limit` of the queue's expired jobs and records why (`_expire`), in data-
-    modifying CTEs; SQLite runs `expire` before the claim, in its transaction."""
-    now = time.now()
+def _claim(time: TimeSql) -> Any:
+    """SQLite: UPDATE the first due runnable rows of a queue to executing. A job past its
+    expiry is never claimed (SQLite runs `expire` before the claim, in its transaction)."""
     claimable = (
         select(jobs.c.id)
         .where(*_claimable(time))
         .order_by(jobs.c.priority, jobs.c.run_at, jobs.c.id)
         .limit(bindparam("limit"))
-        .with_for_update(skip_locked=True)
         .cte("claimable")
     )
-    claim = (
+    return (
         update(jobs)
         .where(jobs.c.id == claimable.c.id)
         .values(_claim_values(time))
         .returning(*_CLAIMED)
     )
-    if not expiring:
-        return claim
-    expired = _expire(time).cte("expired")
-    noted = insert(job_errors).from_select(
-        ["job_id", "attempt", "at", "error"],
-        select(expired.c.id, expired.c.attempt, now, literal_column(f"'{EXPIRED}'")),
-    )
-    # a data-modifying CTE runs whether or not the outer statement reads it
-    return claim.add_cte(expired).add_cte(noted.cte("noted"))
+
+
+def _pg_claim() -> Any:
+    """PostgreSQL: the claim as one call of the function ket_claim (migration 14), whose plans
+    are made once a connection: it discards up to `limit` of the queue's expired jobs and
+    records why, then claims the first due runnable rows (SKIP LOCKED); the claimed rows."""
+    called = func.ket_claim(
+        bindparam("p_queue", type_=Text),
+        bindparam("limit", type_=Integer),
+        bindparam("p_worker_id", type_=Text),
+        bindparam("now", type_=Instant),
+        bindparam("lease_s", type_=Float),
+        bindparam("lease_at", type_=Instant),
+    ).table_valued(*(column(c.name, c.type) for c in _CLAIMED))
+    return select(*called.c)
 
 
 def _expire(time: TimeSql) -> Any:
