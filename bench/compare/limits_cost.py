@@ -3,6 +3,7 @@ against ket, with and without limits, interleaved in one run.
 
     python3 bench/compare/limits_cost.py                 # 10,000 jobs, 5 rounds
     python3 bench/compare/limits_cost.py --kinds none,declared,reached --rounds 3
+    python3 bench/compare/limits_cost.py --kinds none,declared,concurrency --settings default
 
 Kinds (ket_app.py, KET_CMP_LIMITS): `none`, `declared` (at most 10 running per order and a
 million starts a second: never reached), `concurrency` (the first of those alone) and `reached`
@@ -56,12 +57,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--kinds", default="none,declared")
+    parser.add_argument(
+        "--settings", choices=("default", "best", "both"), default="both", help="worker settings"
+    )
     args = parser.parse_args()
     kinds = args.kinds.split(",")
     if kinds[0] != "none" or not set(kinds) <= {"none", "declared", "concurrency", "reached"}:
         parser.error("--kinds: none first, then any of declared, concurrency and reached")
     print(f"{args.jobs:,} jobs, {args.rounds} rounds interleaved; {describe().line()}")
-    for best in (False, True):
+    for best in {"default": (False,), "best": (True,), "both": (False, True)}[args.settings]:
         rates = asyncio.run(_run(kinds, args.jobs, args.rounds, best))
         base = statistics.median(rates["none"])
         label = KetSide.best_label if best else "default settings"
