@@ -3,6 +3,7 @@ alone (no worker), on PostgreSQL.
 
     python3 bench/claim_cost.py                  # 6,000 jobs, claims of 20, 3 rounds
     python3 bench/claim_cost.py --jobs 20000 --batch 100
+    python3 bench/claim_cost.py --backend sqlite --kinds none,keyed_rate --batch 36
 
 Each pass enqueues `--jobs` jobs keyed by an order id, then claims `--batch` at a time and
 completes each batch at once, until the queue is empty, as a worker that never waits would. The
@@ -13,7 +14,8 @@ a minute per order: never reached, every start of the last minute kept). Rounds 
 the kinds; prints the median jobs a second and time per claim, and the ratio to `none` in the
 same run. The database
 `ketbench_claim` on KET_BENCH_POSTGRES_URL's server (default
-postgresql://root@127.0.0.1:5432/postgres) is made afresh.
+postgresql://root@127.0.0.1:5432/postgres) is made afresh; with `--backend sqlite`, a file in
+a temporary folder (synchronous full, as the embedded default).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import asyncio
 import os
 import statistics
+import tempfile
 import time
 
 import psycopg
@@ -47,9 +50,9 @@ LIMITS: dict[str, ClaimLimits | None] = {
 }
 
 
-async def _pass(kind: str, jobs: int, batch: int) -> tuple[float, float]:
+async def _pass(url: str, kind: str, jobs: int, batch: int) -> tuple[float, float]:
     """Jobs a second, and milliseconds a claim, of one pass."""
-    store = await SqlStore.open(URL)
+    store = await SqlStore.open(url)
     try:
         keyed = [
             NewJob(
@@ -88,21 +91,29 @@ async def main() -> None:
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--kinds", default="none,concurrency,both,reached")
+    parser.add_argument("--backend", choices=("postgresql", "sqlite"), default="postgresql")
     args = parser.parse_args()
     kinds = args.kinds.split(",")
-    with psycopg.connect(ADMIN, autocommit=True) as admin:
-        admin.execute("DROP DATABASE IF EXISTS ketbench_claim")
-        admin.execute("CREATE DATABASE ketbench_claim")
-    store = await SqlStore.open(URL, migrate=True)
-    await store.close()
-    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
-    each: dict[str, list[float]] = {kind: [] for kind in kinds}
-    for _ in range(args.rounds):
-        for kind in kinds:
-            rate, per_claim = await _pass(kind, args.jobs, args.batch)
-            rates[kind].append(rate)
-            each[kind].append(per_claim)
-    print(f"{args.jobs} jobs, claims of {args.batch}, {args.rounds} rounds (medians)")
+    with tempfile.TemporaryDirectory(prefix="ketbench-claim-") as folder:
+        url = URL
+        if args.backend == "sqlite":
+            url = f"sqlite:///{folder}/claim.db"
+        else:
+            with psycopg.connect(ADMIN, autocommit=True) as admin:
+                admin.execute("DROP DATABASE IF EXISTS ketbench_claim")
+                admin.execute("CREATE DATABASE ketbench_claim")
+        store = await SqlStore.open(url, migrate=True)
+        await store.close()
+        rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+        each: dict[str, list[float]] = {kind: [] for kind in kinds}
+        for _ in range(args.rounds):
+            for kind in kinds:
+                rate, per_claim = await _pass(url, kind, args.jobs, args.batch)
+                rates[kind].append(rate)
+                each[kind].append(per_claim)
+    print(
+        f"{args.jobs} jobs, claims of {args.batch}, {args.rounds} rounds (medians), {args.backend}"
+    )
     base = statistics.median(rates[kinds[0]])
     for kind in kinds:
         rate = statistics.median(rates[kind])

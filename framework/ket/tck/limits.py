@@ -27,6 +27,7 @@ from ket.tck.harness import Tck, tck_test
 __all__ = [
     "test_a_concurrency_limit_per_key_starts_one_per_key_and_the_next_when_one_ends",
     "test_a_held_key_never_holds_up_the_keys_behind_it",
+    "test_a_key_at_its_rate_never_holds_up_the_keys_behind_it",
     "test_a_queue_s_own_limits_count_all_its_jobs",
     "test_a_rate_limit_starts_at_most_its_limit_in_any_span_of_its_period",
     "test_a_rescue_gives_the_place_back_and_not_before",
@@ -95,6 +96,26 @@ async def test_a_held_key_never_holds_up_the_keys_behind_it(t: Tck) -> None:
     assert [c.id for c in await _claim(t.store, queue, _per_key(1), limit=1)] == [behind]
     assert [c.id for c in await _claim(t.store, queue, _per_key(1), limit=1)] == [plain]
     assert await _claim(t.store, queue, _per_key(1)) == []
+
+
+@tck_test
+async def test_a_key_at_its_rate_never_holds_up_the_keys_behind_it(t: Tck) -> None:
+    queue = fresh_queue("rate-hol")
+    limits = ClaimLimits(jobs={JOB: JobLimits(rate=Rate(limit=1, period_seconds=60))})
+    ahead = await insert(
+        t.store, *[_job(queue, "p", concurrency_key=None, rate_key=_key("p")) for _ in range(30)]
+    )
+    behind = [
+        await insert_one(t.store, _job(queue, k, concurrency_key=None, rate_key=_key(k)))
+        for k in ("q", "r")
+    ]
+    assert [c.id for c in await _claim(t.store, queue, limits, limit=1)] == [ahead[0]]
+    # p's 29 others wait for its period; claims of one job each pass over them, key by key
+    assert [c.id for c in await _claim(t.store, queue, limits, limit=1)] == [behind[0]]
+    assert [c.id for c in await _claim(t.store, queue, limits, limit=1)] == [behind[1]]
+    assert await _claim(t.store, queue, limits) == []
+    t.clock.advance(seconds=67)  # p's start left the period (and its tenth)
+    assert [c.id for c in await _claim(t.store, queue, limits)] == [ahead[1]]
 
 
 @tck_test

@@ -19,7 +19,15 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ket.store.admission import Admitted, Candidate, Counts, Start, kept_since, longest_period
+from ket.store.admission import (
+    QUEUE_SCOPE,
+    Admitted,
+    Candidate,
+    Counts,
+    Start,
+    kept_since,
+    longest_period,
+)
 from ket.store.sql import statement as stmt
 from ket.store.sql.fetch import Rows
 from ket.store.types import ClaimLimits, JobClaim
@@ -40,22 +48,9 @@ async def limited_claim(
     now: datetime = params["now"]  # SQLite's instants come from Python
     if upkeep:
         await expire(rows, params)
-    counts = await counts_of(rows, queue, limits, now)
-    full_concurrency, full_rate, queue_full = counts.full()
-    found = (
-        []
-        if queue_full
-        else await rows.tuples(
-            stmt.LIMIT_CANDIDATES,
-            {
-                **params,
-                "full_concurrency": full_concurrency,
-                "full_rate": full_rate,
-                "limit": claim.limit,
-            },
-        )
-    )
-    admitted = counts.admit([Candidate(*row) for row in found], claim.limit)
+    counts, found = await _candidates(rows, claim, limits, params)
+    full_concurrency = counts.full()[0]
+    admitted = counts.admit(found, claim.limit)
     admitted.contended = admitted.contended or bool(full_concurrency)
     claimed: list[Any] = []
     if admitted.ids:
@@ -70,6 +65,61 @@ async def limited_claim(
         since = kept_since(limits, now)
         await rows.rows(stmt.RATE_FORGET, {"p_queue": queue, "p_since": since})
     return claimed, admitted
+
+
+async def _candidates(
+    rows: Rows, claim: JobClaim, limits: ClaimLimits, params: dict[str, Any]
+) -> tuple[Counts, list[Candidate]]:
+    """SQLite: what runs and started, and the candidates, as admission.Counts reads them, with
+    the starts of the rate scopes the candidates meet only (and the queue's own), not every
+    start of the period. A scope found full passes its jobs over: the candidates are read
+    again past it (other keys flow), until the scopes they meet are all read."""
+    queue, now = claim.queue, params["now"]
+    since = kept_since(limits, now)
+    running = [(key, n) for key, _, n in await rows.tuples(stmt.LIMIT_RUNNING, {"p_queue": queue})]
+    starts: list[Start] = []
+    read: set[str] = set()
+
+    async def read_starts(scopes: set[str]) -> Counts:
+        found = await rows.tuples(
+            stmt.LIMIT_STARTS, {"p_queue": queue, "p_since": since, "scopes": sorted(scopes)}
+        )
+        starts.extend(Start(scope=scope, at=at, n=n) for scope, at, n in found)
+        read.update(scopes)
+        return Counts.read(limits, now, running, starts)
+
+    counts = await read_starts({QUEUE_SCOPE}) if limits.rate is not None else None
+    while True:
+        if counts is None:
+            counts = Counts.read(limits, now, running, starts)
+        full_concurrency, full_rate, queue_full = counts.full()
+        if queue_full:
+            return counts, []
+        candidates = [
+            Candidate(*row)
+            for row in await rows.tuples(
+                stmt.LIMIT_CANDIDATES,
+                {
+                    **params,
+                    "full_concurrency": full_concurrency,
+                    "full_rate": full_rate,
+                    "limit": claim.limit,
+                },
+            )
+        ]
+        wanted = {
+            job.rate_key
+            for job in candidates
+            if job.rate_key
+            and job.rate_key not in read
+            and (rules := limits.jobs.get(job.name)) is not None
+            and rules.rate is not None
+        }
+        if not wanted:
+            return counts, candidates
+        counts = await read_starts(wanted)
+        if not wanted & set(counts.full()[1]):  # none of them full: the same candidates
+            return counts, candidates
 
 
 async def _limited_claim_postgres(

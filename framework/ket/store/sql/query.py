@@ -97,6 +97,8 @@ class Statements:
     # their starts recorded, and those past every period forgotten
     limited_claim: Any
     limit_counts: Any
+    limit_running: Any  # SQLite: the running attempts by concurrency key
+    limit_starts: Any  # SQLite: the starts since `p_since` of the rate scopes `scopes`
     limit_waiting: Any
     limit_candidates: Any
     limit_claim: Any
@@ -154,17 +156,17 @@ def statements(dialect: str) -> Statements:
         # one row per running attempt's concurrency key (`at` NULL, `n` their number), then
         # one per start under a rate since `p_since` (its scope, `at`, `n`)
         limit_counts=union_all(
-            select(
-                jobs.c.concurrency_key.label("key"),
-                type_coerce(null(), Instant).label("at"),  # the union's `at` reads as instants
-                func.count().label("n"),
-            )
-            .where(jobs.c.queue == bindparam("p_queue"), EXECUTING)
-            .group_by(jobs.c.concurrency_key),
+            _running(),
             select(rate_starts.c.scope, rate_starts.c.at, rate_starts.c.n).where(
                 rate_starts.c.queue == bindparam("p_queue"),
                 rate_starts.c.at > bindparam("p_since", type_=rate_starts.c.at.type),
             ),
+        ),
+        limit_running=_running(),
+        limit_starts=select(rate_starts.c.scope, rate_starts.c.at, rate_starts.c.n).where(
+            rate_starts.c.queue == bindparam("p_queue"),
+            rate_starts.c.at > bindparam("p_since", type_=rate_starts.c.at.type),
+            among(dialect, rate_starts.c.scope, "scopes", Text),
         ),
         limit_candidates=_candidates(time, dialect),
         # the due jobs a queue's limits hold back (stats): all of them when the queue is full
@@ -474,6 +476,19 @@ def _claimable(time: TimeSql) -> list[Any]:
         ~_paused(bindparam("p_queue")),  # a paused queue's jobs wait (ket queues pause)
         or_(jobs.c.expires_at.is_(None), jobs.c.expires_at > now),
     ]
+
+
+def _running() -> Any:
+    """A queue's running attempts by concurrency key: the key, `at` NULL, `n` their number."""
+    return (
+        select(
+            jobs.c.concurrency_key.label("key"),
+            type_coerce(null(), Instant).label("at"),  # a union's `at` reads as instants
+            func.count().label("n"),
+        )
+        .where(jobs.c.queue == bindparam("p_queue"), EXECUTING)
+        .group_by(jobs.c.concurrency_key)
+    )
 
 
 def _candidates(time: TimeSql, dialect: str) -> Any:

@@ -79,6 +79,8 @@ LIMITED_CLAIM = _query("limited_claim")  # PostgreSQL only: the function ket_lim
 LIMIT_COUNTS = _query("limit_counts")
 LIMIT_WAITING = _query("limit_waiting")
 # SQLite's steps of a limited claim (PostgreSQL's function takes them all)
+LIMIT_RUNNING = _query("limit_running", postgres=False)
+LIMIT_STARTS = _query("limit_starts", postgres=False)
 LIMIT_CANDIDATES = _query("limit_candidates", postgres=False)
 LIMIT_CLAIM = _query("limit_claim", postgres=False)
 RATE_RECORD = _query("rate_record", postgres=False)
