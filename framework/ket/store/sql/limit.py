@@ -1,16 +1,17 @@
 """A claim within fleet-wide limits (the rule: ket.store.admission).
 
 The queue's limited claims run one at a time, so that two workers never both count the same
-free place. Each reads the running attempts and the starts within the longest rate period,
-discards the queue's expired jobs, reads the due jobs whose keys are not full, admits what the
-limits allow and claims those, and records their starts. The running attempts are the executing
-rows themselves: an attempt gives its place back in the transaction that ends it, and one whose
+free place. Each discards the queue's expired jobs, reads the running attempts, the due jobs
+whose keys are not full and the starts within their rates' periods of the scopes they meet (a
+scope found full passes its jobs over: other keys flow), admits what the limits allow and
+claims those, and records their starts. The running attempts are the executing rows
+themselves: an attempt gives its place back in the transaction that ends it, and one whose
 worker was killed keeps it until rescue ends it.
 
-PostgreSQL does all of it in one call of the function ket_limited_claim (migration 11), in
-autocommit, under a transaction-scoped advisory lock on the queue: one round trip, as the plain
-claim. SQLite does it here step by step, in a transaction (the write lock it takes at its start
-runs the claims one at a time), with admission.Counts.
+PostgreSQL does all of it in one call of the function ket_limited_claim (migrations 11, 13 and
+14), in autocommit, under a transaction-scoped advisory lock on the queue: one round trip, as
+the plain claim. SQLite does it here step by step, in a transaction (the write lock it takes at
+its start runs the claims one at a time), with admission.Counts.
 """
 
 from __future__ import annotations
@@ -88,10 +89,11 @@ async def _candidates(
         read.update(scopes)
         return Counts.read(limits, now, running, starts)
 
-    counts = await read_starts({QUEUE_SCOPE}) if limits.rate is not None else None
+    if limits.rate is None:
+        counts = Counts.read(limits, now, running, starts)
+    else:
+        counts = await read_starts({QUEUE_SCOPE})
     while True:
-        if counts is None:
-            counts = Counts.read(limits, now, running, starts)
         full_concurrency, full_rate, queue_full = counts.full()
         if queue_full:
             return counts, []

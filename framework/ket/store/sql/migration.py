@@ -424,8 +424,8 @@ _RETURNED = """j.id, j.name, j.queue, j.payload, j.payload_version, j.priority, 
             j.max_attempts, j.unique_key, j.company, j.run_at, j.enqueued_at, j.lease_until,
             j.fence, j.tick, j.ticks_skipped, j.trace_context"""
 # a scope's starts added to the record of their tenth of its rate's period (admission.bucket_of),
-# or a new record (the claims of the queue take turns): `counted` holds (scope, n, tenth); the
-# second a statement's end, after a WITH that holds the first
+# or a new record (the claims of the queue take turns): _INSERTED ends a statement whose WITH
+# holds `counted` (scope, n, tenth) and then _ADDED
 _ADDED = """added AS (
             UPDATE ket_rate_starts s SET n = s.n + counted.n FROM counted
             WHERE s.queue = p_queue AND s.scope = counted.scope AND s.at = counted.tenth
