@@ -444,12 +444,7 @@ def _limited_claim() -> Any:
         return bindparam(name, type_=postgresql.ARRAY(of))
 
     called = func.ket_limited_claim(
-        bindparam("p_queue", type_=Text),
-        bindparam("limit", type_=Integer),
-        bindparam("p_worker_id", type_=Text),
-        bindparam("now", type_=Instant),
-        bindparam("lease_s", type_=Float),
-        bindparam("lease_at", type_=Instant),
+        *_claim_arguments(),
         array("p_names", Text),
         array("p_concurrency", BigInteger),
         array("p_rate", BigInteger),
@@ -551,18 +546,26 @@ def _claim(time: TimeSql) -> Any:
     )
 
 
-def _pg_claim() -> Any:
-    """PostgreSQL: the claim as one call of the function ket_claim (migration 14), whose plans
-    are made once a connection: it discards up to `limit` of the queue's expired jobs and
-    records why, then claims the first due runnable rows (SKIP LOCKED); the claimed rows."""
-    called = func.ket_claim(
+def _claim_arguments() -> tuple[Any, ...]:
+    """The arguments both claim functions take first: the queue, how many, the worker, the
+    clock (NULL: the database's) and the lease."""
+    return (
         bindparam("p_queue", type_=Text),
         bindparam("limit", type_=Integer),
         bindparam("p_worker_id", type_=Text),
         bindparam("now", type_=Instant),
         bindparam("lease_s", type_=Float),
         bindparam("lease_at", type_=Instant),
-    ).table_valued(*(column(c.name, c.type) for c in _CLAIMED))
+    )
+
+
+def _pg_claim() -> Any:
+    """PostgreSQL: the claim as one call of the function ket_claim (migration 14), whose plans
+    are made once a connection: it discards up to `limit` of the queue's expired jobs and
+    records why, then claims the first due runnable rows (SKIP LOCKED); the claimed rows."""
+    called = func.ket_claim(*_claim_arguments()).table_valued(
+        *(column(c.name, c.type) for c in _CLAIMED)
+    )
     return select(*called.c)
 
 
