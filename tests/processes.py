@@ -24,3 +24,19 @@ def stop_processes(processes: Iterable[subprocess.Popen[str]], grace: float = 20
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+def terminated(process: subprocess.Popen[str], timeout: float = 30.0) -> str:
+    """SIGTERM to `process`, then its whole output once it exits. A process still running after
+    `timeout` seconds is killed and the test fails with what it wrote (a worker that does not
+    stop writes its threads' stacks there, see `ket.cli.worker`)."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate(timeout=10)
+        raise AssertionError(
+            f"still running {timeout:g} s after SIGTERM; its output:\n{output}"
+        ) from None
+    return output

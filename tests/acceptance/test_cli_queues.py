@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from ket.store import NewJob
 from ket.store.sql import SqlStore
 from ket.store.types import AuditQuery
 
+from ..processes import terminated
 from .conftest import Project, run_ket
 
 APP = """
@@ -142,8 +142,7 @@ def test_a_paused_queue_waits_while_the_others_run_and_a_resume_starts_it(
         )
         print(f"the 5 waiting mails ran {took:.2f} s after the resume command returned")
     finally:
-        worker.send_signal(signal.SIGTERM)
-        output, _ = worker.communicate(timeout=30)
+        output = terminated(worker)
     assert worker.returncode == 0, output
     assert " ERROR " not in output, output
 

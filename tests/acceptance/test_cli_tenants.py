@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import pytest
 from psycopg import sql
 
 from ..databases import drop_databases
+from ..processes import terminated
 from .conftest import Project, Result, run_ket
 
 APP = """
@@ -157,8 +157,7 @@ def test_adding_the_first_tenant_keeps_the_jobs_of_default_running(shop: Shop) -
     worker = shop.worker()
     try:
         [completed] = _wait_for_completed(shop, "default")
-        worker.send_signal(signal.SIGTERM)
-        output, _ = worker.communicate(timeout=30)
+        output = terminated(worker)
     finally:
         worker.kill()
     assert completed["id"] == queued["id"]
@@ -182,8 +181,7 @@ def test_a_running_worker_keeps_serving_default_once_the_first_tenant_is_added(
             assert called.code == 0, called.err
         assert len(_wait_for_completed(shop, "default", count=2)) == 2
         assert len(_wait_for_completed(shop, "acme")) == 1
-        worker.send_signal(signal.SIGTERM)
-        output, _ = worker.communicate(timeout=30)
+        output = terminated(worker)
     finally:
         worker.kill()
     assert worker.returncode == 0, output

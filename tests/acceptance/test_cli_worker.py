@@ -17,6 +17,7 @@ from typing import IO
 from ket.store import NewJob
 from ket.store.sql import SqlStore
 
+from ..processes import terminated
 from .conftest import Project, run_ket
 
 APP = """
@@ -128,8 +129,7 @@ def test_worker_runs_jobs_then_stops_gracefully_on_sigterm(project: Project) -> 
         _wait_for(lambda: _states(root, "default").get(("app.ping", "completed")) == 50)
         _wait_for(lambda: _states(root, "default").get(("app.slow", "executing")) == 1)
         started = time.monotonic()
-        worker.send_signal(signal.SIGTERM)
-        output, _ = worker.communicate(timeout=30)
+        output = terminated(worker)
     finally:
         worker.kill()
     assert worker.returncode == 0, output
@@ -169,6 +169,39 @@ def test_a_second_signal_exits_at_once(project: Project) -> None:
     assert exited_after < 5, f"the second signal took {exited_after:.1f}s to end the process"
     # handed back at once, not left executing until its lease expires: the next worker runs it
     assert _states(root, "default") == {("app.slow", "available"): 1}
+
+
+LEAKY = """
+import threading
+import time
+from ket import define_deployment, define_job, define_module
+
+def forget(ctx, input):
+    # a thread left behind that never ends: the interpreter would wait for it at exit
+    threading.Thread(target=time.sleep, args=(3600,), name="left-behind").start()
+
+app = define_module(name="app", jobs={"forget": define_job(idempotent=True, handler=forget)})
+main = define_deployment(name="main", modules=[app], worker={"queues": {"default": 1}})
+"""
+
+
+def test_a_thread_a_handler_left_running_does_not_keep_a_stopped_worker_alive(
+    project: Project,
+) -> None:
+    root = project({"app/workspace.py": LEAKY})
+    assert run_ket("migrate", cwd=root).code == 0
+    _enqueue(root, "default", [NewJob(name="app.forget")])
+    worker = _worker(root)
+    try:
+        _wait_for(lambda: _states(root, "default") == {("app.forget", "completed"): 1})
+        output = terminated(worker)
+    finally:
+        worker.kill()
+    assert worker.returncode == 0, output
+    assert "worker stopped" in output
+    assert "still not exited 10 s after the worker stopped, waiting for threads" in output
+    assert "'left-behind'" in output, output
+    assert 'File "' in output and "in forget" not in output  # every thread's stack, where it waits
 
 
 class _Lines:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from ket.store import NewJob
 from ket.store.sql import SqlStore
 from tests.conftest import migrated_postgres_database
 
+from ..processes import terminated
 from .conftest import Project, run_ket
 
 APP = """
@@ -171,8 +171,7 @@ def test_sigterm_during_a_burst_hands_running_jobs_back_as_a_worker_does(
             assert time.monotonic() < deadline, "the burst never reported itself"
             time.sleep(0.05)
         assert [worker["tenants"] for worker in listed] == [["default"]]
-        burst.send_signal(signal.SIGTERM)
-        output, _ = burst.communicate(timeout=30)
+        output = terminated(burst)
     finally:
         burst.kill()
     assert burst.returncode == 0, output

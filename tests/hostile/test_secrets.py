@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -33,6 +32,8 @@ from ket.errors import StoreError
 from ket.store.sql import SqlStore
 from ket.testing import create_test_deployment
 from tests.acceptance.conftest import run_ket
+
+from ..processes import terminated
 
 SECRET = "sk-live-7Qe2Xw9"
 ACCOUNT = "ACCT-1234-5678"
@@ -232,8 +233,7 @@ def test_a_worker_run_logs_and_stores_no_secret_and_no_redacted_account(
     )
     try:
         _wait_for(lambda: _state(root, database, job_id) == "discarded")
-        worker.send_signal(signal.SIGTERM)
-        log, _ = worker.communicate(timeout=30)
+        log = terminated(worker)
     finally:
         worker.kill()
     assert (root / "seen.txt").read_text() == SECRET + "\n"  # the handler did get the secret

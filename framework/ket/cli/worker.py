@@ -8,7 +8,9 @@ other workers, as --queues does.
 
 SIGTERM or SIGINT stops claiming, lets running jobs finish within `shutdown_grace_ms`, aborts
 the rest (reason `shutdown`) and hands them back, then exits 0. A second signal hands back what
-it can within half a second and exits within a second, whatever handler threads are doing.
+it can within half a second and exits within a second, whatever handler threads are doing. A
+worker still running STUCK_SECONDS after its grace and the abort grace writes every thread's
+stack to stderr (headed "Timeout"), so that a shutdown that hangs says where.
 
 --burst runs what is due now (and the jobs those enqueue that are due now), fires the schedules'
 due ticks once, then stops as at a signal: exit 0, or 1 if it discarded a job it ran, or 2 if a
@@ -19,11 +21,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import logging
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -51,6 +55,7 @@ from ket.errors import KetError
 from ket.runtime.contexts import default_blobs, default_sender
 from ket.runtime.flag import Flag
 from ket.runtime.fleet import Drained, Fleet
+from ket.runtime.runner import ABORT_GRACE_SECONDS
 from ket.runtime.supervisor import Supervisor
 from ket.runtime.tenancy import database_template
 from ket.runtime.threads import HandlerThreads, handler_threads
@@ -65,6 +70,10 @@ T = TypeVar("T")
 HAND_BACK_SECONDS = 0.5
 EXIT_SECONDS = 0.9
 PRESENCE_TIMEOUT_SECONDS = 30.0
+# After the first signal, past the grace and the abort grace: a worker not gone by then is stuck
+STUCK_SECONDS = 10.0
+# After the worker stopped: a process not gone by then waits for a thread that never ends
+EXIT_WATCH_SECONDS = 10.0
 
 
 def add_parser(
@@ -212,6 +221,9 @@ class Stopping:
     def __init__(self, command: str = "ket worker") -> None:
         self.event = asyncio.Event()
         self.fleet: Fleet | None = None
+        # seconds after the first signal when every thread's stack goes to stderr (the grace and
+        # the abort grace and STUCK_SECONDS, once the command knows its grace)
+        self.stuck_after: float | None = None
         self._command = command
         self._also: list[Callable[[], None]] = []
 
@@ -239,6 +251,9 @@ class Stopping:
                 task.add_done_callback(lambda _: os._exit(1))
             return
         log.info("received %s: finishing running jobs, then stopping", signal.Signals(number).name)
+        if self.stuck_after is not None:
+            # a C thread that writes even when the interpreter hangs at exit joining a thread
+            faulthandler.dump_traceback_later(self.stuck_after, exit=False)
         self.event.set()
         for stop in self._also:
             stop()
@@ -350,6 +365,9 @@ async def serve(
         presence.every(service, timeout=PRESENCE_TIMEOUT_SECONDS, patience=service.interval)
         if tenant is None and not burst:
             share = tenant_share(service, timeout=PRESENCE_TIMEOUT_SECONDS)
+    stopping.stuck_after = (
+        catalog.worker.shutdown_grace_ms / 1000 + ABORT_GRACE_SECONDS + STUCK_SECONDS
+    )
     fleet = stopping.fleet = Fleet(
         catalog=catalog,
         template=database_template(database_url),
@@ -415,7 +433,7 @@ async def serve(
             await service.leave()
         if served is not None:
             served.close()
-    stuck = [t.name for t in threading.enumerate() if t.name.startswith("ket-") and t.is_alive()]
+    stuck = _handler_threads_running()
     if stuck:
         # handler threads that ignored their abort: their jobs were handed back and their
         # effects are refused, and the interpreter would wait for them forever at exit
@@ -423,7 +441,39 @@ async def serve(
         logging.shutdown()
         os._exit(code)
     log.info("worker stopped")
+    # what is left is the interpreter's exit; a thread that never ends would hold it forever
+    exiting = threading.Timer(EXIT_WATCH_SECONDS, _exit_stuck, (code,))
+    exiting.daemon = True
+    exiting.start()
     return code
+
+
+def _handler_threads_running(wait: float = 1.0) -> list[str]:
+    """The handler threads still running a handler after `wait` seconds: idle ones end at once,
+    the fleet having shut their pool down."""
+    deadline = time.monotonic() + wait
+    running = []
+    for thread in threading.enumerate():
+        if thread.name.startswith("ket-handler"):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                running.append(thread.name)
+    return running
+
+
+def _exit_stuck(code: int) -> None:
+    """The process has not exited EXIT_WATCH_SECONDS after the worker stopped: name the threads
+    it waits for, then exit without them."""
+    main = threading.main_thread()
+    waited = [t.name for t in threading.enumerate() if t is not main and not t.daemon]
+    log.warning(
+        "still not exited %g s after the worker stopped, waiting for threads %s; exiting anyway",
+        EXIT_WATCH_SECONDS,
+        waited,
+    )
+    faulthandler.dump_traceback(all_threads=True)
+    logging.shutdown()
+    os._exit(code)
 
 
 def burst_code(drained: Drained) -> int:

@@ -23,7 +23,6 @@ owns the error policy, so no service has one of its own:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import random
@@ -41,6 +40,8 @@ T = TypeVar("T")
 
 REPEAT_WINDOW_SECONDS = 60.0
 MAX_BACKOFF_SECONDS = 30.0
+# how long stop() waits for the cancelled services and loops
+STOP_WAIT_SECONDS = 10.0
 
 
 class Service(Protocol):
@@ -219,8 +220,10 @@ class Supervisor:
         and handed to `failed`."""
         self._spawn(name, self._once(name, step, timeout, failed), may_end=True)
 
-    async def stop(self) -> None:
-        """Cancel every service and loop and wait for them."""
+    async def stop(self, wait: float = STOP_WAIT_SECONDS) -> None:
+        """Cancel every service and loop and wait for them, `wait` seconds at most: one that is
+        still running then (a database call that ignores the cancel) is logged by name and left
+        behind, so that the worker still stops."""
         self._stopping.set()
         for ticking in self._ticking:
             if ticking.timer is not None:
@@ -229,9 +232,17 @@ class Supervisor:
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if tasks:
+            done, pending = await asyncio.wait(tasks, timeout=wait)
+            for task in done:  # their failures were logged as they happened
+                if not task.cancelled():
+                    task.exception()
+            for task in pending:
+                log.warning(
+                    "%s did not stop within %g s of being cancelled; the worker stops without it",
+                    task.get_name(),
+                    wait,
+                )
         self._tasks.clear()
 
     async def sleep(self, seconds: float) -> None:
@@ -345,6 +356,7 @@ class Supervisor:
 
     def _spawn(self, name: str, body: Awaitable[None], *, may_end: bool = False) -> None:
         task = asyncio.ensure_future(body)
+        task.set_name(self.where(name))  # as stop() names one that does not stop
         task.add_done_callback(lambda done: self._ended(name, done, may_end))
         self._tasks.append(task)
 

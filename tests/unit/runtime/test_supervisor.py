@@ -616,6 +616,31 @@ def test_stop_cancels_a_tick_in_flight() -> None:
     asyncio.run(main())
 
 
+def test_stop_leaves_behind_a_loop_that_does_not_end_when_cancelled_and_names_it(
+    logs: pytest.LogCaptureFixture,
+) -> None:
+    async def stubborn() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await asyncio.sleep(5)  # a driver call that ignores the cancel for long
+
+    async def main() -> float:
+        sup = Supervisor(tenant="acme", stopping=Flag())
+        sup.keep("claim loop", stubborn)
+        await asyncio.sleep(0.02)
+        began = asyncio.get_running_loop().time()
+        await sup.stop(wait=0.1)
+        return asyncio.get_running_loop().time() - began
+
+    took = asyncio.run(main())
+    assert took < 1.0
+    assert lines(logs) == [
+        "claim loop (tenant acme) did not stop within 0.1 s of being cancelled; "
+        "the worker stops without it"
+    ]
+
+
 def test_sleep_wakes_early_when_the_worker_stops() -> None:
     async def main() -> float:
         stopping = Flag()
