@@ -29,7 +29,14 @@ from ket.declare.operation import Handler, OperationDecl
 from ket.declare.serve import ServeConfig
 from ket.declare.worker import WorkerConfig
 from ket.due import RunAt, RunIn, delay_seconds, due
-from ket.errors import CheckFailed, DeclarationError, JobRejected, PayloadVersionError
+from ket.errors import (
+    CheckFailed,
+    DeclarationError,
+    JobRejected,
+    PayloadVersionError,
+    ResultRejected,
+)
+from ket.limits import MAX_RESULT_BYTES
 from ket.schedule import Schedule
 from ket.secret import (
     Redact,
@@ -209,6 +216,10 @@ class JobSpec(OperationSpec):
     # the input fields that make the key
     window: Window | None = None
     window_fields: tuple[str, ...] = ()
+    # what its handler returns, kept as its result (None: a returned value is not kept), and
+    # whether that may hold secret fields (sealed as an input's are)
+    output_model: type[BaseModel] | None = None
+    output_secret: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -305,6 +316,36 @@ class Catalog:
         if bare and spec.no_input and not self.tracing:  # a traced enqueue is a span of its own
             self._plain[name] = job
         return job
+
+    def job_result(self, name: str, value: object) -> str | None:
+        """What job `name`'s handler returned, as the JSON text its result is stored as: None
+        when it declares no output (or returned None); else validated against its output, its
+        secret fields sealed as an input's are, at most MAX_RESULT_BYTES. ResultRejected names
+        what is wrong."""
+        spec = self.job(name)
+        model = spec.output_model
+        if model is None or value is None:
+            return None
+        try:
+            if isinstance(value, BaseModel) and not isinstance(value, model):
+                value = value.model_dump()
+            result = model.model_validate(value)
+        except ValidationError as error:
+            raise ResultRejected(
+                f"{name} returned a value that is not its output: {_errors_of(error)}"
+            ) from None
+        if spec.output_secret:
+            shown = seal_payload(result, self.keys, job=name)
+        else:
+            shown = plain_payload(result, job=name)
+        text = json.dumps(shown, separators=(",", ":"), ensure_ascii=False)
+        size = len(text.encode())
+        if size > MAX_RESULT_BYTES:
+            raise ResultRejected(
+                f"{name} returned a result of {size} bytes, over the limit of {MAX_RESULT_BYTES}: "
+                "keep large data in ctx.storage and return its key"
+            )
+        return text
 
     def _job(
         self,
@@ -543,6 +584,8 @@ def _job(decl: JobDecl, timezone: str | None, worker: WorkerConfig) -> JobSpec:
         ),
         window=_window(unique := resolve.unique(decl), debounce := resolve.debounce(decl)),
         window_fields=unique.key if unique else debounce.key if debounce else (),
+        output_model=(output := resolve.output_model(decl)),
+        output_secret=output is not None and holds_secrets(output),
     )
 
 
@@ -585,3 +628,12 @@ def _rate(limit: RateLimit | None) -> Rate | None:
 def default_backoff(attempt: int) -> float:
     """The default backoff with jitter: about `min(2**attempt * 10, 86_400)` seconds."""
     return jittered(default_backoff_seconds(attempt))
+
+
+def _errors_of(error: ValidationError) -> str:
+    """A validation error on one line, naming each field, never its value (a result may hold
+    secrets)."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in item['loc']) or 'the value'}: {item['msg']}"
+        for item in error.errors(include_input=False)
+    )

@@ -19,6 +19,7 @@
     ├── SecretKeyError        KET_SECRET_KEYS is malformed, or opens no sealed secret of a job
     ├── StorageKeyError       a storage key that is unsafe or crosses a link (also a ValueError)
     ├── BlobRejected          a blob over the storage size cap; nothing written (also a ValueError)
+    ├── ResultRejected        a handler returned what is not its job's output (also a ValueError)
     ├── StorageError          the blob storage is misconfigured (KET_STORAGE_URL) or failed
     └── TransportError        the outbound transport is misconfigured (e.g. an unknown URL)
         └── MessageRejected   a message refused before anything was sent (also a ValueError)
@@ -152,6 +153,10 @@ class PayloadVersionError(KetError):
 
 class StorageKeyError(KetError, ValueError):
     """The storage key is not a safe relative path, or a symbolic link stands on its path."""
+
+
+class ResultRejected(KetError, ValueError):
+    """The value the handler returned is not the job's declared output."""
 
 
 class BlobRejected(KetError, ValueError):

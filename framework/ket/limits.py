@@ -8,3 +8,4 @@ MAX_TAGS, MAX_TAG_LENGTH = 32, 100  # per job; characters per tag
 MAX_NAME_LENGTH = 200  # characters of a job's, queue's or worker's name
 MAX_KEY_LENGTH = 500  # characters of a unique key, an idempotency key, a schedule id
 MAX_PAYLOAD_BYTES = 1_048_576  # a job's encoded input
+MAX_RESULT_BYTES = 65_536  # a job's encoded result (a larger one goes to ctx.storage)

@@ -20,6 +20,7 @@ from tests.acceptance.conftest import run_ket
 KET_TABLES = {
     "ket_audit",
     "ket_job_errors",
+    "ket_job_results",
     "ket_jobs",
     "ket_migrations",
     "ket_queue_pauses",

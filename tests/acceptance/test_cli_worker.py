@@ -87,10 +87,8 @@ def test_migrate_installs_every_tenant_and_is_idempotent(project: Project) -> No
     root = project({"app/workspace.py": APP})
     first = run_ket("migrate", cwd=root)
     assert first.code == 0, first.err
-    assert (
-        first.out
-        == "tenant default: applied migrations [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]\n"
-    )
+    every = ", ".join(str(n) for n in range(1, 16))
+    assert first.out == f"tenant default: applied migrations [{every}]\n"
     again = run_ket("migrate", cwd=root)
     assert again.out == "tenant default: up to date\n"
 
@@ -109,8 +107,8 @@ def test_tenants_are_added_listed_removed_and_migrated_each(project: Project) ->
     assert [line.split("\t")[0] for line in listed.out.splitlines()] == ["acme", "globex"]
     migrated = run_ket("migrate", cwd=root)
     assert migrated.out.splitlines() == [
-        "tenant acme: applied migrations [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]",
-        "tenant globex: applied migrations [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]",
+        "tenant acme: applied migrations [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]",
+        "tenant globex: applied migrations [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]",
     ]
     assert (root / ".ket" / "acme.db").is_file()
     assert run_ket("tenants", "remove", "globex", cwd=root).code == 0

@@ -62,6 +62,10 @@ def _common(operation: OperationDecl) -> list[CheckMessage]:
 def _job_options(job: JobDecl) -> list[CheckMessage]:
     found: list[CheckMessage] = []
     where = Subject(obj=_subject(job), source=job.source)
+    try:
+        resolve.output_model(job)
+    except InputSpecError as error:
+        found.append(finding("KET503", error.message, where))
     if job.idempotent is not True:
         if isinstance(job.idempotent, bool):
             found.append(

@@ -195,9 +195,13 @@ def _show(args: argparse.Namespace) -> int:
     if record is None:
         sys.stderr.write(f"ket: no job {args.id}\n")
         return 1
-    if args.format == "json":  # secret input fields, sealed or not, show as ***
+    # secret input and result fields, sealed or not, show as ***
+    result = None if record.result is None else redact_payload(record.result)
+    if args.format == "json":
         payload = redact_payload(record.payload)
-        print_json({**_jsonable(asdict(record)), "payload": payload, "reruns": reruns})
+        print_json(
+            {**_jsonable(asdict(record)), "payload": payload, "result": result, "reruns": reruns}
+        )
         return 0
     fields = _summary(record)
     for key in (
@@ -227,6 +231,8 @@ def _show(args: argparse.Namespace) -> int:
     payload = json.dumps(redact_payload(record.payload), sort_keys=True)
     sys.stdout.write(f"{'version:':<14}{record.payload_version}\n")  # the payload's input version
     sys.stdout.write(f"{'payload:':<14}{payload}\n")
+    shown = "-" if result is None else json.dumps(result, sort_keys=True)
+    sys.stdout.write(f"{'result:':<14}{shown}\n")
     sys.stdout.write(f"errors ({len(record.errors)}):\n")
     for error in record.errors:
         sys.stdout.write(
@@ -438,6 +444,7 @@ def _manifests(args: argparse.Namespace) -> dict[str, int] | None:
 def _summary(record: JobRecord) -> dict[str, Any]:
     data: dict[str, Any] = _jsonable(asdict(record))
     data.pop("payload")
+    data.pop("result")  # job_get's alone
     data["errors"] = len(record.errors)
     return data
 

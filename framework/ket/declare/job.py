@@ -43,6 +43,7 @@ class JobDecl(OperationDecl):
     rate_limit: object = None
     unique: object = None
     debounce: object = None
+    output: object = None
 
 
 def define_job(
@@ -66,8 +67,13 @@ def define_job(
     rate_limit: Mapping[str, object] | None = None,
     unique: Mapping[str, object] | None = None,
     debounce: Mapping[str, object] | None = None,
+    output: object = None,
 ) -> JobDecl:
     """Declare a job: `handler(ctx, input) -> None`, sync or async, run at least once.
+
+    `output` (a dict of field types, as `input`, or a pydantic model class) declares what the
+    handler returns: the value is validated and stored as the job's result when it completes
+    (`ket jobs show`, `client.job`); without it, a returned value is not kept.
 
     Example::
 
@@ -137,5 +143,6 @@ def define_job(
         rate_limit=rate_limit,
         unique=unique,
         debounce=debounce,
+        output=output,
         source=source,
     )

@@ -32,7 +32,7 @@ from ket.declare.job import JobDecl
 from ket.declare.operation import OperationDecl
 from ket.declare.serve import ServeConfig
 from ket.declare.worker import QUEUE_LIMIT_ERROR, WorkerConfig
-from ket.errors import DeclarationError
+from ket.errors import DeclarationError, InputSpecError
 from ket.limits import MAX_TAG_LENGTH, MAX_TAGS
 from ket.schedule import Schedule, parse_schedule
 
@@ -48,6 +48,20 @@ def default_timezone(environ: Mapping[str, str] | None = None) -> str | None:
 def input_model(operation: OperationDecl) -> type[BaseModel]:
     """The pydantic model the operation's input is validated with."""
     return build_input_model(operation.input, operation.title)
+
+
+def output_model(job: JobDecl) -> type[BaseModel] | None:
+    """The pydantic model a job's returned value is validated with; None when it declares no
+    output (its returned value is not kept)."""
+    if job.output is None:
+        return None
+    try:
+        return build_input_model(job.output, f"{job.title}.output")
+    except InputSpecError as error:  # the shorthand's messages name an input field
+        message = error.message
+        if message.startswith("input"):
+            message = "output" + message[5:]
+        raise InputSpecError(message) from None
 
 
 def effects(operation: OperationDecl) -> tuple[Effect, ...]:

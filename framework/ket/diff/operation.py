@@ -134,6 +134,24 @@ def _input(who: str) -> FieldRule:
     return rule
 
 
+def _output(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[Finding]:
+    """A job's result kept from now on, no longer, or in another shape (the results already
+    stored keep theirs: their readers meet both)."""
+    if old == new:
+        return []
+    if old is None:
+        return [
+            Finding(
+                kind="output_added", message="output added: results are kept from now on", new=new
+            )
+        ]
+    if new is None:
+        message = "output removed: results are no longer kept, and their readers get none"
+        return [Finding(kind="output_removed", message=message, old=old)]
+    message = "output changed: results already stored keep their old shape"
+    return [Finding(kind="output_changed", message=message, old=old, new=new)]
+
+
 def _tags(old: list[str], new: list[str]) -> list[Finding]:
     if old == new:
         return []
@@ -159,4 +177,5 @@ JOB_RULES: Mapping[str, FieldRule] = {
     "backoff": changed("backoff_changed", "backoff"),
     "schedule": schedule_findings,
     "tags": lambda old, new: _tags(old or [], new or []),  # older manifests have none
+    "output": _output,
 }

@@ -67,6 +67,9 @@ RULES: Mapping[str, Severity] = {
     # otherwise than the attempts running now were counted), be discarded (an expiry added or
     # shortened), or stop being held back (a limit removed: what it protected is unprotected).
     "expires_in_added": "review",
+    # a reader of the results (a dependant, a tool) may count on them, or on their shape
+    "output_removed": "review",
+    "output_changed": "review",
     "expires_in_shortened": "review",
     "concurrency_limit_added": "review",
     "concurrency_limit_tightened": "review",
@@ -119,6 +122,7 @@ RULES: Mapping[str, Severity] = {
     "timeout_ms_raised": "safe",
     "priority_changed": "safe",
     "tags_changed": "safe",
+    "output_added": "safe",
     "expires_in_removed": "safe",
     "expires_in_lengthened": "safe",
     "expires_in_restated": "safe",

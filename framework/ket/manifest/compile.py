@@ -143,4 +143,7 @@ def _job(job: JobDecl, timezone: str | None) -> JobEntry:
         rate_limit=_rate_limit(resolve.rate_limit(job)),
         unique=_unique(resolve.unique(job)),
         debounce=_debounce(resolve.debounce(job)),
+        output=None
+        if (output := resolve.output_model(job)) is None
+        else output.model_json_schema(),
     )

@@ -73,14 +73,19 @@ def _check_schemas(manifest: Manifest, origin: str) -> None:
     for module_name, module in manifest.modules.items():
         for kind, entries in (("functions", module.functions), ("jobs", module.jobs)):
             for name, entry in entries.items():
-                where = f"modules.{module_name}.{kind}.{name}.input"
-                try:
-                    total += check_input_schema(entry.input, where)
-                except SchemaProblem as problem:
-                    raise ManifestError(f"{origin}: invalid manifest at {problem}") from None
+                schemas = [("input", entry.input)]
+                output = getattr(entry, "output", None)  # a job's result, when it keeps one
+                if output is not None:
+                    schemas.append(("output", output))
+                for part, schema in schemas:
+                    where = f"modules.{module_name}.{kind}.{name}.{part}"
+                    try:
+                        total += check_input_schema(schema, where)
+                    except SchemaProblem as problem:
+                        raise ManifestError(f"{origin}: invalid manifest at {problem}") from None
                 if total > MAX_INLINED_TOTAL:
                     raise ManifestError(
-                        f"{origin}: the input schemas grow past {MAX_INLINED_TOTAL} nodes in all "
-                        f"once their $refs are inlined (at {where}); a manifest's schemas are far "
-                        "smaller"
+                        f"{origin}: the input and output schemas grow past {MAX_INLINED_TOTAL} "
+                        f"nodes in all once their $refs are inlined (at {where}); a manifest's "
+                        "schemas are far smaller"
                     )

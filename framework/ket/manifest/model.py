@@ -241,6 +241,9 @@ class JobEntry(OperationEntry):
     rate_limit: RateLimitEntry | None = None
     unique: UniqueEntry | None = None
     debounce: DebounceEntry | None = None
+    # the JSON schema of the result its handler returns (older manifests, and jobs that keep
+    # no result: none)
+    output: dict[str, Any] | None = None
 
     @field_validator("expires_in")
     @classmethod
@@ -273,6 +276,7 @@ class JobEntry(OperationEntry):
             "rate_limit",
             "unique",
             "debounce",
+            "output",
         )
 
 

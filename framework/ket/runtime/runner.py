@@ -46,6 +46,7 @@ from ket.errors import (
     EffectError,
     MessageRejected,
     PayloadVersionError,
+    ResultRejected,
     Retry,
     SecretKeyError,
     Snooze,
@@ -100,9 +101,17 @@ class Result:
     waited_ms: float | None = None  # due to start, when someone listens (see JobRunner.run)
 
 
-# How a handler ended: None (it returned: the attempt completed), what it raised (a failure,
-# described once the duration is known), or the attempt's result decided otherwise (aborted).
-Ended = Result | BaseException | None
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """What a completed handler returned, for its job's result (a job that declares output)."""
+
+    value: object
+
+
+# How a handler ended: None (it returned: the attempt completed), what it returned when that is
+# kept as its job's result (Returned), what it raised (a failure, described once the duration is
+# known), or the attempt's result decided otherwise (aborted).
+Ended = Result | BaseException | Returned | None
 
 
 class JobRunner:
@@ -182,6 +191,16 @@ class JobRunner:
         else:
             ended = await self._run_plain(job, spec, ctx, payload, signal)
         duration = round((time.perf_counter() - started) * 1000, 3)
+        if isinstance(ended, Returned):
+            try:
+                result = self.catalog.job_result(job.name, ended.value)
+            except ResultRejected as error:  # a failure of the handler's, retried as one
+                ended = error
+            else:
+                settle = Settle(id=job.id, fence=job.fence, outcome="completed", result=result)
+                return Result(
+                    job=job, settle=settle, kind="completed", duration_ms=duration, waited_ms=waited
+                )
         if ended is None:
             settle = Settle(id=job.id, fence=job.fence, outcome="completed")
             return Result(
@@ -363,7 +382,7 @@ class JobRunner:
 
 def _returned(
     job: ClaimedJob, spec: JobSpec, signal: AbortSignal, value: object
-) -> Result | BaseException | None:
+) -> Result | BaseException | Returned | None:
     """A handler that returned: completed (or snoozed, when it returned a Snooze), unless a
     cancel or a timeout decided the outcome as it returned (a shutdown that the handler
     finished its work through completes it)."""
@@ -371,7 +390,9 @@ def _returned(
         return _aborted(job, spec, signal)
     if isinstance(value, Snooze):
         return value
-    return None
+    if spec.output_model is None or value is None:
+        return None  # nothing to keep
+    return Returned(value)
 
 
 def _raised(

@@ -208,6 +208,8 @@ class Settle:
 
     `retryable` and `snoozed` run again after `delay_seconds` (a snooze does not use up an
     attempt); `retryable`, `discarded` and `cancelled` append `error` to the history if given.
+    `result`: a completion's result, the JSON text of an object (catalog.job_result), stored
+    with it (a settlement refused stores nothing).
     """
 
     id: JobId
@@ -215,6 +217,7 @@ class Settle:
     outcome: Outcome
     delay_seconds: float = 0.0
     error: ErrorInfo | None = None
+    result: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -402,6 +405,8 @@ class JobRecord:
     rerun_of: JobId | None = None  # the finished job this one reruns (`ket jobs rerun`)
     expires_at: datetime | None = None  # discarded as EXPIRED if not started by then
     window_key: str | None = None  # the key of its uniqueness window or debounce
+    # what its handler returned, when its job keeps it (job_get only: a listing leaves it out)
+    result: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

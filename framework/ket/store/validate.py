@@ -20,6 +20,7 @@ from ket.limits import (
     MAX_KEY_LENGTH,
     MAX_NAME_LENGTH,
     MAX_PAYLOAD_BYTES,
+    MAX_RESULT_BYTES,
     MAX_TAG_LENGTH,
     MAX_TAGS,
 )
@@ -229,6 +230,31 @@ def check_settlements(settlements: Sequence[Settle]) -> None:
         if settle.outcome not in OUTCOMES:
             raise JobRejected(f"job {settle.id}: unknown outcome {settle.outcome!r}")
         check_seconds("delay_seconds", settle.delay_seconds, positive=False, job=settle.id)
+        if settle.result is not None:
+            _result(settle)
+
+
+def _result(settle: Settle) -> None:
+    """A result only with a completion, as the JSON text of an object of MAX_RESULT_BYTES at
+    most."""
+    if settle.outcome != "completed":
+        raise JobRejected(
+            f"job {settle.id}: a result comes with a completion, not {settle.outcome!r}"
+        )
+    text = settle.result
+    size = len(text.encode()) if isinstance(text, str) else 0
+    if size > MAX_RESULT_BYTES:
+        raise JobRejected(
+            f"job {settle.id}: result is {size} bytes, over the limit of {MAX_RESULT_BYTES} bytes"
+        )
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise JobRejected(
+            f"job {settle.id}: a result is the JSON text of an object, got {text!r:.80}"
+        )
 
 
 def check_heartbeat(heartbeat: Heartbeat) -> None:

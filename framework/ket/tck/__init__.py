@@ -48,6 +48,7 @@ AREAS = (
     "limits",
     "windows",
     "errors",
+    "results",
 )
 
 # The kit's plain asserts explain their failures only if pytest rewrites them when imported.
@@ -75,6 +76,7 @@ from ket.tck import (
     records,
     rerun,
     rescue,
+    results,
     schedule,
     session,
     settle,
@@ -104,6 +106,7 @@ from ket.tck.queues import *
 from ket.tck.records import *
 from ket.tck.rerun import *
 from ket.tck.rescue import *
+from ket.tck.results import *
 from ket.tck.schedule import *
 from ket.tck.session import *
 from ket.tck.settle import *
@@ -138,6 +141,7 @@ __all__ = [
     *audit.__all__,
     *session.__all__,
     *rerun.__all__,
+    *results.__all__,
     *minutes.__all__,
     *queues.__all__,
     *expiry.__all__,

@@ -41,6 +41,7 @@ from ket.store.types import (
     ClaimedJob,
     Inserted,
     JobClaim,
+    JobId,
     JobQuery,
     JobRecord,
     JobState,
@@ -63,11 +64,13 @@ class WorkerDisabled(RuntimeError):
 class Performed:
     """How one attempt run by `perform_job` ended: `outcome` is completed, failed (it would be
     retried after `delay_seconds`), discarded, cancelled or snoozed (after `delay_seconds`);
-    `error` is the text the worker would store."""
+    `error` is the text the worker would store; `result`, what a completed job that declares
+    an output would keep (its secret fields sealed or marked, as stored)."""
 
     outcome: str
     error: str | None = None
     delay_seconds: float | None = None
+    result: dict[str, Any] | None = None
 
 
 class TestClient:
@@ -291,6 +294,13 @@ class TestDeployment:
         records = self._loop.run(self.store.job_list(query))
         return sorted(records, key=lambda record: record.id)
 
+    def job(self, job_id: JobId) -> JobRecord:
+        """One job in full, its result included (KeyError when there is none)."""
+        record = self._loop.run(self.store.job_get(job_id))
+        if record is None:
+            raise KeyError(f"no job {job_id}")
+        return record
+
     # -- running --------------------------------------------------------------------------
 
     def drain_jobs(self) -> int:
@@ -373,6 +383,7 @@ class TestDeployment:
             outcome=result.kind,
             error=result.error,
             delay_seconds=settle.delay_seconds if settle and result.kind != "completed" else None,
+            result=json.loads(settle.result) if settle and settle.result else None,
         )
 
     async def _attempt(self, job: ClaimedJob) -> Result:

@@ -382,6 +382,24 @@ def test_input_that_cannot_compile_is_KET501(spec: Any, msg: str) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("spec", "msg"),
+    [
+        (
+            {"total": "numbr"},
+            f"output field 'total' has unknown type 'numbr'; known types: {KNOWN_TYPES}",
+        ),
+        ("total", "output must be a dict of field types or a pydantic model class, got 'total'"),
+    ],
+    ids=["unknown-type", "string"],
+)
+def test_output_that_cannot_compile_is_KET503(spec: Any, msg: str) -> None:
+    job = define_job(handler=handle, idempotent=True, output=spec)
+    assert run_checks(deployment_of(jobs={"send": job})) == [
+        error("KET503", msg, obj="job sales.send", source=job.source)
+    ]
+
+
 def test_function_input_that_cannot_compile_is_KET501() -> None:
     fn = define_function(handler=handle, input={"order_id": "uuid"})
     found = run_checks(deployment_of(functions={"confirm": fn}))

@@ -397,6 +397,7 @@ PERTURBED_JOB: dict[str, Any] = {
     "rate_limit": {"limit": 20, "period": "1s", "key": ["x"]},
     "unique": {"period": "1h", "states": ["completed"]},
     "debounce": {"period": "30s"},
+    "output": {"type": "object", "properties": {"y": {"type": "integer"}}},
 }
 PERTURBED_WORKER: dict[str, Any] = {name: 1 for name in WORKER} | {
     "queues": {"default": 2},

@@ -47,6 +47,7 @@ class JobRow:
     lease_until: datetime | None = None
     cancel_requested: bool = False
     errors: list[ErrorRecord] = field(default_factory=list)
+    result: str | None = None  # a completion's result, as stored (JSON text)
     # Bumped each time the row enters a ready queue: older queue entries for it are stale.
     token: int = 0
 
@@ -112,8 +113,9 @@ class JobRow:
             trace_context=_copy(self.trace_context),
         )
 
-    def record(self) -> JobRecord:
-        """The frozen view of every column, for tools and tests."""
+    def record(self, *, result: bool = False) -> JobRecord:
+        """The frozen view of every column, for tools and tests; with `result`, its result too
+        (job_get: a listing leaves it out)."""
         return JobRecord(
             id=self.id,
             name=self.name,
@@ -142,6 +144,7 @@ class JobRow:
             rerun_of=self.rerun_of,
             expires_at=self.expires_at,
             window_key=self.window_key,
+            result=None if not result or self.result is None else json.loads(self.result),
         )
 
 

@@ -437,7 +437,7 @@ class MemoryStore:
         check_job_id(job_id)
         with self._locked():
             row = self.database.rows.get(job_id)
-            return None if row is None else row.record()
+            return None if row is None else row.record(result=True)
 
     async def job_list(self, query: JobQuery) -> list[JobRecord]:
         """Jobs matching the query, newest first."""

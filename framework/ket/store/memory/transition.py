@@ -47,6 +47,7 @@ def settle(
         database.move(row, "retryable")
     else:
         row.finished_at = now
+        row.result = outcome.result
         database.move(row, outcome.outcome)
 
 

@@ -54,6 +54,7 @@ async def prune(rows: Rows, now: datetime | None, params: Prune) -> int:
     ids = [row.id for row in await rows.rows(stmt.PRUNABLE, values)]
     if ids:
         await rows.rows(stmt.PRUNE_ERRORS, {"ids": ids})
+        await rows.rows(stmt.PRUNE_RESULTS, {"ids": ids})
         await rows.rows(stmt.PRUNE_JOBS, {"ids": ids})
     return len(ids)
 

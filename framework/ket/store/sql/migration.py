@@ -869,6 +869,25 @@ MIGRATIONS += (
         statements={"postgresql": (_PG_LIMITED_CLAIM, _PG_CLAIM), "sqlite": ()},
     ),
 )
+
+
+# What a completed job's handler returned, when its job declares an output (ket_job_results).
+def _v15(payload: str) -> tuple[str, ...]:
+    return (
+        f"""CREATE TABLE ket_job_results (
+            job_id BIGINT NOT NULL PRIMARY KEY,
+            result {payload} NOT NULL
+        )""",
+    )
+
+
+MIGRATIONS += (
+    Migration(
+        version=15,
+        name="the results of completed jobs",
+        statements={"postgresql": _v15("JSONB"), "sqlite": _v15("JSON")},
+    ),
+)
 LATEST = MIGRATIONS[-1].version
 
 _LEDGER = {
@@ -920,6 +939,7 @@ def schema_version(connection: Connection) -> int:
 # Everything the migrations create, dropped by `ket uninstall` (the app's model tables are its
 # data and stay). On PostgreSQL the NOTIFY trigger goes with its table, and its function after.
 KET_TABLES = (
+    "ket_job_results",
     "ket_job_minutes",
     "ket_minute_cursor",
     "ket_rate_starts",

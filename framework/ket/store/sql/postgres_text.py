@@ -561,6 +561,14 @@ TEXT: dict[str, Compiled] = {
         },
         returning=False,
     ),
+    'query.prune_results': Compiled(
+        text=(
+            'DELETE FROM ket_job_results WHERE ket_job_results.job_id = ANY (%(ids)b::BIGINT[])'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
     'query.queue_ages': Compiled(
         text=(
             "SELECT ket_jobs.queue, min(CASE WHEN (ket_jobs.state = 'executing') THEN ket_jobs.attempted_at END) AS lease, min(CASE WHEN (ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.run_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN ket_jobs.run_at END) AS due \n"
@@ -709,6 +717,14 @@ TEXT: dict[str, Compiled] = {
             'cancel_requested': False,
         },
         returning=True,
+    ),
+    'query.store_result': Compiled(
+        text=(
+            'INSERT INTO ket_job_results (job_id, result) VALUES (%(p_job_id)s::BIGINT, CAST(%(p_result)s::VARCHAR AS JSONB))'
+        ),
+        constants={
+        },
+        returning=False,
     ),
     'vacuum.open_transactions': Compiled(
         text=(

@@ -50,6 +50,7 @@ from ket.store.sql.schema import (
     RUNNABLE,
     TERMINAL,
     job_errors,
+    job_results,
     jobs,
     queue_pauses,
     rate_starts,
@@ -107,6 +108,7 @@ class Statements:
     complete_many: Any
     settle: dict[str, Any]
     append_errors: Any
+    store_result: Any  # a completion's result: parameters `p_job_id` and `p_result` (JSON text)
     heartbeat: Any
     rescue: Any
     grace: Any
@@ -118,6 +120,7 @@ class Statements:
     active_holders: Any  # parameter `keys`
     prunable: Any
     prune_errors: Any  # parameter `ids`
+    prune_results: Any  # parameter `ids`
     prune_jobs: Any  # parameter `ids`
     schedule_states: Any  # parameter `schedule_ids`
     schedule_install: Any
@@ -215,6 +218,10 @@ def statements(dialect: str) -> Statements:
                 jobs.c.worker_id,
             ).where(jobs.c.id == bindparam("p_job_id")),
         ),
+        store_result=insert(job_results).values(
+            job_id=bindparam("p_job_id", type_=BigInteger),
+            result=_json_text(dialect, bindparam("p_result", type_=Text)),
+        ),
         heartbeat=update(jobs)
         .where(held)
         .values(lease_until=time.at("lease"))
@@ -259,6 +266,9 @@ def statements(dialect: str) -> Statements:
         .with_for_update(skip_locked=True),
         prune_errors=delete(job_errors).where(
             among(dialect, job_errors.c.job_id, "ids", BigInteger)
+        ),
+        prune_results=delete(job_results).where(
+            among(dialect, job_results.c.job_id, "ids", BigInteger)
         ),
         prune_jobs=delete(jobs).where(among(dialect, jobs.c.id, "ids", BigInteger)),
         schedule_states=select(schedules).where(
@@ -355,6 +365,11 @@ def statements(dialect: str) -> Statements:
         ),
         look=_look(time) if dialect == "postgresql" else None,
     )
+
+
+def _json_text(dialect: str, text: Any) -> Any:
+    """JSON text bound as such: read as JSONB on PostgreSQL, kept as it is on SQLite."""
+    return text.cast(postgresql.JSONB) if dialect == "postgresql" else text
 
 
 def among(dialect: str, column: Any, name: str, kind: Any) -> Any:
@@ -680,6 +695,11 @@ def tagged(dialect: str, tags: Sequence[str]) -> Any:
         )
     element = func.json_each(jobs.c.tags).table_valued("value")
     return exists().select_from(element).where(column("value").in_(list(tags)))
+
+
+def results_of(ids: Sequence[int]) -> Any:
+    """(job id, result) of the jobs `ids` that have one."""
+    return select(job_results.c.job_id, job_results.c.result).where(job_results.c.job_id.in_(ids))
 
 
 def errors_of(ids: Sequence[int]) -> Any:

@@ -259,6 +259,15 @@ sessions = Table(
     Index("ket_sessions_expires", "expires_at"),
 )
 
+# What a completed job's handler returned, when its job declares an output: one row per job,
+# written with its completion, gone with its job
+job_results = Table(
+    "ket_job_results",
+    metadata,
+    Column("job_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("result", Json, nullable=False),
+)
+
 # The starts under rate limits, per queue and scope (a job's rate key, or RATE_QUEUE for the
 # queue's own rate), `n` at a time: a claim counts those within each rate's period
 rate_starts = Table(

@@ -233,6 +233,7 @@ class SqlJobs(SqlSession):
         # batched statement, and the hot path (completions only) is that one statement
         plain = [s for s in settlements if s.outcome == "completed"]
         others = [s for s in settlements if s.outcome != "completed"]
+        results = [s for s in plain if s.result is not None]  # written in the same transaction
         woken: set[str] = set()
         later: list[tuple[str, float]] = []  # retries and snoozes: wake their queue when due
         limited = self._contended()
@@ -245,6 +246,11 @@ class SqlJobs(SqlSession):
                 applied.update(row[0] for row in rows)
                 if limited:  # an attempt that ends under a concurrency limit frees a place
                     woken.update(row[1] for row in rows if row[1] in limited)
+                kept = [
+                    {"p_job_id": s.id, "p_result": s.result} for s in results if s.id in applied
+                ]
+                if kept:  # with their completions, or not at all
+                    await conn.many(stmt.STORE_RESULT, kept)
             errors: list[dict[str, Any]] = []
             for settle in others:
                 params = time_params(now, delay=settle.delay_seconds)
@@ -269,7 +275,7 @@ class SqlJobs(SqlSession):
             return applied
 
         with budget.urgent():  # a settlement ends a lease: it goes before other waits
-            applied = await self._hot(body, single=not others)
+            applied = await self._hot(body, single=not others and not results)
         self._available(woken)
         for queue, delay in later:
             self.wake_in(queue, delay)

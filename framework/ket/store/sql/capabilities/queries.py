@@ -5,6 +5,7 @@ ket.store.sql.query and ket.store.sql.stats).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ket.store import validate
@@ -31,7 +32,7 @@ class SqlQueries(SqlSession):
 
         from ket.store.sql.schema import jobs
 
-        records = await self._records(select(jobs).where(jobs.c.id == job_id))
+        records = await self._records(select(jobs).where(jobs.c.id == job_id), result=True)
         return records[0] if records else None
 
     async def job_list(self, job_query: JobQuery) -> list[JobRecord]:
@@ -41,14 +42,20 @@ class SqlQueries(SqlSession):
 
         return await self._records(query.listing(self.dialect, job_query))
 
-    async def _records(self, statement: Any) -> list[JobRecord]:
+    async def _records(self, statement: Any, *, result: bool = False) -> list[JobRecord]:
+        """The jobs `statement` selects, with their errors (and, with `result`, their
+        results)."""
         from ket.store.sql import query
 
         async def body(conn: AsyncConnection) -> list[JobRecord]:
             rows = await fetch_all(conn, statement)
             ids = [row.id for row in rows]
             history = await fetch_all(conn, query.errors_of(ids)) if rows else []
-            return query.job_records(rows, history)
+            found = query.job_records(rows, history)
+            if result and ids:
+                kept = dict(await fetch_all(conn, query.results_of(ids)))
+                found = [replace(job, result=kept.get(job.id)) for job in found]
+            return found
 
         return await self._transact(body)
 
