@@ -108,6 +108,24 @@ def arrange(
     return asyncio.run(main())
 
 
+def complete(url: str, job_id: int, result: str) -> None:
+    """Claim job `job_id` (queue mail) and complete it with `result` (JSON text)."""
+
+    async def main() -> None:
+        store = await SqlStore.open(url)
+        try:
+            claim = JobClaim(queue="mail", limit=1, worker_id="w", lease_seconds=30)
+            [job] = await store.job_claim(claim)
+            assert job.id == job_id
+            settle = Settle(id=job.id, fence=job.fence, outcome="completed", result=result)
+            applied = await store.job_settle([settle])
+            assert applied.applied == (job_id,)
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
 def states(url: str) -> dict[int, str]:
     """Job id -> state, in the tenant database at `url`."""
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ket.store.roster import SeenWorker, WorkerInfo
 from tests.unit.serve.conftest import Serve
-from tests.unit.serve.desk import arrange, deployment, send_job
+from tests.unit.serve.desk import arrange, complete, deployment, send_job
 
 D = "/dashboard/t/default"
 ADMIN = {"Authorization": "Bearer admin"}
@@ -41,6 +41,22 @@ def test_secret_input_fields_are_hidden_on_the_job_page(serve: Serve, tmp_path: 
     page = client.get(f"{D}/jobs/1", headers=ADMIN).text
     assert "4111" not in page
     assert "&#34;card&#34;: &#34;***&#34;" in page
+
+
+def test_the_job_page_shows_a_completed_job_s_result_with_its_secrets_hidden(
+    serve: Serve, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path}/default.db"
+    client = serve(deployment())
+    [job_id] = arrange(url, [send_job()])
+    result = '{"receipt": "r-1", "token": {"$secret": "tok_live_42"}}'
+    complete(url, job_id, result)
+    page = client.get(f"{D}/jobs/{job_id}", headers=ADMIN).text
+    assert "<h2>Result</h2>" in page
+    assert "&#34;receipt&#34;: &#34;r-1&#34;" in page and "&#34;token&#34;: &#34;***&#34;" in page
+    assert "tok_live_42" not in page
+    [other] = arrange(url, [send_job()])
+    assert "<h2>Result</h2>" not in client.get(f"{D}/jobs/{other}", headers=ADMIN).text
 
 
 def test_the_job_page_shows_its_error_history_and_the_retry_button(

@@ -181,6 +181,7 @@ class Pages:
             "attempts": attempts(record, now),
             "trail": trail,
             "payload": redact_payload(record.payload),
+            "result": None if record.result is None else redact_payload(record.result),
             "lease_age": lease_age,
             "lease_left": lease_left,
             "can_retry": record.state in RETRY_STATES,
