@@ -11,6 +11,8 @@ which is Jinja's).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 # C0 and C1 controls and DEL; the Unicode line and paragraph separators; the bidirectional
 # overrides and isolates that reorder what a terminal shows ("Trojan source"); lone surrogates,
@@ -41,3 +43,14 @@ def _escaped(match: re.Match[str]) -> str:
     char = match.group()
     code = ord(char)
     return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def progress_text(progress: Mapping[str, Any] | None) -> str | None:
+    """What a handler last reported with ctx.progress, as `30% reading the ledger` (not yet
+    escaped); None when it reported nothing."""
+    if not progress:
+        return None
+    fraction = progress.get("fraction")
+    shown = f"{fraction:.0%}" if isinstance(fraction, int | float) else "?"
+    note = progress.get("note")
+    return f"{shown} {note}" if note else shown

@@ -1,10 +1,14 @@
-"""A job's result as an operator meets it: a worker process runs the job, the completion keeps
-what its handler returned, and `ket jobs show` prints it, secrets as `***`; on SQLite and on
-PostgreSQL."""
+"""A job's result and progress as an operator meets them: a worker process runs the job, the
+completion keeps what its handler returned, and `ket jobs show` prints it, secrets as `***`; a
+running job's progress shows once its lease's heartbeat wrote it; on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,9 +16,11 @@ import pytest
 
 from tests.conftest import migrated_postgres_database
 
+from ..processes import terminated
 from .conftest import Project, run_ket
 
 APP = """
+import asyncio
 from ket import define_deployment, define_job, define_module
 
 def reserve(ctx, input):
@@ -22,6 +28,11 @@ def reserve(ctx, input):
 
 async def forget(ctx, input):
     return {"anything": 1}
+
+async def crunch(ctx, input):
+    ctx.progress(0.3, "reading the ledger")
+    while not ctx.signal.aborted:
+        await asyncio.sleep(0.05)
 
 app = define_module(name="app", jobs={
     "reserve": define_job(
@@ -31,8 +42,12 @@ app = define_module(name="app", jobs={
         handler=reserve,
     ),
     "forget": define_job(idempotent=True, handler=forget),
+    "crunch": define_job(idempotent=True, handler=crunch),
 })
-main = define_deployment(name="main", modules=[app], worker={"queues": {"default": 2}})
+main = define_deployment(
+    name="main", modules=[app],
+    worker={"queues": {"default": 2}, "lease_ms": 3000, "shutdown_grace_ms": 200},
+)
 """
 
 
@@ -83,3 +98,34 @@ def test_a_worker_keeps_a_result_and_jobs_show_prints_it_on_postgresql(
         "KET_REGISTRY_URL": f"sqlite:///{root / 'registry.db'}",  # none: the one tenant
     }
     _check(root, environment)
+
+
+def test_a_running_job_s_progress_shows_once_its_heartbeat_wrote_it(project: Project) -> None:
+    root = project({"app/workspace.py": APP})
+    assert run_ket("migrate", cwd=root).code == 0
+    assert run_ket("jobs", "enqueue", "app.crunch", "{}", cwd=root).code == 0
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ket.cli.main", "worker"],
+        cwd=root,
+        env={k: v for k, v in os.environ.items() if not k.startswith("KET_")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:  # a heartbeat every second (a third of the lease) writes it
+            shown = run_ket("jobs", "show", "1", "--format", "json", cwd=root)
+            job = json.loads(shown.out) if shown.code == 0 else {}
+            if job.get("progress"):
+                break
+            assert time.monotonic() < deadline, "the progress never showed"
+            time.sleep(0.2)
+        assert job["state"] == "executing"
+        assert job["progress"] == {"fraction": 0.3, "note": "reading the ledger"}
+        text = run_ket("jobs", "show", "1", cwd=root).out
+        assert "progress:     30% reading the ledger\n" in text
+        output = terminated(worker)
+    finally:
+        worker.kill()
+    assert worker.returncode == 0, output

@@ -270,7 +270,8 @@ def test_schemas_under_the_cap_each_but_too_large_in_all_are_refused(tmp_path: P
     path = _with_input(tmp_path, {f"{i:02}": _chain(9, uses=2) for i in range(count)})
     message = _refused(path)
     assert message.startswith(
-        f"{path}: the input schemas grow past {MAX_INLINED_TOTAL} nodes in all once their $refs "
+        f"{path}: the input and output schemas grow past {MAX_INLINED_TOTAL} nodes in all once "
+        "their $refs "
         "are inlined (at modules.app.functions.f_"
     )
 

@@ -22,6 +22,7 @@ from ket.cli.options import deployment_of, workspace_named, workspace_parent
 from ket.cli.output import clip, escape, print_json
 from ket.cli.runtime import open_tenant_store, single_tenant, tenant_urls
 from ket.declare.resolve import worker_config
+from ket.display import progress_text
 from ket.errors import KetError
 from ket.operate import cancel_job, retry_job
 from ket.operate.action import change_text
@@ -221,11 +222,14 @@ def _show(args: argparse.Namespace) -> int:
         "finished_at",
         "worker_id",
         "lease_until",
+        "progress",
         "tags",
     ):
         value = fields.get(key)
         if key == "tags":
             value = ", ".join(record.tags) or None
+        elif key == "progress":
+            value = progress_text(record.progress)
         sys.stdout.write(f"{key + ':':<14}{'-' if value is None else escape(str(value))}\n")
     sys.stdout.write(rerun.link_lines(record, reruns))
     payload = json.dumps(redact_payload(record.payload), sort_keys=True)

@@ -9,6 +9,7 @@ them: an attempt that reads none costs one small object.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,6 +36,7 @@ from ket.context.storage import max_blob_bytes_from
 from ket.context.tx import Committed
 from ket.errors import StoreError
 from ket.runtime.events import Hooks, report_enqueued
+from ket.runtime.progress import ProgressBoard
 from ket.storage import BlobStore, LocalBlobs, blobs_from_environ
 from ket.store.contract import JobStore, QueryableStore, RecordStore, SentLedger
 from ket.store.types import ClaimedJob, Inserted, NewJob
@@ -106,6 +108,8 @@ class Contexts:
         self._tx_executor = tx_executor
         self._hooks = hooks
         self._parts: dict[str, tuple[Storage, Transport]] = {}
+        # what ctx.progress reports wait in until a heartbeat (or the test helpers) writes them
+        self.progress = ProgressBoard(hooks, tenant=tenant)
         # what reports committed jobs as `enqueued` events (None: no hooks to report to), and
         # the store's insert that does: made once, not for each ctx.jobs or ctx.tx
         self._committed: Committed | None = (
@@ -122,6 +126,9 @@ class Contexts:
         """The context of one attempt of `job`: every effect call raises Aborted once `signal`
         is aborted, so an attempt that is over can change nothing. Its parts are made when the
         handler first uses them (most use few), from parts built once per operation."""
+        progress = self.progress
+        if progress.loop is None:  # the loop attempts run on: a plain handler reports off it
+            progress.attach(asyncio.get_running_loop())
         tick = job.tick
         schedule = None
         if tick is not None:
@@ -158,6 +165,8 @@ class Contexts:
             return self._transactor(spec, job.company).fenced(signal)
         if name == "jobs":
             return fence(self._jobs(spec, job.company), signal)
+        if name == "progress":
+            return functools.partial(self.progress.report, job)
         return fence(self._operation(spec)[_OPERATION_PARTS[name]], signal)
 
     def for_function(self, spec: OperationSpec, company: str | None = None) -> FunctionContext:

@@ -31,6 +31,7 @@ Kind = Literal[
     "rescued",
     "schedule_fired",
     "poll_failed",
+    "progress",
 ]
 LEVELS: dict[Kind, int] = {
     "enqueued": logging.DEBUG,
@@ -45,6 +46,7 @@ LEVELS: dict[Kind, int] = {
     "rescued": logging.WARNING,
     "schedule_fired": logging.INFO,
     "poll_failed": logging.ERROR,
+    "progress": logging.DEBUG,
 }
 
 
@@ -56,6 +58,8 @@ class Event(NamedTuple):
     clock. `skipped` (on `schedule_fired`): the ticks passed over before this one. `retry_at`
     (on `failed`, `snoozed` and `handed_back`): when the job is due again, timezone-aware UTC,
     by the worker's clock as the outcome is recorded (the row's `run_at` is the database's).
+    `progress` (on `progress`): the fraction a handler reported done with ctx.progress, its note
+    in `detail`.
 
     A named tuple, immutable as a frozen dataclass is, because two are built per job whenever
     anyone listens and a frozen dataclass of these fields takes three times as long to build
@@ -73,6 +77,7 @@ class Event(NamedTuple):
     error: str | None = None
     detail: str | None = None
     retry_at: datetime | None = None
+    progress: float | None = None
 
 
 def attempt_event(
@@ -92,7 +97,7 @@ def attempt_event(
     # in Event's field order; skipped and detail (the Nones) never apply to an attempt's outcome
     # fmt: off
     fields = (kind, tenant, job_id, name, queue, attempt, duration_ms, waited_ms,
-              None, error, None, retry_at)
+              None, error, None, retry_at, None)
     # fmt: on
     return tuple.__new__(Event, fields)
 

@@ -27,12 +27,16 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ket.context import AbortSignal
 from ket.runtime.flag import Flag
 from ket.store.contract import JobStore
 from ket.store.types import ClaimedJob, Heartbeat, JobId, Lease
 from ket.store.waiting import Sent, sending, unsent
+
+if TYPE_CHECKING:
+    from ket.runtime.progress import ProgressBoard
 
 log = logging.getLogger("ket.worker")
 
@@ -126,9 +130,12 @@ class HeartbeatService:
 
     name = "heartbeat"
 
-    def __init__(self, store: JobStore, attempts: Attempts) -> None:
+    def __init__(
+        self, store: JobStore, attempts: Attempts, progress: ProgressBoard | None = None
+    ) -> None:
         self._store = store
         self._attempts = attempts
+        self._progress = progress  # the reports each lease carries, when written
         self.interval = attempts.lease_seconds / 3
 
     async def tick(self) -> None:
@@ -142,7 +149,15 @@ class HeartbeatService:
         if not held:
             return
         sent = Sent(attempts.clock)  # moved to when its connection was in hand
-        leases = [Lease(id=a.job.id, fence=a.job.fence) for a in held]
+        board = self._progress
+        leases = [
+            Lease(
+                id=a.job.id,
+                fence=a.job.fence,
+                progress=None if board is None else board.take(a.job.id),
+            )
+            for a in held
+        ]
         token = sending(sent)
         try:
             result = await self._store.job_heartbeat(

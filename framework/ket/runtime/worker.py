@@ -122,6 +122,7 @@ class TenantWorker:
         # outcome is refused), and one that does not is still aborted before its lease ends.
         self._leases = Supervisor(tenant=tenant, stopping=Flag(), repeats=repeats)
         self.attempts = Attempts(lease_seconds=config.lease_ms / 1000)
+        self._contexts = contexts
         self.runner = JobRunner(
             catalog=catalog,
             contexts=contexts,
@@ -253,7 +254,7 @@ class TenantWorker:
         """The heartbeat and the lease guard, ticking while attempts run (or the database is
         to be probed)."""
         attempts = self.attempts
-        heartbeat = HeartbeatService(self.store, attempts)
+        heartbeat = HeartbeatService(self.store, attempts, self._contexts.progress)
         self._leases.every(
             heartbeat,
             timeout=heartbeat.interval,
@@ -332,10 +333,11 @@ class TenantWorker:
     def _settled(self, report: Callable[[Result, bool], None]) -> Callable[[Result, bool], None]:
         """`report`, after which the attempt's lease is no longer kept: its outcome is recorded
         (or refused by its fence)."""
-        attempts = self.attempts
+        attempts, progress = self.attempts, self._contexts.progress
 
         def recorded(result: Result, applied: bool) -> None:
             attempts.settled(result.job.id)
+            progress.forget(result.job.id)  # a report no heartbeat wrote goes with the attempt
             report(result, applied)
 
         return recorded

@@ -230,10 +230,13 @@ class SettleResult:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Lease:
-    """A claimed job a worker still holds: its id and the fence it was claimed with."""
+    """A claimed job a worker still holds: its id and the fence it was claimed with, and what
+    its handler last reported with ctx.progress since the last heartbeat (the JSON text of an
+    object; written with the lease when the lease is still held)."""
 
     id: JobId
     fence: int
+    progress: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -407,6 +410,8 @@ class JobRecord:
     window_key: str | None = None  # the key of its uniqueness window or debounce
     # what its handler returned, when its job keeps it (job_get only: a listing leaves it out)
     result: dict[str, Any] | None = None
+    # what its handler last reported with ctx.progress: {"fraction": 0.4, "note": "..."}
+    progress: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

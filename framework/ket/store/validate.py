@@ -20,6 +20,7 @@ from ket.limits import (
     MAX_KEY_LENGTH,
     MAX_NAME_LENGTH,
     MAX_PAYLOAD_BYTES,
+    MAX_PROGRESS_BYTES,
     MAX_RESULT_BYTES,
     MAX_TAG_LENGTH,
     MAX_TAGS,
@@ -241,20 +242,21 @@ def _result(settle: Settle) -> None:
         raise JobRejected(
             f"job {settle.id}: a result comes with a completion, not {settle.outcome!r}"
         )
-    text = settle.result
+    _json_object(settle.id, "result", settle.result, MAX_RESULT_BYTES)
+
+
+def _json_object(job_id: JobId, what: str, text: object, limit: int) -> None:
+    """`text` is the JSON text of an object of `limit` bytes at most, or JobRejected says."""
     size = len(text.encode()) if isinstance(text, str) else 0
-    if size > MAX_RESULT_BYTES:
-        raise JobRejected(
-            f"job {settle.id}: result is {size} bytes, over the limit of {MAX_RESULT_BYTES} bytes"
-        )
+    if size > limit:
+        raise JobRejected(f"job {job_id}: {what} is {size} bytes, over the limit of {limit} bytes")
     try:
         value = json.loads(text) if isinstance(text, str) else None
     except ValueError:
         value = None
     if not isinstance(value, dict):
-        raise JobRejected(
-            f"job {settle.id}: a result is the JSON text of an object, got {text!r:.80}"
-        )
+        shown = repr(text)[:80]
+        raise JobRejected(f"job {job_id}: a {what} is the JSON text of an object, got {shown}")
 
 
 def check_heartbeat(heartbeat: Heartbeat) -> None:
@@ -263,6 +265,8 @@ def check_heartbeat(heartbeat: Heartbeat) -> None:
     for lease in heartbeat.leases:
         check_job_id(lease.id)
         _fence(lease.id, lease.fence)
+        if lease.progress is not None:
+            _json_object(lease.id, "progress", lease.progress, MAX_PROGRESS_BYTES)
 
 
 def check_prune(prune: Prune) -> None:

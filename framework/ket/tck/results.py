@@ -1,5 +1,6 @@
-"""Results: what a completion carries is kept with its job, fenced as the completion is, shown by
-job_get only, and gone with the job."""
+"""Results and progress: what a completion carries is kept with its job, fenced as the completion
+is, shown by job_get only, and gone with the job; what a heartbeat's lease carries is the job's
+progress, written only while the lease is held."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from ket.errors import JobRejected
-from ket.store.types import ClaimedJob, Prune, Settle
+from ket.store.types import ClaimedJob, Heartbeat, Lease, Prune, Settle
 from ket.tck.arrange import claim_only as claim_one
 from ket.tck.arrange import (
     get,
@@ -25,7 +26,10 @@ from ket.tck.harness import Tck, tck_test
 __all__ = [
     "test_a_completion_keeps_its_result_and_job_get_shows_it",
     "test_a_completion_without_a_result_keeps_none",
+    "test_a_heartbeat_writes_the_progress_its_leases_carry",
+    "test_a_lease_no_longer_held_writes_no_progress",
     "test_a_listing_leaves_results_out",
+    "test_a_progress_must_be_the_json_text_of_a_small_object",
     "test_a_result_comes_with_a_completion_only",
     "test_a_result_must_be_the_json_text_of_an_object_of_bounded_size",
     "test_a_stale_completion_keeps_no_result",
@@ -127,3 +131,45 @@ async def test_results_are_pruned_with_their_jobs(t: Tck) -> None:
     again = await _executing(t)
     await t.store.job_settle([_completed(again, '{"n":3}')])
     assert (await get(t, again.id)).result == {"n": 3}
+
+
+# -- progress -----------------------------------------------------------------------------
+
+
+@tck_test
+async def test_a_heartbeat_writes_the_progress_its_leases_carry(t: Tck) -> None:
+    claimed = await _executing(t)
+    report = '{"fraction":0.4,"note":"charging cards"}'
+    lease = Lease(id=claimed.id, fence=claimed.fence, progress=report)
+    beat = await t.store.job_heartbeat(Heartbeat(leases=[lease], lease_seconds=30))
+    assert beat.extended == (claimed.id,)
+    assert (await get(t, claimed.id)).progress == {"fraction": 0.4, "note": "charging cards"}
+    # a heartbeat without a report leaves the last one; a completion keeps it
+    plain = Lease(id=claimed.id, fence=claimed.fence)
+    await t.store.job_heartbeat(Heartbeat(leases=[plain], lease_seconds=30))
+    await settle(t.store, claimed, "completed")
+    record = await get(t, claimed.id)
+    assert (record.state, record.progress) == (
+        "completed",
+        {"fraction": 0.4, "note": "charging cards"},
+    )
+
+
+@tck_test
+async def test_a_lease_no_longer_held_writes_no_progress(t: Tck) -> None:
+    claimed = await _executing(t)
+    again = await take_over(t, claimed)
+    stale = Lease(id=claimed.id, fence=claimed.fence, progress='{"fraction":0.9,"note":null}')
+    beat = await t.store.job_heartbeat(Heartbeat(leases=[stale], lease_seconds=30))
+    assert beat.lost == (claimed.id,)
+    assert (await get(t, again.id)).progress is None
+
+
+@tck_test
+async def test_a_progress_must_be_the_json_text_of_a_small_object(t: Tck) -> None:
+    claimed = await _executing(t)
+    for bad in ("0.4", '{"note":"' + "x" * 2_000 + '"}'):
+        lease = Lease(id=claimed.id, fence=claimed.fence, progress=bad)
+        with pytest.raises(JobRejected, match="progress"):
+            await t.store.job_heartbeat(Heartbeat(leases=[lease], lease_seconds=30))
+    assert (await get(t, claimed.id)).progress is None

@@ -39,12 +39,14 @@ from ket.store.sql import SqlStore
 from ket.store.tenant import check_tenant_name
 from ket.store.types import (
     ClaimedJob,
+    Heartbeat,
     Inserted,
     JobClaim,
     JobId,
     JobQuery,
     JobRecord,
     JobState,
+    Lease,
     NewJob,
 )
 from ket.store.validate import encode_payload
@@ -65,12 +67,14 @@ class Performed:
     """How one attempt run by `perform_job` ended: `outcome` is completed, failed (it would be
     retried after `delay_seconds`), discarded, cancelled or snoozed (after `delay_seconds`);
     `error` is the text the worker would store; `result`, what a completed job that declares
-    an output would keep (its secret fields sealed or marked, as stored)."""
+    an output would keep (its secret fields sealed or marked, as stored); `progress`, what the
+    handler last reported with ctx.progress."""
 
     outcome: str
     error: str | None = None
     delay_seconds: float | None = None
     result: dict[str, Any] | None = None
+    progress: dict[str, Any] | None = None
 
 
 class TestClient:
@@ -338,6 +342,11 @@ class TestDeployment:
     async def _run(self, job: ClaimedJob) -> int:
         """The worker's per-job step, then its recording, for one job."""
         result = await self._attempt(job)
+        reported = self._contexts.progress.take(job.id)
+        if reported is not None:  # what the worker's next heartbeat would have written
+            lease = Lease(id=job.id, fence=job.fence, progress=reported)
+            seconds = self.catalog.worker.lease_ms / 1000
+            await self.store.job_heartbeat(Heartbeat(leases=[lease], lease_seconds=seconds))
         left = await record(self.store, [result], self._runner.report, self._repeats)
         if left:
             raise RuntimeError(f"drain_jobs could not record the outcome of job {job.id}")
@@ -378,12 +387,14 @@ class TestDeployment:
         )
         result = self._loop.run(self._attempt(claimed))
         self._runner.report(result, applied=True)
+        reported = self._contexts.progress.take(claimed.id)
         settle = result.settle
         return Performed(
             outcome=result.kind,
             error=result.error,
             delay_seconds=settle.delay_seconds if settle and result.kind != "completed" else None,
             result=json.loads(settle.result) if settle and settle.result else None,
+            progress=None if reported is None else json.loads(reported),
         )
 
     async def _attempt(self, job: ClaimedJob) -> Result:

@@ -14,7 +14,7 @@ from ket.declare.deployment import DeploymentDecl
 from ket.serve import AuthRequest, Principal
 from ket.store import JobClaim, NewJob, Settle
 from ket.store.sql import SqlStore
-from ket.store.types import ErrorInfo
+from ket.store.types import ErrorInfo, Heartbeat, Lease
 
 # token -> principal; "acme-admin" holds for tenant acme alone
 TOKENS = {
@@ -120,6 +120,23 @@ def complete(url: str, job_id: int, result: str) -> None:
             settle = Settle(id=job.id, fence=job.fence, outcome="completed", result=result)
             applied = await store.job_settle([settle])
             assert applied.applied == (job_id,)
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def report(url: str, job_id: int, progress: str) -> None:
+    """Claim job `job_id` (queue mail) and write `progress` (JSON text) with its heartbeat."""
+
+    async def main() -> None:
+        store = await SqlStore.open(url)
+        try:
+            claim = JobClaim(queue="mail", limit=1, worker_id="w", lease_seconds=30)
+            [job] = await store.job_claim(claim)
+            lease = Lease(id=job.id, fence=job.fence, progress=progress)
+            beat = await store.job_heartbeat(Heartbeat(leases=[lease], lease_seconds=30))
+            assert beat.extended == (job_id,)
         finally:
             await store.close()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ket.store.roster import SeenWorker, WorkerInfo
 from tests.unit.serve.conftest import Serve
-from tests.unit.serve.desk import arrange, complete, deployment, send_job
+from tests.unit.serve.desk import arrange, complete, deployment, report, send_job
 
 D = "/dashboard/t/default"
 ADMIN = {"Authorization": "Bearer admin"}
@@ -57,6 +57,15 @@ def test_the_job_page_shows_a_completed_job_s_result_with_its_secrets_hidden(
     assert "tok_live_42" not in page
     [other] = arrange(url, [send_job()])
     assert "<h2>Result</h2>" not in client.get(f"{D}/jobs/{other}", headers=ADMIN).text
+
+
+def test_the_job_page_shows_a_running_job_s_progress_as_text(serve: Serve, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/default.db"
+    client = serve(deployment())
+    [job_id] = arrange(url, [send_job()])
+    report(url, job_id, '{"fraction": 0.4, "note": "<b>charging</b>"}')
+    page = client.get(f"{D}/jobs/{job_id}", headers=ADMIN).text
+    assert "<dt>Progress</dt><dd>40% &lt;b&gt;charging&lt;/b&gt;</dd>" in page
 
 
 def test_the_job_page_shows_its_error_history_and_the_retry_button(

@@ -11,6 +11,7 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from ket.display import progress_text
 from ket.errors import KetError, StoreError, StoreUnavailable
 from ket.limits import MAX_KEY_LENGTH
 from ket.operate import queue_pauses, schedule_rows
@@ -182,6 +183,7 @@ class Pages:
             "trail": trail,
             "payload": redact_payload(record.payload),
             "result": None if record.result is None else redact_payload(record.result),
+            "progress": progress_text(record.progress),
             "lease_age": lease_age,
             "lease_left": lease_left,
             "can_retry": record.state in RETRY_STATES,

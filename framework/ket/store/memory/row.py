@@ -48,6 +48,7 @@ class JobRow:
     cancel_requested: bool = False
     errors: list[ErrorRecord] = field(default_factory=list)
     result: str | None = None  # a completion's result, as stored (JSON text)
+    progress: str | None = None  # what its handler last reported, as stored (JSON text)
     # Bumped each time the row enters a ready queue: older queue entries for it are stale.
     token: int = 0
 
@@ -145,6 +146,7 @@ class JobRow:
             expires_at=self.expires_at,
             window_key=self.window_key,
             result=None if not result or self.result is None else json.loads(self.result),
+            progress=None if self.progress is None else json.loads(self.progress),
         )
 
 

@@ -214,6 +214,8 @@ class MemoryStore:
                     lost.append(lease.id)
                     continue
                 row.lease_until = lease_until
+                if lease.progress is not None:
+                    row.progress = lease.progress
                 extended.append(lease.id)
                 if row.cancel_requested:
                     cancels.append(lease.id)

@@ -37,7 +37,7 @@ _MISSING_COLUMN = re.compile(
 LATER_COLUMNS = frozenset(
     {
         *("paused", "tags", "trace_context", "rerun_of", "expires_at", "concurrency_key"),
-        *("rate_key", "window_key", "started_at", "worker_id"),
+        *("rate_key", "window_key", "started_at", "worker_id", "progress"),
     }
 )
 # the tables of ket's first migration: one of them missing means none is there yet; a table of a

@@ -871,20 +871,22 @@ MIGRATIONS += (
 )
 
 
-# What a completed job's handler returned, when its job declares an output (ket_job_results).
+# What a completed job's handler returned, when its job declares an output (ket_job_results),
+# and what a running one last reported with ctx.progress (ket_jobs.progress).
 def _v15(payload: str) -> tuple[str, ...]:
     return (
         f"""CREATE TABLE ket_job_results (
             job_id BIGINT NOT NULL PRIMARY KEY,
             result {payload} NOT NULL
         )""",
+        f"ALTER TABLE ket_jobs ADD COLUMN progress {payload}",
     )
 
 
 MIGRATIONS += (
     Migration(
         version=15,
-        name="the results of completed jobs",
+        name="the results of completed jobs; the progress running jobs report",
         statements={"postgresql": _v15("JSONB"), "sqlite": _v15("JSON")},
     ),
 )

@@ -460,7 +460,7 @@ TEXT: dict[str, Compiled] = {
     ),
     'query.lock_job': Compiled(
         text=(
-            'SELECT ket_jobs.id, ket_jobs.name, ket_jobs.queue, ket_jobs.state, ket_jobs.priority, ket_jobs.payload, ket_jobs.payload_version, ket_jobs.attempt, ket_jobs.max_attempts, ket_jobs.unique_key, ket_jobs.company, ket_jobs.run_at, ket_jobs.enqueued_at, ket_jobs.attempted_at, ket_jobs.finished_at, ket_jobs.worker_id, ket_jobs.lease_until, ket_jobs.fence, ket_jobs.cancel_requested, ket_jobs.tick, ket_jobs.ticks_skipped, ket_jobs.tags, ket_jobs.trace_context, ket_jobs.rerun_of, ket_jobs.expires_at, ket_jobs.concurrency_key, ket_jobs.rate_key, ket_jobs.window_key \n'
+            'SELECT ket_jobs.id, ket_jobs.name, ket_jobs.queue, ket_jobs.state, ket_jobs.priority, ket_jobs.payload, ket_jobs.payload_version, ket_jobs.attempt, ket_jobs.max_attempts, ket_jobs.unique_key, ket_jobs.company, ket_jobs.run_at, ket_jobs.enqueued_at, ket_jobs.attempted_at, ket_jobs.finished_at, ket_jobs.worker_id, ket_jobs.lease_until, ket_jobs.fence, ket_jobs.cancel_requested, ket_jobs.tick, ket_jobs.ticks_skipped, ket_jobs.tags, ket_jobs.trace_context, ket_jobs.rerun_of, ket_jobs.expires_at, ket_jobs.concurrency_key, ket_jobs.rate_key, ket_jobs.window_key, ket_jobs.progress \n'
             'FROM ket_jobs \n'
             'WHERE ket_jobs.id = %(p_id)s::BIGINT FOR UPDATE'
         ),
@@ -655,6 +655,14 @@ TEXT: dict[str, Compiled] = {
             'SELECT ket_schedules.schedule_id, ket_schedules.fingerprint, ket_schedules.last_tick, ket_schedules.updated_at, ket_schedules.paused \n'
             'FROM ket_schedules \n'
             'WHERE ket_schedules.schedule_id = ANY (%(schedule_ids)b::TEXT[])'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
+    'query.set_progress': Compiled(
+        text=(
+            'UPDATE ket_jobs SET progress=CAST(%(p_progress)s::VARCHAR AS JSONB) WHERE ket_jobs.id = %(p_job_id)s::BIGINT'
         ),
         constants={
         },

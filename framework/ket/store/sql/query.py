@@ -109,6 +109,7 @@ class Statements:
     settle: dict[str, Any]
     append_errors: Any
     store_result: Any  # a completion's result: parameters `p_job_id` and `p_result` (JSON text)
+    set_progress: Any  # a held lease's report: parameters `p_job_id` and `p_progress` (JSON text)
     heartbeat: Any
     rescue: Any
     grace: Any
@@ -222,6 +223,9 @@ def statements(dialect: str) -> Statements:
             job_id=bindparam("p_job_id", type_=BigInteger),
             result=_json_text(dialect, bindparam("p_result", type_=Text)),
         ),
+        set_progress=update(jobs)
+        .where(jobs.c.id == bindparam("p_job_id", type_=BigInteger))
+        .values(progress=_json_text(dialect, bindparam("p_progress", type_=Text))),
         heartbeat=update(jobs)
         .where(held)
         .values(lease_until=time.at("lease"))
@@ -752,6 +756,7 @@ def job_records(rows: Sequence[Any], history: Sequence[Any]) -> list[JobRecord]:
             rerun_of=row.rerun_of,
             expires_at=row.expires_at,
             window_key=row.window_key,
+            progress=row.progress,
         )
         for row in rows
     ]

@@ -71,6 +71,8 @@ jobs = Table(
     Column("rate_key", Text),
     # the key of its uniqueness window or debounce (types.NewJob.window_key)
     Column("window_key", Text),
+    # what its handler last reported with ctx.progress (written by heartbeats; migration 15)
+    Column("progress", Json),
     CheckConstraint(f"state IN ({_states(JOB_STATES)})", name="ket_jobs_state"),
     sqlite_autoincrement=True,
 )

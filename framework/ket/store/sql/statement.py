@@ -89,6 +89,7 @@ COMPLETE_MANY = _query("complete_many")
 SETTLE = {outcome: _query(f"settle.{outcome}") for outcome in SETTLE_OUTCOMES}
 APPEND_ERRORS = _query("append_errors")
 STORE_RESULT = _query("store_result")
+SET_PROGRESS = _query("set_progress")
 HEARTBEAT = _query("heartbeat")
 RESCUE = _query("rescue")
 GRACE = _query("grace")  # parameter `lease_at`: every executing lease ends no sooner

@@ -293,8 +293,22 @@ class SqlJobs(SqlSession):
         params = time_params(self._now(), lease=heartbeat.lease_seconds)
         pairs = [(lease.id, lease.fence) for lease in heartbeat.leases]
         params.update(stmt.pairs(self.dialect, pairs))
+        reported = [lease for lease in heartbeat.leases if lease.progress is not None]
+
+        async def body(conn: Rows) -> list[Any]:
+            rows = await conn.rows(stmt.HEARTBEAT, params)
+            held = {row.id for row in rows}
+            kept = [
+                {"p_job_id": lease.id, "p_progress": lease.progress}
+                for lease in reported
+                if lease.id in held
+            ]
+            if kept:  # with the leases they came with: the row is this attempt's
+                await conn.many(stmt.SET_PROGRESS, kept)
+            return rows
+
         with budget.urgent():  # a heartbeat keeps leases: it goes before other waits
-            rows = await self._hot(lambda conn: conn.rows(stmt.HEARTBEAT, params), single=True)
+            rows = await self._hot(body, single=not reported)
         extended = {row.id for row in rows}
         ids = [lease.id for lease in heartbeat.leases]
         return HeartbeatResult(
