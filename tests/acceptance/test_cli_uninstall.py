@@ -21,6 +21,7 @@ KET_TABLES = {
     "ket_audit",
     "ket_job_errors",
     "ket_job_results",
+    "ket_job_steps",
     "ket_jobs",
     "ket_migrations",
     "ket_queue_pauses",

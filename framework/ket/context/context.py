@@ -44,7 +44,9 @@ class FunctionContext:
 class JobContext(FunctionContext):
     """What a running job sees: a function's context plus the job, its signal and its tick,
     and `progress(fraction, note=None)`: how far it is (0 to 1), shown by `ket jobs show` and
-    the dashboard once the next heartbeat writes it, and a `progress` event at once."""
+    the dashboard once the next heartbeat writes it, and a `progress` event at once; and
+    `await step(name, fn, *args)`: a durable step, run once across the job's attempts
+    (ket.context.step)."""
 
     job: JobInfo
     signal: AbortSignal
@@ -65,7 +67,9 @@ class JobContext(FunctionContext):
 
 
 # The members of a job's context that `job_context_made_on_use` makes when first read.
-MADE_ON_USE = frozenset({"job", "log", "db", "tx", "jobs", "storage", "transport", "progress"})
+MADE_ON_USE = frozenset(
+    {"job", "log", "db", "tx", "jobs", "storage", "transport", "progress", "step"}
+)
 _MAKE = "_JobContext__make"  # kept in the instance, mangled: off the handler's surface
 
 

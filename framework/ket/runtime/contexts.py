@@ -32,13 +32,20 @@ from ket.context import (
 from ket.context.context import job_context_made_on_use
 from ket.context.db import Database, records_of
 from ket.context.fence import fence
+from ket.context.step import Steps
 from ket.context.storage import max_blob_bytes_from
 from ket.context.tx import Committed
 from ket.errors import StoreError
 from ket.runtime.events import Hooks, report_enqueued
 from ket.runtime.progress import ProgressBoard
 from ket.storage import BlobStore, LocalBlobs, blobs_from_environ
-from ket.store.contract import JobStore, QueryableStore, RecordStore, SentLedger
+from ket.store.contract import (
+    JobStore,
+    QueryableStore,
+    RecordStore,
+    SentLedger,
+    StepStore,
+)
 from ket.store.types import ClaimedJob, Inserted, NewJob
 from ket.transport import DEFAULT_TRANSPORT_URL, Sender, sender_from_url
 from ket.transport.message import MessageLimits
@@ -167,6 +174,9 @@ class Contexts:
             return fence(self._jobs(spec, job.company), signal)
         if name == "progress":
             return functools.partial(self.progress.report, job)
+        if name == "step":
+            store = self._store if isinstance(self._store, StepStore) else None
+            return Steps(store, job, signal).run
         return fence(self._operation(spec)[_OPERATION_PARTS[name]], signal)
 
     def for_function(self, spec: OperationSpec, company: str | None = None) -> FunctionContext:

@@ -58,6 +58,7 @@ from ket.store.types import (
     Settle,
     SettleResult,
     StateChange,
+    StepRecord,
     TickClaim,
     TickResult,
     Vacuum,
@@ -272,6 +273,23 @@ class RerunStore(Protocol):
 
     async def job_reruns(self, job_id: JobId) -> list[JobId]:
         """The ids of the jobs that rerun `job_id`, oldest first."""
+        ...
+
+
+@runtime_checkable
+class StepStore(Protocol):
+    """Capability: the durable steps of a job's handler (`ctx.step`): a step that finished is
+    recorded once, under the attempt's fence, and a later attempt reads it instead of running
+    it again; the records go with the job."""
+
+    async def job_steps(self, job_id: JobId) -> dict[str, str]:
+        """The steps of `job_id` recorded so far: name -> the JSON text of its value."""
+        ...
+
+    async def job_step_record(self, step: StepRecord) -> bool:
+        """Record `step` if its fence is the job's and the job is executing; False (nothing
+        written) otherwise, and when a step of that name is recorded already (it keeps its
+        first value)."""
         ...
 
 

@@ -415,6 +415,18 @@ class JobRecord:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class StepRecord:
+    """Record that the step `name` of job `id` finished with `value` (the JSON text of its
+    value), if `fence` is still the job's and it is executing: an attempt that lost its job
+    records nothing."""
+
+    id: JobId
+    fence: int
+    name: str
+    value: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Rerun:
     """Insert `job` as a rerun of `origin`, linked to it, if `origin` has finished (completed,
     discarded or cancelled); the check and the insert in one transaction."""

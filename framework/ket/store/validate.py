@@ -22,6 +22,7 @@ from ket.limits import (
     MAX_PAYLOAD_BYTES,
     MAX_PROGRESS_BYTES,
     MAX_RESULT_BYTES,
+    MAX_STEP_BYTES,
     MAX_TAG_LENGTH,
     MAX_TAGS,
 )
@@ -47,6 +48,7 @@ from ket.store.types import (
     Prune,
     Rerun,
     Settle,
+    StepRecord,
     TickClaim,
     Vacuum,
 )
@@ -257,6 +259,29 @@ def _json_object(job_id: JobId, what: str, text: object, limit: int) -> None:
     if not isinstance(value, dict):
         shown = repr(text)[:80]
         raise JobRejected(f"job {job_id}: a {what} is the JSON text of an object, got {shown}")
+
+
+def check_step(step: StepRecord) -> None:
+    """Refuse a bad id, fence or name, or a value that is not JSON of MAX_STEP_BYTES at most."""
+    check_job_id(step.id)
+    _fence(step.id, step.fence)
+    if not isinstance(step.name, str) or not 1 <= len(step.name) <= MAX_NAME_LENGTH:
+        raise JobRejected(
+            f"job {step.id}: a step's name is 1 to {MAX_NAME_LENGTH} characters, got "
+            f"{step.name!r:.80}"
+        )
+    size = len(step.value.encode()) if isinstance(step.value, str) else -1
+    if size > MAX_STEP_BYTES:
+        raise JobRejected(
+            f"job {step.id}: step {step.name!r} is {size} bytes, over the limit of "
+            f"{MAX_STEP_BYTES} bytes"
+        )
+    try:
+        json.loads(step.value) if size >= 0 else None
+    except ValueError:
+        size = -1
+    if size < 0:
+        raise JobRejected(f"job {step.id}: step {step.name!r}'s value is not JSON text")
 
 
 def check_heartbeat(heartbeat: Heartbeat) -> None:

@@ -49,6 +49,7 @@ AREAS = (
     "windows",
     "errors",
     "results",
+    "steps",
 )
 
 # The kit's plain asserts explain their failures only if pytest rewrites them when imported.
@@ -80,6 +81,7 @@ from ket.tck import (
     schedule,
     session,
     settle,
+    steps,
     transaction,
     vacuum,
     windows,
@@ -110,6 +112,7 @@ from ket.tck.results import *
 from ket.tck.schedule import *
 from ket.tck.session import *
 from ket.tck.settle import *
+from ket.tck.steps import *
 from ket.tck.transaction import *
 from ket.tck.vacuum import *
 from ket.tck.windows import *
@@ -142,6 +145,7 @@ __all__ = [
     *session.__all__,
     *rerun.__all__,
     *results.__all__,
+    *steps.__all__,
     *minutes.__all__,
     *queues.__all__,
     *expiry.__all__,

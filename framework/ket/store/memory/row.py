@@ -49,6 +49,7 @@ class JobRow:
     errors: list[ErrorRecord] = field(default_factory=list)
     result: str | None = None  # a completion's result, as stored (JSON text)
     progress: str | None = None  # what its handler last reported, as stored (JSON text)
+    steps: dict[str, str] = field(default_factory=dict)  # its durable steps (StepStore)
     # Bumped each time the row enters a ready queue: older queue entries for it are stale.
     token: int = 0
 

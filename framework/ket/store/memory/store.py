@@ -61,6 +61,7 @@ from ket.store.types import (
     Settle,
     SettleResult,
     StateChange,
+    StepRecord,
     TickClaim,
     TickResult,
     Where,
@@ -625,6 +626,27 @@ class MemoryStore:
         validate.check_session_key(key)
         with self._locked():
             self.database.sessions.pop(key, None)
+
+    # -- StepStore ----------------------------------------------------------------------------
+
+    async def job_steps(self, job_id: JobId) -> dict[str, str]:
+        """The steps of `job_id` recorded so far: name -> the JSON text of its value."""
+        check_job_id(job_id)
+        with self._locked():
+            row = self.database.rows.get(job_id)
+            return {} if row is None else dict(row.steps)
+
+    async def job_step_record(self, step: StepRecord) -> bool:
+        """Record `step` if its fence still holds the executing job; False otherwise."""
+        validate.check_step(step)
+        with self._locked():
+            row = self.database.rows.get(step.id)
+            if row is None or row.state != "executing" or row.fence != step.fence:
+                return False
+            if step.name in row.steps:
+                return False
+            row.steps[step.name] = step.value
+            return True
 
     # -- RerunStore ---------------------------------------------------------------------------
 

@@ -55,6 +55,7 @@ async def prune(rows: Rows, now: datetime | None, params: Prune) -> int:
     if ids:
         await rows.rows(stmt.PRUNE_ERRORS, {"ids": ids})
         await rows.rows(stmt.PRUNE_RESULTS, {"ids": ids})
+        await rows.rows(stmt.PRUNE_STEPS, {"ids": ids})
         await rows.rows(stmt.PRUNE_JOBS, {"ids": ids})
     return len(ids)
 

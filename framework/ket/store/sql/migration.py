@@ -872,22 +872,33 @@ MIGRATIONS += (
 
 
 # What a completed job's handler returned, when its job declares an output (ket_job_results),
-# and what a running one last reported with ctx.progress (ket_jobs.progress).
-def _v15(payload: str) -> tuple[str, ...]:
+# what a running one last reported with ctx.progress (ket_jobs.progress), and the durable steps
+# its handler finished (ket_job_steps).
+def _v15(payload: str, instant: str) -> tuple[str, ...]:
     return (
         f"""CREATE TABLE ket_job_results (
             job_id BIGINT NOT NULL PRIMARY KEY,
             result {payload} NOT NULL
         )""",
         f"ALTER TABLE ket_jobs ADD COLUMN progress {payload}",
+        f"""CREATE TABLE ket_job_steps (
+            job_id BIGINT NOT NULL,
+            name TEXT NOT NULL,
+            value {payload} NOT NULL,
+            at {instant} NOT NULL,
+            PRIMARY KEY (job_id, name)
+        )""",
     )
 
 
 MIGRATIONS += (
     Migration(
         version=15,
-        name="the results of completed jobs; the progress running jobs report",
-        statements={"postgresql": _v15("JSONB"), "sqlite": _v15("JSON")},
+        name="the results of completed jobs; the progress running jobs report; durable steps",
+        statements={
+            "postgresql": _v15("JSONB", "TIMESTAMP WITH TIME ZONE"),
+            "sqlite": _v15("JSON", "BIGINT"),
+        },
     ),
 )
 LATEST = MIGRATIONS[-1].version
@@ -941,6 +952,7 @@ def schema_version(connection: Connection) -> int:
 # Everything the migrations create, dropped by `ket uninstall` (the app's model tables are its
 # data and stay). On PostgreSQL the NOTIFY trigger goes with its table, and its function after.
 KET_TABLES = (
+    "ket_job_steps",
     "ket_job_results",
     "ket_job_minutes",
     "ket_minute_cursor",

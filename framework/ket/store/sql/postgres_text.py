@@ -569,6 +569,14 @@ TEXT: dict[str, Compiled] = {
         },
         returning=False,
     ),
+    'query.prune_steps': Compiled(
+        text=(
+            'DELETE FROM ket_job_steps WHERE ket_job_steps.job_id = ANY (%(ids)b::BIGINT[])'
+        ),
+        constants={
+        },
+        returning=False,
+    ),
     'query.queue_ages': Compiled(
         text=(
             "SELECT ket_jobs.queue, min(CASE WHEN (ket_jobs.state = 'executing') THEN ket_jobs.attempted_at END) AS lease, min(CASE WHEN (ket_jobs.state IN ('available', 'scheduled', 'retryable') AND ket_jobs.run_at <= coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now())) THEN ket_jobs.run_at END) AS due \n"
@@ -725,6 +733,26 @@ TEXT: dict[str, Compiled] = {
             'cancel_requested': False,
         },
         returning=True,
+    ),
+    'query.step_record': Compiled(
+        text=(
+            'INSERT INTO ket_job_steps (job_id, name, value, at) SELECT ket_jobs.id, %(p_name)s::VARCHAR AS anon_1, CAST(%(p_value)s::VARCHAR AS JSONB) AS anon_2, coalesce(%(now)s::TIMESTAMP WITH TIME ZONE, now()) AS coalesce_1 \n'
+            'FROM ket_jobs \n'
+            "WHERE ket_jobs.id = %(p_job_id)s::BIGINT AND ket_jobs.fence = %(p_fence)s::BIGINT AND ket_jobs.state = 'executing' ON CONFLICT DO NOTHING RETURNING ket_job_steps.job_id"
+        ),
+        constants={
+        },
+        returning=True,
+    ),
+    'query.steps_of': Compiled(
+        text=(
+            'SELECT ket_job_steps.name, ket_job_steps.value \n'
+            'FROM ket_job_steps \n'
+            'WHERE ket_job_steps.job_id = %(p_job_id)s::BIGINT ORDER BY ket_job_steps.at, ket_job_steps.name'
+        ),
+        constants={
+        },
+        returning=False,
     ),
     'query.store_result': Compiled(
         text=(

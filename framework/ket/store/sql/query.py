@@ -51,6 +51,7 @@ from ket.store.sql.schema import (
     TERMINAL,
     job_errors,
     job_results,
+    job_steps,
     jobs,
     queue_pauses,
     rate_starts,
@@ -110,6 +111,8 @@ class Statements:
     append_errors: Any
     store_result: Any  # a completion's result: parameters `p_job_id` and `p_result` (JSON text)
     set_progress: Any  # a held lease's report: parameters `p_job_id` and `p_progress` (JSON text)
+    steps_of: Any  # a job's recorded steps: parameter `p_job_id`
+    step_record: Any  # a step, if `p_fence` holds the executing job: a row when written
     heartbeat: Any
     rescue: Any
     grace: Any
@@ -122,6 +125,7 @@ class Statements:
     prunable: Any
     prune_errors: Any  # parameter `ids`
     prune_results: Any  # parameter `ids`
+    prune_steps: Any  # parameter `ids`
     prune_jobs: Any  # parameter `ids`
     schedule_states: Any  # parameter `schedule_ids`
     schedule_install: Any
@@ -223,6 +227,25 @@ def statements(dialect: str) -> Statements:
             job_id=bindparam("p_job_id", type_=BigInteger),
             result=_json_text(dialect, bindparam("p_result", type_=Text)),
         ),
+        steps_of=select(job_steps.c.name, job_steps.c.value)
+        .where(job_steps.c.job_id == bindparam("p_job_id", type_=BigInteger))
+        .order_by(job_steps.c.at, job_steps.c.name),
+        step_record=dialect_insert(job_steps)
+        .from_select(
+            ["job_id", "name", "value", "at"],
+            select(
+                jobs.c.id,
+                bindparam("p_name", type_=Text),
+                _json_text(dialect, bindparam("p_value", type_=Text)),
+                now,
+            ).where(
+                jobs.c.id == bindparam("p_job_id", type_=BigInteger),
+                jobs.c.fence == bindparam("p_fence", type_=BigInteger),
+                EXECUTING,
+            ),
+        )
+        .on_conflict_do_nothing()
+        .returning(job_steps.c.job_id),
         set_progress=update(jobs)
         .where(jobs.c.id == bindparam("p_job_id", type_=BigInteger))
         .values(progress=_json_text(dialect, bindparam("p_progress", type_=Text))),
@@ -274,6 +297,7 @@ def statements(dialect: str) -> Statements:
         prune_results=delete(job_results).where(
             among(dialect, job_results.c.job_id, "ids", BigInteger)
         ),
+        prune_steps=delete(job_steps).where(among(dialect, job_steps.c.job_id, "ids", BigInteger)),
         prune_jobs=delete(jobs).where(among(dialect, jobs.c.id, "ids", BigInteger)),
         schedule_states=select(schedules).where(
             among(dialect, schedules.c.schedule_id, "schedule_ids", Text)

@@ -270,6 +270,17 @@ job_results = Table(
     Column("result", Json, nullable=False),
 )
 
+# The durable steps of a job's handler that finished (ctx.step): one row per job and step name,
+# written under the attempt's fence, gone with its job
+job_steps = Table(
+    "ket_job_steps",
+    metadata,
+    Column("job_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("name", Text, primary_key=True),
+    Column("value", Json, nullable=False),
+    Column("at", Instant, nullable=False),
+)
+
 # The starts under rate limits, per queue and scope (a job's rate key, or RATE_QUEUE for the
 # queue's own rate), `n` at a time: a claim counts those within each rate's period
 rate_starts = Table(

@@ -22,6 +22,7 @@ its own under capabilities/:
 | paced.py                | SqlPacing              | PacedStore                                  |
 | queues.py               | SqlQueueControl        | QueueControl (paused queues)                |
 | minutes.py              | SqlMinutes             | MinuteStore (the dashboard's charts)        |
+| steps.py                | SqlSteps               | StepStore (durable steps, ctx.step)         |
 
 The statements themselves live beside them in ket.store.sql (statement.py, insert.py, bulk.py,
 ...). On PostgreSQL every operation a worker runs goes through the lane (lane.py: plain psycopg
@@ -46,6 +47,7 @@ from ket.store.sql.capabilities.queues import SqlQueueControl
 from ket.store.sql.capabilities.reruns import SqlReruns
 from ket.store.sql.capabilities.schedules import SqlSchedules
 from ket.store.sql.capabilities.session import wakeups_of
+from ket.store.sql.capabilities.steps import SqlSteps
 from ket.store.sql.capabilities.transactions import SqlTransaction, SqlTransactions
 from ket.store.sql.capabilities.vacuum import SqlVacuum
 
@@ -58,6 +60,7 @@ class SqlStore(
     SqlQueries,
     SqlBulk,
     SqlReruns,
+    SqlSteps,
     SqlAuditLog,
     SqlDashboardSessions,
     SqlSentLedger,
