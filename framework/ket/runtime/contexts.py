@@ -9,7 +9,6 @@ them: an attempt that reads none costs one small object.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -133,9 +132,6 @@ class Contexts:
         """The context of one attempt of `job`: every effect call raises Aborted once `signal`
         is aborted, so an attempt that is over can change nothing. Its parts are made when the
         handler first uses them (most use few), from parts built once per operation."""
-        progress = self.progress
-        if progress.loop is None:  # the loop attempts run on: a plain handler reports off it
-            progress.attach(asyncio.get_running_loop())
         tick = job.tick
         schedule = None
         if tick is not None:

@@ -73,10 +73,14 @@ class ProgressBoard:
         self._pending.pop(job_id, None)
 
     def _emit(self, hooks: Hooks, event: Event) -> None:
+        """On the worker's loop, as its other events are: a plain handler reports from its
+        thread (with no loop attached, in the caller's thread)."""
+        loop = self.loop
         try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # a plain handler's thread: the hooks run on the worker's loop
-            if self.loop is not None:
-                self.loop.call_soon_threadsafe(hooks.emit, event)
-            return
-        hooks.emit(event)
+            on_loop = loop is None or asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            hooks.emit(event)
+        else:
+            loop.call_soon_threadsafe(hooks.emit, event)  # type: ignore[union-attr]

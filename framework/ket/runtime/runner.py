@@ -191,18 +191,15 @@ class JobRunner:
         else:
             ended = await self._run_plain(job, spec, ctx, payload, signal)
         duration = round((time.perf_counter() - started) * 1000, 3)
+        result = None
         if isinstance(ended, Returned):
             try:
                 result = self.catalog.job_result(job.name, ended.value)
+                ended = None
             except ResultRejected as error:  # a failure of the handler's, retried as one
                 ended = error
-            else:
-                settle = Settle(id=job.id, fence=job.fence, outcome="completed", result=result)
-                return Result(
-                    job=job, settle=settle, kind="completed", duration_ms=duration, waited_ms=waited
-                )
         if ended is None:
-            settle = Settle(id=job.id, fence=job.fence, outcome="completed")
+            settle = Settle(id=job.id, fence=job.fence, outcome="completed", result=result)
             return Result(
                 job=job, settle=settle, kind="completed", duration_ms=duration, waited_ms=waited
             )

@@ -149,6 +149,8 @@ class TenantWorker:
 
     def start(self) -> None:
         """Start the queue loops, the settler and the services on the running loop."""
+        # ctx.progress from a plain handler's thread hands its event to this loop
+        self._contexts.progress.attach(asyncio.get_running_loop())
         if self.burst is not None:
             self._start_burst()
             return

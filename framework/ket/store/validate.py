@@ -249,16 +249,19 @@ def _result(settle: Settle) -> None:
 
 def _json_object(job_id: JobId, what: str, text: object, limit: int) -> None:
     """`text` is the JSON text of an object of `limit` bytes at most, or JobRejected says."""
+    if not isinstance(_json(job_id, what, text, limit), dict):
+        raise JobRejected(f"job {job_id}: {what} is not the JSON text of an object: {text!r:.80}")
+
+
+def _json(job_id: JobId, what: str, text: object, limit: int) -> object:
+    """The value of `text`, JSON text of `limit` bytes at most, or JobRejected says."""
     size = len(text.encode()) if isinstance(text, str) else 0
     if size > limit:
         raise JobRejected(f"job {job_id}: {what} is {size} bytes, over the limit of {limit} bytes")
     try:
-        value = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        shown = repr(text)[:80]
-        raise JobRejected(f"job {job_id}: a {what} is the JSON text of an object, got {shown}")
+        return json.loads(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise JobRejected(f"job {job_id}: {what} is not JSON text: {text!r:.80}") from None
 
 
 def check_step(step: StepRecord) -> None:
@@ -270,18 +273,7 @@ def check_step(step: StepRecord) -> None:
             f"job {step.id}: a step's name is 1 to {MAX_NAME_LENGTH} characters, got "
             f"{step.name!r:.80}"
         )
-    size = len(step.value.encode()) if isinstance(step.value, str) else -1
-    if size > MAX_STEP_BYTES:
-        raise JobRejected(
-            f"job {step.id}: step {step.name!r} is {size} bytes, over the limit of "
-            f"{MAX_STEP_BYTES} bytes"
-        )
-    try:
-        json.loads(step.value) if size >= 0 else None
-    except ValueError:
-        size = -1
-    if size < 0:
-        raise JobRejected(f"job {step.id}: step {step.name!r}'s value is not JSON text")
+    _json(step.id, f"step {step.name!r}", step.value, MAX_STEP_BYTES)
 
 
 def check_heartbeat(heartbeat: Heartbeat) -> None:

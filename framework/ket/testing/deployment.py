@@ -167,6 +167,7 @@ class TestDeployment:
             clock=self.clock.now,
             hooks=self.hooks,
         )
+        self._contexts.progress.attach(self._loop.loop)  # where attempts run
         self._runner = JobRunner(
             catalog=self.catalog,
             contexts=self._contexts,
